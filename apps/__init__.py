@@ -1,0 +1,1 @@
+"""malleable.apps: sample malleable applications (Jacobi heat equation, matrix multiply)."""

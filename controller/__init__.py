@@ -1,0 +1,1 @@
+"""malleable.controller: scheduling policies, the discrete-event simulator and the controller daemon."""

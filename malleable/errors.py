@@ -1,0 +1,71 @@
+"""The one exception tree of malleable: every error the package raises on purpose derives from MalleableError."""
+
+from __future__ import annotations
+
+__all__ = [
+    "AdaptError",
+    "AdaptTimeout",
+    "AuthError",
+    "ConfigError",
+    "FsError",
+    "MalleableError",
+    "PlacementError",
+    "PlanError",
+    "PolicyError",
+    "ProtocolError",
+    "ServerUnavailable",
+    "SimulationError",
+    "TraceError",
+]
+
+
+class MalleableError(Exception):
+    """Root of all malleable errors."""
+
+
+class ConfigError(MalleableError, ValueError):
+    """A configuration value (option, environment variable, file) is invalid."""
+
+
+class PlanError(ConfigError):
+    """A ``MALLEABLE_PLAN`` (or a plan given in code) is invalid; the message says what is wrong."""
+
+
+class AdaptError(MalleableError):
+    """An adaptation (expand or shrink) failed; the job's previous world is still usable."""
+
+
+class AdaptTimeout(AdaptError, TimeoutError):
+    """An adaptation step did not complete within its timeout."""
+
+
+class ProtocolError(MalleableError):
+    """A wire message is malformed, of an unknown type or of an unsupported version."""
+
+
+class AuthError(ProtocolError):
+    """A wire message was not authenticated with the shared secret."""
+
+
+class PlacementError(MalleableError):
+    """Data placement cannot be computed (no servers, unknown server id, ...)."""
+
+
+class FsError(MalleableError, OSError):
+    """An adhocfs operation failed for a reason other than a standard OSError subclass."""
+
+
+class ServerUnavailable(FsError):
+    """An adhocfs server did not answer in time; the message names the server and the file."""
+
+
+class PolicyError(MalleableError):
+    """A scheduling policy returned a decision that breaks an invariant (size bounds, free nodes, ...)."""
+
+
+class SimulationError(MalleableError):
+    """The simulator reached an inconsistent state."""
+
+
+class TraceError(ConfigError):
+    """A workload trace (SWF) is malformed; the message gives the line number."""

@@ -1,0 +1,1 @@
+"""malleable.runtime: Invasive-MPI-style adaptation verbs over MPI spawn and intercommunicators."""

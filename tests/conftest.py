@@ -1,0 +1,117 @@
+"""Shared fixtures: leaked-process detection, an mpiexec runner, and the network-namespace test cluster."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+TESTBED = Path(os.environ.get("NETNS_TESTBED", REPO.parent / "shared" / "testbed"))
+NETNS_HOSTS = int(os.environ.get("MALLEABLE_TEST_HOSTS", "4"))
+
+
+def _descendants() -> list[psutil.Process]:
+    try:
+        return psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_processes():
+    """Fail a test that leaves child processes behind (after a short grace period), and kill them."""
+    before = {p.pid for p in _descendants()}
+    yield
+    deadline = time.monotonic() + 5.0
+    while True:
+        left = [p for p in _descendants() if p.pid not in before and p.is_running()
+                and p.status() != psutil.STATUS_ZOMBIE]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    if left:
+        desc = ", ".join(f"{p.pid}:{' '.join(p.cmdline()[:3])}" for p in left if p.is_running())
+        for p in left:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        pytest.fail(f"test leaked processes: {desc}")
+
+
+def mpiexec_path() -> str:
+    return shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec") or "mpiexec"
+
+
+def run_mpi(n: int, *cmd: str, env: dict | None = None, timeout: float = 120, hosts: list[str] | None = None,
+            check: bool = True, cwd: str | None = None) -> subprocess.CompletedProcess:
+    """Run ``cmd`` as ``n`` MPI processes and return the completed process (text output)."""
+    from malleable.launch import mpiexec_argv
+
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    argv = mpiexec_argv(n, list(cmd), hosts=hosts)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"mpiexec exited {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
+    return proc
+
+
+def netns_unavailable() -> str | None:
+    """Why the namespace cluster can't be used here, or None."""
+    if sys.platform != "linux":
+        return "network namespaces need Linux"
+    if os.geteuid() != 0:
+        return "the netns test cluster needs root (ip netns, bridge, /etc/hosts)"
+    if not (TESTBED / "netns-cluster").exists():
+        return f"testbed scripts not found at {TESTBED} (set NETNS_TESTBED)"
+    if not (shutil.which("ip") and shutil.which("unshare")):
+        return "needs iproute2 'ip' and util-linux 'unshare'"
+    if subprocess.run(["ip", "netns", "list"], capture_output=True).returncode:
+        return "'ip netns' is unavailable"
+    out = subprocess.run([mpiexec_path(), "--version"], capture_output=True, text=True).stdout
+    if "HYDRA" not in out:
+        return "needs MPICH's mpiexec (hydra): pip install mpich"
+    return None
+
+
+@dataclass
+class Cluster:
+    """The namespace hosts node1..nodeN and how to launch onto them."""
+
+    hosts: list[str]
+    launcher: str
+
+    def env(self) -> dict[str, str]:
+        """Environment that makes malleable's launch helpers use the namespace launcher."""
+        return {"MALLEABLE_LAUNCHER_EXEC": self.launcher}
+
+    def pids_on(self, host: str) -> list[int]:
+        """PIDs of processes running inside a host's network namespace."""
+        out = subprocess.run(["ip", "netns", "pids", host], capture_output=True, text=True).stdout
+        return [int(x) for x in out.split()]
+
+
+@pytest.fixture(scope="session")
+def netns_cluster():
+    """Bring up (or reuse) the namespace hosts; skip with the reason where impossible."""
+    why = netns_unavailable()
+    if why:
+        pytest.skip(why)
+    ours = not os.path.exists("/run/netns-cluster/created")
+    up = subprocess.run([str(TESTBED / "netns-cluster"), "up", str(NETNS_HOSTS)], capture_output=True, text=True)
+    if up.returncode:
+        pytest.skip(f"netns-cluster up failed: {up.stderr.strip()}")
+    try:
+        yield Cluster([f"node{i}" for i in range(1, NETNS_HOSTS + 1)], str(TESTBED / "netns-launch"))
+    finally:
+        if ours:
+            subprocess.run([str(TESTBED / "netns-cluster"), "down"], capture_output=True)
