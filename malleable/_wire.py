@@ -66,7 +66,9 @@ def unpack(frames: Sequence[Any], token: bytes, versions: tuple[int, ...]) -> tu
         raise ProtocolError(f"unsupported protocol version {v!r}; this side speaks {list(versions)}")
     if not isinstance(header.get("type"), str):
         raise ProtocolError("header has no message type")
-    payloads = list(frames[3:])
+    # zmq.Frame payloads (recv with copy=False) are handed out as memoryviews: a Frame assigned directly
+    # into a memoryview slice crashes the interpreter (pyzmq 27 buffer export), a memoryview of it does not.
+    payloads = [p if isinstance(p, (bytes, bytearray, memoryview)) else memoryview(p) for p in frames[3:]]
     sizes = header.get("sizes")
     if not isinstance(sizes, list) or [len(memoryview(p)) for p in payloads] != sizes:
         raise ProtocolError("payload frames do not match the sizes in the header")
