@@ -1,1 +1,56 @@
 """malleable.controller: scheduling policies, the discrete-event simulator and the controller daemon."""
+
+from ._conservative import Profile, conservative
+from ._engine import SimResult, Simulator, simulate
+from ._model import (
+    Decision,
+    Job,
+    JobKind,
+    NodeId,
+    Policy,
+    Remember,
+    Reserve,
+    ResizeJob,
+    RunningJob,
+    Snapshot,
+    StartJob,
+    Wake,
+)
+from ._policies import POLICIES, easy, easy_shadow, fcfs, get_policy
+from ._speedup import ReconfigCost, SpeedupModel, amdahl, linear_reconfig_cost, no_reconfig_cost
+from ._swf import read_swf, write_swf
+from ._workload import Workload, synthetic
+
+__all__ = [
+    "POLICIES",
+    "Decision",
+    "Job",
+    "JobKind",
+    "NodeId",
+    "Policy",
+    "Profile",
+    "ReconfigCost",
+    "Remember",
+    "Reserve",
+    "ResizeJob",
+    "RunningJob",
+    "SimResult",
+    "Simulator",
+    "Snapshot",
+    "SpeedupModel",
+    "StartJob",
+    "Wake",
+    "Workload",
+    "amdahl",
+    "conservative",
+    "easy",
+    "easy_shadow",
+    "fcfs",
+    "get_policy",
+    "linear_reconfig_cost",
+    "no_reconfig_cost",
+    "read_swf",
+    "simulate",
+    "synthetic",
+    "write_swf",
+]

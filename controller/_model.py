@@ -1,0 +1,212 @@
+"""Records shared by the simulator and the live controller: jobs, the machine snapshot, and policy decisions.
+
+A scheduling policy is a pure function ``decide(snapshot, now) -> list[Decision]``. It reads a frozen
+:class:`Snapshot` and returns frozen decision records; the engine (simulator or daemon) validates every decision
+and raises :class:`~malleable.errors.PolicyError` on one that breaks an invariant. Policies mutate nothing.
+
+Node ids are opaque hashable values: integers ``0..N-1`` in the simulator, host names in the live controller.
+Decisions always name node ids, never only counts, so the same policy drives both.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+__all__ = [
+    "Decision",
+    "Job",
+    "JobKind",
+    "NodeId",
+    "Policy",
+    "Remember",
+    "Reserve",
+    "ResizeJob",
+    "RunningJob",
+    "Snapshot",
+    "StartJob",
+    "Wake",
+]
+
+NodeId: TypeAlias = Hashable
+
+
+class JobKind(enum.Enum):
+    """How the size of a job may be chosen (Feitelson's classes, seed 002 §2.4)."""
+
+    RIGID = "rigid"            # runs on exactly ``procs`` nodes
+    MOLDABLE = "moldable"      # the scheduler picks a size in [min_procs, max_procs] at start, fixed afterwards
+    MALLEABLE = "malleable"    # the scheduler may also resize it while it runs, within [min_procs, max_procs]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Job:
+    """What a scheduler knows about a job: never its real run time (only the user's estimate).
+
+    Equality is identity: two records are the same job only if they are the same object; compare ``id`` otherwise.
+
+    Attributes:
+        id: job id (the SWF job number in traces); unique among jobs in the system at one time.
+        submit: submission time (s).
+        procs: requested (preferred) size in nodes; the size the estimate refers to.
+        estimate: the user's wall-time estimate (s) at ``procs`` nodes; the simulator guarantees run <= estimate.
+        kind: rigid, moldable or malleable.
+        min_procs: smallest allowed size (== procs for rigid jobs).
+        max_procs: largest allowed size (== procs for rigid jobs).
+        serial: Amdahl serial fraction in [0, 1] used by the speedup model (0 = linear speedup).
+    """
+
+    id: int
+    submit: float
+    procs: int
+    estimate: float
+    kind: JobKind = JobKind.RIGID
+    min_procs: int = 0
+    max_procs: int = 0
+    serial: float = 0.0
+
+    @staticmethod
+    def rigid(id: int, submit: float, procs: int, estimate: float) -> Job:  # noqa: A002 - mirrors the field
+        """A rigid job of ``procs`` nodes (min = max = procs)."""
+        return Job(id, submit, procs, estimate, JobKind.RIGID, procs, procs, 0.0)
+
+    def allows(self, size: int) -> bool:
+        """Whether ``size`` nodes is a valid size for this job."""
+        return self.min_procs <= size <= self.max_procs
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class RunningJob:
+    """A running job as a policy sees it. Replaced (never mutated) when the job is resized.
+
+    Attributes:
+        job: the job record.
+        nodes: the node ids it holds now.
+        size: ``len(nodes)``.
+        start: when it first started.
+        since: start of the current segment (last start or resize, after any reconfiguration cost).
+        progress: fraction of the job's work done at ``since`` (0 at start, 1 when finished).
+        end_estimate: estimated end from the user's estimate scaled by the speedup model (the real end is
+            never later).
+        resizes: how many times it has been resized.
+    """
+
+    job: Job
+    nodes: tuple[NodeId, ...]
+    size: int
+    start: float
+    since: float
+    progress: float
+    end_estimate: float
+    resizes: int = 0
+
+    @property
+    def id(self) -> int:
+        """The job id."""
+        return self.job.id
+
+    def remaining_estimate(self, now: float) -> float:
+        """Estimated seconds left at ``now`` (never negative)."""
+        return max(0.0, self.end_estimate - now)
+
+
+@dataclass(frozen=True, slots=True)
+class StartJob:
+    """Start queued job ``job_id`` on exactly these free nodes (size within the job's bounds)."""
+
+    job_id: int
+    nodes: tuple[NodeId, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ResizeJob:
+    """Give running malleable job ``job_id`` exactly this node set: nodes it no longer lists are released, new
+    ones must be free. Its end is recomputed from the work left under the speedup model, plus the reconfiguration
+    cost."""
+
+    job_id: int
+    nodes: tuple[NodeId, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Reserve:
+    """Record that queued job ``job_id`` is expected to start at ``start`` on ``size`` nodes (backfilling
+    reservations). Informational for the engine (shown by ``malleable queue``, checked by invariant tests)."""
+
+    job_id: int
+    start: float
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Wake:
+    """Ask for a scheduling pass at time ``at`` even if no job arrives or ends then (periodic policies)."""
+
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Remember:
+    """Hand an immutable value to the next pass of the same policy (``Snapshot.memo``).
+
+    It lets a pure policy keep derived data (an availability profile) between passes. The value must be treated
+    as immutable by the policy; the engine stores it as is.
+    """
+
+    value: Any
+
+
+Decision: TypeAlias = StartJob | ResizeJob | Reserve | Wake | Remember
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The machine and queues at one scheduling pass. Built by the engine; policies only read it.
+
+    Attributes:
+        now: the current time (s).
+        nodes: all node ids of the machine.
+        free: the free node ids, in the engine's allocation order (take ``free[:k]`` for k nodes).
+        running: running jobs, sorted by ``(end_estimate, start order)``.
+        queue: queued jobs in priority (submission) order.
+        changed: False only when, since the previous pass of this policy, no job ended or was resized and the
+            previous pass's decisions were all applied: then the state differs from the end of that pass only by
+            the ``arrived`` jobs at the tail of ``queue`` (and by time). A hint for incremental policies, which
+            must decide exactly as if it were True. Engines without the information set it True.
+        arrived: how many jobs at the tail of ``queue`` arrived since the previous pass (== len(queue) when
+            unknown).
+        reservations: the last ``Reserve`` decision per queued job id (empty when the policy makes none).
+        memo: the value of the last ``Remember`` decision of this policy, or None.
+    """
+
+    now: float
+    nodes: tuple[NodeId, ...]
+    free: tuple[NodeId, ...]
+    running: tuple[RunningJob, ...]
+    queue: tuple[Job, ...]
+    changed: bool = True
+    arrived: int = -1
+    reservations: dict[int, Reserve] | None = None
+    memo: Any = None
+
+    @property
+    def n_free(self) -> int:
+        """Number of free nodes."""
+        return len(self.free)
+
+    @property
+    def n_nodes(self) -> int:
+        """Number of nodes in the machine."""
+        return len(self.nodes)
+
+    @property
+    def new_jobs(self) -> int:
+        """Number of queue-tail jobs a policy must examine afresh (all of them unless the hint says otherwise)."""
+        if self.changed or self.arrived < 0:
+            return len(self.queue)
+        return self.arrived
+
+
+Policy: TypeAlias = Callable[[Snapshot, float], list[Decision]]

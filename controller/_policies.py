@@ -1,0 +1,171 @@
+"""The rigid baseline policies: FCFS, EASY backfilling and conservative backfilling, and the policy registry.
+
+Every policy is a pure function ``decide(snapshot, now) -> list[Decision]`` (see :mod:`._model`). Jobs start on
+their requested size (``procs``), on the first free nodes (``snapshot.free[:procs]``). The policies use the
+incremental hint of the snapshot (``changed``/``arrived``) only where that provably gives the same decisions as
+a full pass; ``Simulator(..., hints=False)`` turns it off and the tests compare both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from malleable.errors import PolicyError
+
+from ._conservative import conservative
+from ._model import Decision, Policy, RunningJob, Snapshot, StartJob
+
+__all__ = ["POLICIES", "easy", "easy_shadow", "fcfs", "get_policy"]
+
+
+def fcfs(snapshot: Snapshot, now: float) -> list[Decision]:
+    """First come, first served: start queued jobs in order while the head fits; never reorder.
+
+    Args:
+        snapshot: the machine and queues.
+        now: the current time.
+
+    Returns:
+        StartJob decisions for the leading jobs of the queue that fit the free nodes.
+    """
+    q = snapshot.queue
+    nq = len(q)
+    if not nq or snapshot.new_jobs < nq:
+        return []           # the head is an old job that did not fit, and nothing was freed since
+    free = snapshot.free
+    avail = len(free)
+    taken = 0
+    out: list[Decision] = []
+    for j in q:
+        p = j.procs
+        if p > avail:
+            break
+        out.append(StartJob(j.id, free[taken:taken + p]))
+        taken += p
+        avail -= p
+    return out
+
+
+def easy_shadow(running: Sequence[RunningJob], started: list[tuple[float, int]], avail: int,
+                need: int) -> tuple[float, int]:
+    """The head job's reservation under EASY: ``(shadow time, extra nodes)``.
+
+    Args:
+        running: running jobs sorted by estimated end.
+        started: ``(estimated end, size)`` of jobs started earlier in the same pass, sorted.
+        avail: nodes free now (after those starts).
+        need: the head job's size (> avail).
+
+    Returns:
+        The earliest estimated end at which ``need`` nodes are free, and how many nodes beyond ``need`` are free
+        then (all jobs ending exactly at the shadow time count).
+
+    Raises:
+        PolicyError: ``need`` nodes never become free (more than the machine).
+    """
+    if started:
+        ends = sorted([(r.end_estimate, r.size) for r in running] + started)
+    else:
+        ends = [(r.end_estimate, r.size) for r in running]
+    n = len(ends)
+    k = 0
+    while k < n:
+        t, size = ends[k]
+        avail += size
+        k += 1
+        if avail >= need:
+            while k < n and ends[k][0] == t:
+                avail += ends[k][1]
+                k += 1
+            return t, avail - need
+    raise PolicyError(f"a job of {need} nodes can never start: only {avail} nodes exist")
+
+
+def easy(snapshot: Snapshot, now: float) -> list[Decision]:
+    """EASY backfilling (Lifka; Mu'alem and Feitelson's formulation).
+
+    FCFS first; then the queue head gets a reservation at the shadow time (from running jobs' start +
+    estimate); then every later job, in queue order, starts now if it fits the free nodes and either ends (by
+    its estimate) no later than the shadow time or uses only the extra nodes (which it then consumes).
+
+    Args:
+        snapshot: the machine and queues.
+        now: the current time.
+
+    Returns:
+        StartJob decisions.
+    """
+    q = snapshot.queue
+    nq = len(q)
+    if not nq:
+        return []
+    free = snapshot.free
+    avail = len(free)
+    taken = 0
+    out: list[Decision] = []
+    started: list[tuple[float, int]] = []
+    fresh = snapshot.new_jobs
+    if fresh >= nq:
+        i = 0
+        for j in q:
+            p = j.procs
+            if p > avail:
+                break
+            out.append(StartJob(j.id, free[taken:taken + p]))
+            started.append((now + j.estimate, p))
+            taken += p
+            avail -= p
+            i += 1
+        if i == nq or not avail:
+            return out
+        head = q[i]
+        first = i + 1
+    else:
+        # Nothing was freed since the last pass and the head is old: old jobs failed then under conditions at
+        # least as favourable as now, so only the newly arrived tail can backfill.
+        if not avail:
+            return out
+        head = q[0]
+        first = nq - fresh
+    shadow = -1.0
+    extra = 0
+    for k in range(first, nq):
+        j = q[k]
+        p = j.procs
+        if p > avail:
+            continue
+        if shadow < 0:
+            shadow, extra = easy_shadow(snapshot.running, started, avail, head.procs)
+        if now + j.estimate <= shadow:
+            pass
+        elif p <= extra:
+            extra -= p
+        else:
+            continue
+        out.append(StartJob(j.id, free[taken:taken + p]))
+        taken += p
+        avail -= p
+        if not avail:
+            break
+    return out
+
+
+POLICIES: dict[str, Policy] = {
+    "fcfs": fcfs,
+    "easy": easy,
+    "conservative": conservative,
+}
+"""The registered policies by name (an explicit table; issue 8 adds the malleable ones here)."""
+
+
+def get_policy(name: str) -> Policy:
+    """The registered policy called ``name``.
+
+    Raises:
+        PolicyError: no such policy (the message lists the known names).
+    """
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise PolicyError(f"unknown policy {name!r}; known: {', '.join(sorted(POLICIES))}") from None
+
