@@ -119,15 +119,18 @@ def conservative(snapshot: Snapshot, now: float) -> list[Decision]:
     out: list[Decision] = []
     free_ids = snapshot.free
     taken = 0
+    held = 0
     for idx in range(first, nq):
         j = q[idx]
         k = prof.earliest(j.procs, j.estimate)
         prof.reserve(k, j.procs, j.estimate)
         t = prof.times[k]
-        if k == 0:
+        if k == 0 and not held:
             out.append(StartJob(j.id, free_ids[taken:taken + j.procs]))
             taken += j.procs
-        else:
+            if j.estimate <= 0:         # a zero-length job holds its nodes until its end (at this same time)
+                held += j.procs
+        else:       # k == 0 here: it starts in the pass right after the zero-length jobs' ends, at this time
             starts[j.id] = t
             if old.get(j.id) != t:
                 out.append(Reserve(j.id, t, j.procs))
