@@ -2,6 +2,7 @@
 
 from ._conservative import Profile, conservative
 from ._engine import SimResult, Simulator, simulate
+from ._metrics import bounded_slowdown, summary, utilization_curve, write_jobs_csv
 from ._model import (
     Decision,
     Job,
@@ -16,12 +17,18 @@ from ._model import (
     StartJob,
     Wake,
 )
+from ._plot import plot_result
 from ._policies import POLICIES, easy, easy_shadow, fcfs, get_policy
 from ._speedup import ReconfigCost, SpeedupModel, amdahl, linear_reconfig_cost, no_reconfig_cost
 from ._swf import read_swf, write_swf
 from ._workload import Workload, synthetic
 
 __all__ = [
+    "plot_result",
+    "write_jobs_csv",
+    "utilization_curve",
+    "summary",
+    "bounded_slowdown",
     "POLICIES",
     "Decision",
     "Job",
