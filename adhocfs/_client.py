@@ -1,0 +1,483 @@
+"""The adhocfs client: :func:`connect` returns a :class:`FileSystem`; :meth:`FileSystem.open` returns an
+:class:`AdhocFile`, a seekable binary ``io.RawIOBase`` that ``h5py.File`` accepts.
+
+Block requests of one call go to all servers at once (pipelined), and writes are write-behind: ``write``
+returns once its blocks are sent, at most ``window`` requests stay unacknowledged, and ``flush``,
+``close``, ``truncate`` and any read wait for every acknowledgement (errors surface there at the latest).
+
+Notes:
+    A FileSystem and its files belong to one thread (zmq sockets are not thread-safe); use one
+    :func:`connect` per thread or process. Consistency is close-to-open: a reader sees another client's
+    writes once that client has flushed or closed.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import zmq
+from malleable.adhocfs._namespace import MODES, normalize
+from malleable.adhocfs._placement import Layout, block_range
+from malleable.adhocfs._protocol import (
+    Data,
+    DeclareRio,
+    Error,
+    Extend,
+    FileInfo,
+    FsStatus,
+    Get,
+    GetLayout,
+    ListDir,
+    Message,
+    Mkdir,
+    Names,
+    Open,
+    Put,
+    Remove,
+    Rename,
+    SetSize,
+    Stat,
+    StatReply,
+    Status,
+)
+from malleable.adhocfs._rpc import Busy, Peer, raise_remote
+
+from malleable._secret import load_token
+from malleable.errors import FsError, ServerUnavailable
+
+__all__ = ["AdhocFile", "FileSystem", "connect"]
+
+log = logging.getLogger(__name__)
+
+
+def connect(addr: str, token: bytes | None = None, timeout: float = 5.0, window: int = 32,
+            reserve: int = 16, wait: float = 300.0) -> FileSystem:
+    """Connect to the metadata server at ``addr`` (``tcp://host:port``).
+
+    Args:
+        addr: metadata server address, as printed last by ``malleable fs start``.
+        token: shared secret (default: ``MALLEABLE_TOKEN`` or the key file).
+        timeout: seconds to wait for any server before :class:`ServerUnavailable`.
+        window: unacknowledged block writes allowed per open file.
+        reserve: blocks reserved ahead of the end of a growing file per metadata request.
+        wait: seconds a write may wait for a file being redistributed.
+
+    Raises:
+        AuthError: no shared secret available.
+    """
+    return FileSystem(addr, token if token is not None else load_token(), timeout, window, reserve, wait)
+
+
+@dataclass
+class _Pending:
+    """A block request sent and not yet answered."""
+
+    key: tuple[int, int]       # (sid, request id)
+    block: int
+    offset: int
+    length: int
+    data: bytes | None         # for puts
+    dest: int = 0              # for gets: offset in the caller's buffer
+
+
+class FileSystem:
+    """A connection to one adhocfs instance. Use as a context manager or call :meth:`close`."""
+
+    def __init__(self, addr: str, token: bytes, timeout: float, window: int, reserve: int, wait: float) -> None:
+        self.addr, self.token, self.timeout = addr, token, timeout
+        self.window, self.reserve, self.wait = max(1, window), max(0, reserve), wait
+        self.ctx: zmq.Context[Any] = zmq.Context()
+        self.meta = Peer(self.ctx, addr, token, f"metadata server {addr}", timeout)
+        self._peers: dict[tuple[int, str], Peer] = {}
+        self.closed = False
+
+    # ------------------------------------------------------------ plumbing
+    def call(self, msg: Message, what: str = "") -> Message:
+        """One request to the metadata server (errors raised as local exceptions)."""
+        if self.closed:
+            raise ValueError("file system connection is closed")
+        return self.meta.call(msg, what=what)
+
+    def peer(self, sid: int, addr: str) -> Peer:
+        """Connection to data server ``sid`` at ``addr``."""
+        key = (sid, addr)
+        p = self._peers.get(key)
+        if p is None:
+            if not addr:
+                raise ServerUnavailable(f"data server {sid} has no address (not registered)")
+            p = self._peers[key] = Peer(self.ctx, addr, self.token, f"data server {sid} ({addr})", self.timeout)
+        return p
+
+    def close(self) -> None:
+        """Close every connection."""
+        if self.closed:
+            return
+        self.closed = True
+        self.meta.close()
+        for p in self._peers.values():
+            p.close()
+        self.ctx.term()
+
+    def __enter__(self) -> FileSystem:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ namespace
+    def open(self, path: str, mode: str = "rb", block_size: int = 0) -> AdhocFile:
+        """Open a file; ``mode`` is one of r, r+, w, w+, a, a+, x, x+ with an optional ``b``.
+
+        Args:
+            path: file path (absolute; a relative path starts at the root).
+            mode: as for built-in ``open`` in binary mode.
+            block_size: block size of a file created by this call (0: the file system's default).
+
+        Raises:
+            ValueError: a text mode or an unknown mode.
+            FileNotFoundError, FileExistsError, IsADirectoryError: as for a local file.
+        """
+        base = mode.replace("b", "")
+        if "t" in mode or base not in MODES or mode.count("b") > 1:
+            raise ValueError(f"invalid mode {mode!r}: adhocfs files are binary (r, r+, w, w+, a, a+, x, x+)")
+        info = self.call(Open(normalize(path), base, block_size), what=f"opening {path}")
+        assert isinstance(info, FileInfo)
+        return AdhocFile(self, info, base)
+
+    def stat(self, path: str) -> StatReply:
+        """Metadata of ``path`` (``is_dir``, ``size``, ``block_size``, ``nblocks``, ``status``)."""
+        reply = self.call(Stat(normalize(path)))
+        assert isinstance(reply, StatReply)
+        return reply
+
+    def exists(self, path: str) -> bool:
+        """Whether ``path`` exists."""
+        try:
+            self.stat(path)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def listdir(self, path: str = "/") -> list[str]:
+        """Names in directory ``path``."""
+        reply = self.call(ListDir(normalize(path)))
+        assert isinstance(reply, Names)
+        return reply.names
+
+    def mkdir(self, path: str, exist_ok: bool = False) -> None:
+        """Create directory ``path`` (its parent must exist)."""
+        self.call(Mkdir(normalize(path), exist_ok))
+
+    def makedirs(self, path: str, exist_ok: bool = True) -> None:
+        """Create ``path`` and its missing parents."""
+        parts = normalize(path).strip("/").split("/")
+        for i in range(1, len(parts) + 1):
+            self.mkdir("/" + "/".join(parts[:i]), exist_ok=True if i < len(parts) else exist_ok)
+
+    def remove(self, path: str) -> None:
+        """Remove a file or an empty directory."""
+        self.call(Remove(normalize(path)))
+
+    def rename(self, src: str, dst: str) -> None:
+        """Rename ``src`` to ``dst`` (replacing a file ``dst``)."""
+        self.call(Rename(normalize(src), normalize(dst)))
+
+    def status(self) -> FsStatus:
+        """File-system status (servers, counters, epochs, change in progress)."""
+        reply = self.call(Status())
+        assert isinstance(reply, FsStatus)
+        return reply
+
+    def declare_rio(self, rate_mbs: float, job: str = "default") -> None:
+        """Declare the I/O rate (MB/s) this job requests (RIO); 0 withdraws it."""
+        self.call(DeclareRio(job, float(rate_mbs)))
+
+    def __repr__(self) -> str:
+        return f"<adhocfs.FileSystem {self.addr}{' closed' if self.closed else ''}>"
+
+
+class AdhocFile(io.RawIOBase):
+    """A binary file of adhocfs (``io.RawIOBase``): read, readinto, write, seek, tell, truncate, flush, close.
+
+    The object caches the file's layout (interval map, epochs, server addresses, version) and its size;
+    a data server's ``stale`` answer or an unreachable server makes it fetch the layout again before it
+    retries, and writes to a file being redistributed wait until the file is ready.
+    """
+
+    def __init__(self, fs: FileSystem, info: FileInfo, mode: str) -> None:
+        super().__init__()
+        self.fs, self.mode = fs, mode
+        self.name = info.path
+        self._read_ok = mode[0] == "r" or "+" in mode
+        self._write_ok = mode[0] != "r" or "+" in mode
+        self._append = mode[0] == "a"
+        self._set_info(info)
+        self._pos = 0
+        self._meta_size = info.size
+        self._pending: dict[tuple[int, int], _Pending] = {}
+
+    # ------------------------------------------------------------ layout
+    def _set_info(self, info: FileInfo) -> None:
+        self.fid, self.block_size, self.version, self.status = info.fid, info.block_size, info.version, info.status
+        self._hw = info.hw
+        self._size = max(getattr(self, "_size", 0), info.size)
+        self._layout = Layout.from_pairs(info.layout)
+        self._epochs = {int(k): tuple(v) for k, v in info.epochs.items()}
+        self._addrs = {int(k): v for k, v in info.servers.items()}
+
+    def _refresh(self, wait_ready: bool) -> None:
+        """Fetch the layout again; with ``wait_ready`` wait while the file is being redistributed."""
+        deadline = time.monotonic() + self.fs.wait
+        while True:
+            info = self.fs.call(GetLayout(self.fid), what=f"layout of {self.name}")
+            assert isinstance(info, FileInfo)
+            self._set_info(info)
+            if not wait_ready or info.status != "decommissioning":
+                return
+            if time.monotonic() > deadline:
+                raise FsError(f"{self.name} stayed in redistribution for more than {self.fs.wait:g} s")
+            time.sleep(0.05)
+
+    def _where(self, block: int) -> tuple[int, Peer]:
+        sid = self._layout.server(self._epochs, self.fid, block)
+        return sid, self.fs.peer(sid, self._addrs.get(sid, ""))
+
+    # ------------------------------------------------------------ io.RawIOBase
+    def readable(self) -> bool:
+        return self._read_ok
+
+    def writable(self) -> bool:
+        return self._write_ok
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        self._check_open()
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._check_open()
+        if whence == io.SEEK_SET:
+            pos = offset
+        elif whence == io.SEEK_CUR:
+            pos = self._pos + offset
+        elif whence == io.SEEK_END:
+            pos = self._size + offset
+        else:
+            raise ValueError(f"invalid whence {whence}")
+        if pos < 0:
+            raise ValueError(f"negative seek position {pos}")
+        self._pos = pos
+        return pos
+
+    def readinto(self, b: Any) -> int:
+        self._check_open()
+        if not self._read_ok:
+            raise io.UnsupportedOperation(f"{self.name} is not open for reading")
+        out = memoryview(b).cast("B")
+        if self._pending:
+            self._drain(0)
+        if self._pos + len(out) > self._size and not self._write_ok:
+            self._refresh(False)  # another client may have grown the file
+        n = max(0, min(len(out), self._size - self._pos))
+        if n:
+            self._read_range(self._pos, out[:n])
+        self._pos += n
+        return n
+
+    def readall(self) -> bytes:
+        self._check_open()
+        if not self._write_ok:
+            self._refresh(False)
+        buf = bytearray(max(0, self._size - self._pos))
+        n = self.readinto(buf)
+        return bytes(buf[:n])
+
+    def write(self, b: Any) -> int:
+        self._check_open()
+        if not self._write_ok:
+            raise io.UnsupportedOperation(f"{self.name} is not open for writing")
+        data = memoryview(b).cast("B")
+        n = len(data)
+        if self._append:
+            self._pos = self._size
+        if n == 0:
+            return 0
+        end = self._pos + n
+        need = -(-end // self.block_size)
+        if need > self._hw:
+            self._extend(end, need + self.fs.reserve)
+        pos = 0
+        for block, off, ln in block_range(self._pos, n, self.block_size):
+            self._send_put(block, off, bytes(data[pos:pos + ln]))
+            pos += ln
+            if len(self._pending) >= self.fs.window:
+                self._drain(self.fs.window // 2)
+        self._pos = end
+        self._size = max(self._size, end)
+        return n
+
+    def truncate(self, size: int | None = None) -> int:
+        self._check_open()
+        if not self._write_ok:
+            raise io.UnsupportedOperation(f"{self.name} is not open for writing")
+        size = self._pos if size is None else size
+        if size < 0:
+            raise ValueError(f"negative size {size}")
+        self.flush()
+        self._with_wait(lambda: self.fs.call(SetSize(self.fid, size), what=f"truncating {self.name}"))
+        self._size = self._meta_size = size
+        return size
+
+    def flush(self) -> None:
+        if self.closed:
+            return
+        self._drain(0)
+        if self._write_ok and self._size > self._meta_size:
+            self._extend(self._size, 0)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            if not self.fs.closed:
+                self.flush()
+        finally:
+            super().close()
+
+    def fileno(self) -> int:
+        raise io.UnsupportedOperation("adhocfs files have no file descriptor")
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ValueError("I/O operation on closed file")
+
+    def __repr__(self) -> str:
+        return f"<AdhocFile {self.name!r} mode={self.mode!r} size={self._size}>"
+
+    # ------------------------------------------------------------ metadata calls
+    def _with_wait(self, fn: Any) -> Message:
+        deadline = time.monotonic() + self.fs.wait
+        while True:
+            try:
+                return fn()
+            except Busy:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def _extend(self, size: int, blocks: int) -> None:
+        info = self._with_wait(lambda: self.fs.call(Extend(self.fid, size, blocks), what=f"writing {self.name}"))
+        assert isinstance(info, FileInfo)
+        self._set_info(info)
+        self._meta_size = info.size
+
+    # ------------------------------------------------------------ block requests
+    def _send_put(self, block: int, off: int, data: bytes) -> None:
+        sid, p = self._where(block)
+        rid = p.send(Put(self.fid, block, off, self.version, data))
+        self._pending[(sid, rid)] = _Pending((sid, rid), block, off, len(data), data)
+
+    def _drain(self, keep: int) -> None:
+        """Collect write acknowledgements until at most ``keep`` remain; retry stale ones on a fresh layout."""
+        retry: list[_Pending] = []
+        while len(self._pending) > keep:
+            for rec, reply in self._collect(self._pending, f"writing {self.name}"):
+                if isinstance(reply, Error):
+                    if reply.kind == "stale":
+                        retry.append(rec)
+                        continue
+                    raise_remote(reply, f"data server {rec.key[0]}, writing {self.name}")
+        if retry:
+            self._refresh(True)
+            for rec in sorted(retry, key=lambda r: r.key[1]):
+                assert rec.data is not None
+                self._send_put(rec.block, rec.offset, rec.data)
+            self._drain(keep)
+
+    def _collect(self, pending: dict[tuple[int, int], _Pending], what: str
+                 ) -> Iterable[tuple[_Pending, Message]]:
+        """Wait for at least one reply among ``pending`` (removing answered entries) and yield them."""
+        sids = {k[0] for k in pending}
+        peers = {sid: p for (sid, addr), p in self.fs._peers.items() if sid in sids and
+                 any(k[0] == sid and k[1] in p.pending for k in pending)}
+        poller = zmq.Poller()
+        by_sock = {}
+        for sid, p in peers.items():
+            poller.register(p.sock, zmq.POLLIN)
+            by_sock[p.sock] = (sid, p)
+        ready = dict(poller.poll(int(self.fs.timeout * 1000)))
+        if not ready:
+            sid = min(peers) if peers else min(sids)
+            p = peers.get(sid)
+            name = p.name if p else f"data server {sid}"
+            for p in peers.values():
+                p.reset()
+            pending.clear()
+            raise ServerUnavailable(f"{name} did not answer within {self.fs.timeout:g} s ({what})")
+        out = []
+        for sock in ready:
+            sid, p = by_sock[sock]
+            while p.sock.poll(0, zmq.POLLIN):
+                msg, rid = p.recv(0.001)
+                rec = pending.pop((sid, rid), None)
+                if rec is not None:
+                    out.append((rec, msg))
+        return out
+
+    def _read_range(self, pos: int, out: memoryview) -> None:
+        """Fill ``out`` with the file bytes at ``pos`` (holes read as zeros), re-fetching the layout and
+        retrying once per layout change when a server answers ``stale`` or not at all."""
+        todo = [(b, off, ln, dest) for (b, off, ln), dest in
+                zip(block_range(pos, len(out), self.block_size),
+                    _offsets(block_range(pos, len(out), self.block_size)))]
+        for attempt in range(5):
+            pending: dict[tuple[int, int], _Pending] = {}
+            failed: list[tuple[int, int, int, int]] = []
+            queue = list(todo)
+            version = self.version
+            try:
+                while queue or pending:
+                    while queue and len(pending) < 4 * self.fs.window:
+                        b, off, ln, dest = queue.pop(0)
+                        sid, p = self._where(b)
+                        rid = p.send(Get(self.fid, b, off, ln, self.version))
+                        pending[(sid, rid)] = _Pending((sid, rid), b, off, ln, None, dest)
+                    for rec, reply in self._collect(pending, f"reading {self.name}"):
+                        if isinstance(reply, Data):
+                            got = len(reply.data)
+                            if got:
+                                out[rec.dest:rec.dest + got] = reply.data
+                            out[rec.dest + got:rec.dest + rec.length] = bytes(rec.length - got)
+                        elif isinstance(reply, Error) and reply.kind == "stale":
+                            failed.append((rec.block, rec.offset, rec.length, rec.dest))
+                        elif isinstance(reply, Error):
+                            raise_remote(reply, f"data server {rec.key[0]}, reading {self.name}")
+                        else:
+                            raise FsError(f"unexpected reply {reply.TYPE!r} reading {self.name}")
+            except ServerUnavailable:
+                self._refresh(False)
+                if self.version == version:
+                    raise
+                continue  # the layout changed (a server left): retry everything on the new layout
+            if not failed:
+                return
+            todo = failed
+            self._refresh(False)
+        raise FsError(errno.EIO, f"{self.name}: layout kept changing while reading")
+
+
+def _offsets(pieces: list[tuple[int, int, int]]) -> list[int]:
+    out, acc = [], 0
+    for _, _, ln in pieces:
+        out.append(acc)
+        acc += ln
+    return out
+

@@ -1,0 +1,234 @@
+"""The data server: holds blocks (in memory, optionally mirrored to ``--dir``) and answers put/get
+requests over a zmq ROUTER socket; run as ``python -m malleable.adhocfs._data``.
+
+Every request is authenticated and validated; a bad one gets an :class:`Error` reply and changes
+nothing. Per-file fences (set by the metadata server during a redistribution) refuse writes or reads
+made with an old layout version, so a client can never use a stale location.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import logging
+import os
+import time
+from typing import Any
+
+import zmq
+from malleable.adhocfs._dirstore import DirStore
+from malleable.adhocfs._protocol import (
+    Blocks,
+    Copy,
+    Data,
+    DropBlocks,
+    DropFile,
+    Error,
+    Fence,
+    Get,
+    ListBlocks,
+    Message,
+    Ok,
+    Put,
+    Register,
+    Registered,
+    Shutdown,
+    Stats,
+    StatsReply,
+    decode,
+    encode,
+)
+from malleable.adhocfs._rpc import Peer, StaleLayout, reply_error
+from malleable.adhocfs._serve import announce, bind_socket, setup_logging
+from malleable.adhocfs._store import BlockStore, MemoryStore
+
+from malleable._secret import load_token
+from malleable.errors import AuthError, ProtocolError
+
+__all__ = ["DataServer", "main"]
+
+log = logging.getLogger(__name__)
+
+STEP = 1.0  # seconds per AIO time step
+WINDOW = 60  # samples kept
+
+
+class DataServer:
+    """One data server. Mutated only by its own loop (:meth:`serve`), one request at a time.
+
+    Args:
+        store: the block store.
+        token: the shared secret.
+        sid: the stable server id given by the metadata server.
+    """
+
+    def __init__(self, store: BlockStore, token: bytes, sid: int) -> None:
+        self.store, self.token, self.sid = store, token, sid
+        self.fences: dict[int, tuple[int, int]] = {}
+        self.counts = collections.Counter[str]()
+        self.samples: collections.deque[float] = collections.deque(maxlen=WINDOW)
+        self._step_bytes = 0
+        self._step_reqs = 0
+        self._step_start = time.monotonic()
+        self.req_rate = 0.0
+        self.running = True
+
+    # ------------------------------------------------------------ pure-ish request handling
+    def handle(self, msg: Message) -> Message:
+        """Apply one validated request and return the reply (raises for an error reply)."""
+        if isinstance(msg, Put):
+            self._check_fence(msg.fid, msg.version, write=True)
+            if msg.offset + len(msg.data) > 1 << 30:
+                raise ValueError("block write beyond 1 GiB")
+            self.store.write((msg.fid, msg.block), msg.offset, msg.data)
+            self._count("writes", len(msg.data))
+            return Ok()
+        if isinstance(msg, Get):
+            self._check_fence(msg.fid, msg.version, write=False)
+            view = self.store.read((msg.fid, msg.block), msg.offset, msg.length)
+            self._count("reads", 0 if view is None else len(view))
+            return Data(view is not None, b"" if view is None else view)
+        if isinstance(msg, Copy):
+            self.store[(msg.fid, msg.block)] = bytearray(msg.data)
+            self.counts["copies"] += 1
+            return Ok()
+        if isinstance(msg, DropBlocks):
+            self._drop(msg)
+            return Ok()
+        if isinstance(msg, DropFile):
+            self.store.drop_file(msg.fid)
+            self.fences.pop(msg.fid, None)
+            return Ok()
+        if isinstance(msg, Fence):
+            self.fences[msg.fid] = (msg.wmin, msg.rmin)
+            return Ok()
+        if isinstance(msg, ListBlocks):
+            return Blocks(self.store.blocks_of(msg.fid))
+        if isinstance(msg, Stats):
+            return self.stats()
+        if isinstance(msg, Shutdown):
+            self.running = False
+            return Ok()
+        raise ProtocolError(f"data server does not handle {msg.TYPE!r}")
+
+    def _check_fence(self, fid: int, version: int, write: bool) -> None:
+        fence = self.fences.get(fid)
+        if fence is not None and version < fence[0 if write else 1]:
+            raise StaleLayout(f"file {fid}: layout version {version} is stale (server {self.sid})")
+
+    def _drop(self, msg: DropBlocks) -> None:
+        for b in msg.blocks:
+            self.store.pop((msg.fid, b), None)
+        if msg.from_block is not None:
+            for b in self.store.blocks_of(msg.fid):
+                if b >= msg.from_block:
+                    del self.store[(msg.fid, b)]
+        if msg.cut_block is not None:
+            self.store.cut((msg.fid, msg.cut_block), msg.cut_len)
+
+    def _count(self, kind: str, nbytes: int) -> None:
+        self.counts[kind] += 1
+        self.counts[kind[:-1] + "_bytes"] += nbytes
+        self._step_bytes += nbytes
+        self._step_reqs += 1
+
+    def tick(self, now: float) -> None:
+        """Close the AIO time step if it is over (a step with no request records no sample)."""
+        dt = now - self._step_start
+        if dt < STEP:
+            return
+        if self._step_reqs:
+            self.samples.append(self._step_bytes / dt / 1e6)
+        self.req_rate = self._step_reqs / dt
+        self._step_bytes = self._step_reqs = 0
+        self._step_start = now
+
+    def stats(self) -> StatsReply:
+        """Current counters."""
+        c = self.counts
+        return StatsReply(self.sid, len(self.store), self.store.nbytes, c["reads"], c["writes"],
+                          c["read_bytes"], c["write_bytes"], self.samples[-1] if self.samples else 0.0,
+                          self.req_rate, list(self.samples))
+
+    # ------------------------------------------------------------ the shell
+    def serve(self, sock: zmq.Socket[Any]) -> None:
+        """Answer requests on ``sock`` (a bound ROUTER) until a :class:`Shutdown` arrives."""
+        while self.running:
+            if sock.poll(200, zmq.POLLIN):
+                for _ in range(64):  # a burst before ticking the clock
+                    try:
+                        frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                    except zmq.Again:
+                        break
+                    self._serve_one(sock, frames)
+                    if not self.running:
+                        break
+            self.tick(time.monotonic())
+
+    def _serve_one(self, sock: zmq.Socket[Any], frames: list[Any]) -> None:
+        ident, body = frames[0], frames[2:] if len(frames) > 1 and len(frames[1]) == 0 else frames[1:]
+        rid = 0
+        try:
+            msg, rid = decode(body, self.token)
+            reply = self.handle(msg)
+        except AuthError as e:
+            log.warning("rejected unauthenticated message: %s", e)
+            reply = Error("AuthError", str(e))
+        except (ProtocolError, StaleLayout, ValueError, KeyError, OSError) as e:
+            if not isinstance(e, StaleLayout):
+                log.warning("rejected request: %s", e)
+            reply = reply_error(e)
+        sock.send_multipart([ident, b"", *encode(reply, self.token, rid)], copy=False)
+
+
+def register(ctx: zmq.Context[Any], meta: str, token: bytes, sid: int, addr: str, host: str,
+             timeout: float = 30.0) -> list[list[int]]:
+    """Tell the metadata server that data server ``sid`` listens on ``addr``; returns fences to apply."""
+    peer = Peer(ctx, meta, token, f"metadata server {meta}", timeout=2.0)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                reply = peer.call(Register(sid, addr, host, os.getpid()), what=f"registering server {sid}")
+                assert isinstance(reply, Registered)
+                return reply.fences
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+    finally:
+        peer.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: ``python -m malleable.adhocfs._data --meta ADDR --sid N --host H [--port P] [--dir D]``."""
+    p = argparse.ArgumentParser(prog="malleable.adhocfs._data", description="adhocfs data server")
+    p.add_argument("--meta", required=True, help="metadata server address tcp://host:port")
+    p.add_argument("--sid", type=int, required=True, help="stable server id reserved by the metadata server")
+    p.add_argument("--host", default="127.0.0.1", help="host name clients use to reach this server")
+    p.add_argument("--port", type=int, default=0, help="port (0: a random free port)")
+    p.add_argument("--dir", default=None, help="backing directory: blocks survive a restart")
+    p.add_argument("--log", default=None, help="log file (default stderr)")
+    args = p.parse_args(argv)
+    setup_logging(args.log, f"data{args.sid}")
+    token = load_token()
+    store: BlockStore = DirStore(args.dir) if args.dir else MemoryStore()
+    ctx = zmq.Context()
+    sock, addr = bind_socket(ctx, zmq.ROUTER, args.host, args.port)
+    server = DataServer(store, token, args.sid)
+    try:
+        for fid, wmin, rmin in register(ctx, args.meta, token, args.sid, addr, args.host):
+            server.fences[fid] = (wmin, rmin)
+        announce(addr)
+        log.info("data server %d serving on %s (%d blocks)", args.sid, addr, len(store))
+        server.serve(sock)
+    finally:
+        sock.close(linger=0)
+        ctx.term()
+        store.close()
+    log.info("data server %d stopped", args.sid)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

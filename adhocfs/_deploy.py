@@ -1,0 +1,286 @@
+"""Starting and stopping adhocfs servers on hosts (locally or through the ssh-like launcher): the Python API
+behind ``malleable fs start|stop|expand`` and what the controller calls.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import zmq
+from malleable.adhocfs._protocol import AddServers, Change, Expand, FsStatus, ServerIds, Shutdown, Status
+from malleable.adhocfs._rpc import Peer
+from malleable.adhocfs._serve import READY
+from malleable.launch import spawn_on
+
+from malleable._secret import load_token
+from malleable.errors import ConfigError, FsError
+
+__all__ = ["Deployment", "MetaClient", "parse_hostport", "start_data_servers", "start_fs", "stop_fs"]
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT = 30.0
+
+
+def parse_hostport(spec: str) -> tuple[str, int]:
+    """``HOST[:PORT]`` as ``(host, port)`` (port 0 when absent).
+
+    Raises:
+        ConfigError: a bad port.
+    """
+    host, _, port = spec.rpartition(":") if ":" in spec else (spec, "", "0")
+    if not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ConfigError(f"expected HOST[:PORT], got {spec!r}")
+    return host, int(port)
+
+
+class MetaClient:
+    """A short-lived connection to a metadata server for administrative requests (use as a context manager).
+
+    Args:
+        addr: metadata server address.
+        token: shared secret (default: ``load_token()``).
+        timeout: seconds per request.
+    """
+
+    def __init__(self, addr: str, token: bytes | None = None, timeout: float = 10.0) -> None:
+        self.ctx: zmq.Context[Any] = zmq.Context()
+        self.peer = Peer(self.ctx, addr, token if token is not None else load_token(),
+                         f"metadata server {addr}", timeout)
+
+    def call(self, msg: Any, timeout: float | None = None) -> Any:
+        """One request; error replies are raised."""
+        return self.peer.call(msg, timeout)
+
+    def status(self) -> FsStatus:
+        """The file system's status."""
+        reply = self.call(Status())
+        assert isinstance(reply, FsStatus)
+        return reply
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.peer.close()
+        self.ctx.term()
+
+    def __enter__(self) -> MetaClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass
+class Deployment:
+    """A running adhocfs instance started by this process.
+
+    Attributes:
+        address: metadata server address (``tcp://HOST:PORT``).
+        state: directory of the metadata database and server logs.
+        procs: local handles of the processes started (launcher processes for remote hosts).
+        data: ``{sid: (host, address)}`` of the data servers.
+    """
+
+    address: str
+    state: str
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    data: dict[int, tuple[str, str]] = field(default_factory=dict)
+    dir: str | None = None
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop every server and wait for the processes this object started."""
+        stop_fs(self.address, timeout=timeout)
+        self.wait(timeout)
+
+    def wait(self, timeout: float = 10.0) -> None:
+        """Wait for the started processes to exit; kill those that do not."""
+        deadline = time.monotonic() + timeout
+        for name, p in self.procs.items():
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("%s (pid %d) did not exit; killing it", name, p.pid)
+                p.kill()
+                p.wait()
+
+    def __enter__(self) -> Deployment:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.stop()
+        except (FsError, OSError) as e:
+            log.warning("stopping %s: %s", self.address, e)
+            for p in self.procs.values():
+                if p.poll() is None:
+                    p.kill()
+            self.wait(2.0)
+
+
+def _python_cmd(module: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", module, *args]
+
+
+def _spawn(host: str, cmd: list[str], launcher: str | None) -> subprocess.Popen:
+    return spawn_on(host, cmd, launcher, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def _wait_ready(procs: dict[str, subprocess.Popen], logs: dict[str, str], timeout: float) -> dict[str, str]:
+    """Read each process's ``READY addr`` line; returns ``{name: addr}``.
+
+    Raises:
+        FsError: a process exited or stayed silent (with the tail of its log).
+    """
+    sel = selectors.DefaultSelector()
+    for name, p in procs.items():
+        assert p.stdout is not None
+        sel.register(p.stdout, selectors.EVENT_READ, name)
+    out: dict[str, str] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while len(out) < len(procs):
+            left = deadline - time.monotonic()
+            events = sel.select(max(0.0, left)) if left > 0 else []
+            if not events:
+                missing = [n for n in procs if n not in out]
+                raise FsError(f"{', '.join(missing)} did not start within {timeout:g} s{_tail(logs, missing)}")
+            for key, _ in events:
+                name = key.data
+                line = key.fileobj.readline().decode(errors="replace")  # type: ignore[union-attr]
+                if line.startswith(READY + " "):
+                    out[name] = line.split()[1]
+                    sel.unregister(key.fileobj)
+                elif not line:
+                    raise FsError(f"{name} exited before it was ready{_tail(logs, [name])}")
+    finally:
+        sel.close()
+    for p in procs.values():
+        assert p.stdout is not None
+        p.stdout.close()
+    return out
+
+
+def _tail(logs: dict[str, str], names: Sequence[str]) -> str:
+    parts = []
+    for n in names:
+        try:
+            with open(logs[n], errors="replace") as f:
+                lines = f.read().splitlines()[-5:]
+            parts.append(f"\n--- {logs[n]}:\n" + "\n".join(lines))
+        except (OSError, KeyError):
+            pass
+    return "".join(parts)
+
+
+def start_data_servers(meta: str, hosts: Sequence[str], state: str, dir: str | None = None,
+                       launcher: str | None = None, token: bytes | None = None,
+                       sids: Sequence[int] | None = None) -> tuple[dict[int, tuple[str, str]], dict[str, subprocess.Popen]]:
+    """Start data servers on ``hosts`` for the metadata server ``meta`` and wait until they registered.
+
+    Args:
+        meta: metadata server address.
+        hosts: one host per server (a host may repeat).
+        state: directory for the log files.
+        dir: backing directory root; server ``sid`` uses ``dir/ds<sid>``.
+        launcher: ssh stand-in for remote hosts (default ``MALLEABLE_LAUNCHER_EXEC``).
+        token: shared secret.
+        sids: restart these existing server ids instead of reserving new ones (same length as ``hosts``).
+
+    Returns:
+        ``({sid: (host, address)}, {name: process})``; the servers are registered but not yet
+        commissioned (see :class:`~._protocol.Expand`).
+    """
+    if not hosts:
+        raise ConfigError("no data server hosts given")
+    with MetaClient(meta, token) as mc:
+        if sids is None:
+            reply = mc.call(AddServers(list(hosts)))
+            assert isinstance(reply, ServerIds)
+            sids = reply.sids
+    procs: dict[str, subprocess.Popen] = {}
+    logs: dict[str, str] = {}
+    try:
+        for sid, host in zip(sids, hosts):
+            name = f"data server {sid}"
+            logs[name] = os.path.join(state, f"data{sid}.log")
+            args = ["--meta", meta, "--sid", str(sid), "--host", host, "--log", logs[name]]
+            if dir:
+                args += ["--dir", os.path.join(dir, f"ds{sid}")]
+            procs[name] = _spawn(host, _python_cmd("malleable.adhocfs._data", *args), launcher)
+        addrs = _wait_ready(procs, logs, START_TIMEOUT)
+    except BaseException:
+        for p in procs.values():
+            p.kill()
+            p.wait()
+        raise
+    return {sid: (host, addrs[f"data server {sid}"]) for sid, host in zip(sids, hosts)}, procs
+
+
+def start_fs(meta: str, data: Sequence[str], dir: str | None = None, state: str | None = None,
+             block_size: int = 0, launcher: str | None = None, token: bytes | None = None) -> Deployment:
+    """Start a metadata server on ``meta`` (``HOST[:PORT]``) and one data server per entry of ``data``.
+
+    Returns once every server answers.
+
+    Args:
+        meta: ``HOST[:PORT]`` of the metadata server.
+        data: data server hosts (a host may repeat).
+        dir: backing directory root for the data servers (blocks survive restarts).
+        state: directory for the metadata database and logs (default: a new temporary directory).
+        block_size: default block size of new files (0: 512 KiB).
+        launcher: ssh stand-in for remote hosts.
+        token: shared secret (servers read it themselves from the environment or the key file).
+
+    Raises:
+        FsError: a server failed to start (its log tail is in the message).
+        ConfigError: bad arguments.
+    """
+    host, port = parse_hostport(meta)
+    if not data:
+        raise ConfigError("at least one data server host is needed")
+    state = state or tempfile.mkdtemp(prefix="malleable-fs-")
+    os.makedirs(state, exist_ok=True)
+    args = ["--host", host, "--port", str(port), "--state", state, "--log", os.path.join(state, "meta.log")]
+    if block_size:
+        args += ["--block-size", str(block_size)]
+    procs = {"metadata server": _spawn(host, _python_cmd("malleable.adhocfs._meta", *args), launcher)}
+    try:
+        addr = _wait_ready(dict(procs), {"metadata server": os.path.join(state, "meta.log")}, START_TIMEOUT)[
+            "metadata server"]
+        dep = Deployment(addr, state, procs, dir=dir)
+        servers, dprocs = start_data_servers(addr, list(data), state, dir, launcher, token)
+        dep.procs.update(dprocs)
+        dep.data.update(servers)
+        with MetaClient(addr, token) as mc:
+            reply = mc.call(Expand(sorted(servers)))
+            assert isinstance(reply, Change)
+    except BaseException:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        raise
+    log.info("adhocfs up: metadata %s, %d data servers", addr, len(servers))
+    return dep
+
+
+def stop_fs(addr: str, timeout: float = 10.0, token: bytes | None = None) -> None:
+    """Stop the metadata server at ``addr`` and all its data servers.
+
+    Raises:
+        ServerUnavailable: the metadata server does not answer.
+    """
+    with MetaClient(addr, token, timeout) as mc:
+        mc.call(Shutdown(everything=True))
+    log.info("adhocfs at %s stopped", addr)
+

@@ -1,0 +1,219 @@
+"""The metadata server process: a zmq ROUTER loop around :class:`~._namespace.Namespace`, which carries out
+the data-server actions the namespace returns, gathers server statistics for ``status``, and runs
+elasticity jobs (expand, shrink, rebalance) step by step between requests; run as
+``python -m malleable.adhocfs._meta``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import zmq
+from malleable.adhocfs._elastic import ElasticMixin
+from malleable.adhocfs._namespace import DEFAULT_BLOCK_SIZE, Namespace
+from malleable.adhocfs._protocol import (
+    Error,
+    Expand,
+    FsStatus,
+    Message,
+    Ok,
+    Shrink,
+    Shutdown,
+    Stats,
+    StatsReply,
+    Status,
+    decode,
+    encode,
+)
+from malleable.adhocfs._rpc import Busy, Peer, StaleLayout, reply_error
+from malleable.adhocfs._serve import announce, bind_socket, setup_logging
+
+from malleable._secret import load_token
+from malleable.errors import AuthError, FsError, PlacementError, ProtocolError, ServerUnavailable
+
+__all__ = ["MetaServer", "main"]
+
+log = logging.getLogger(__name__)
+
+ACTION_TIMEOUT = 3.0
+
+
+class MetaServer(ElasticMixin):
+    """The metadata server shell. Owns the namespace and one :class:`Peer` per data server; everything runs
+    on the loop of :meth:`serve` (one thread).
+
+    Args:
+        ns: the namespace (SQLite).
+        token: the shared secret.
+        ctx: zmq context for the connections to data servers.
+    """
+
+    def __init__(self, ns: Namespace, token: bytes, ctx: zmq.Context[Any]) -> None:
+        self.ns, self.token, self.ctx = ns, token, ctx
+        self.peers: dict[int, Peer] = {}
+        self.running = True
+        self.init_elastic()
+
+    # ------------------------------------------------------------ data-server connections
+    def peer(self, sid: int) -> Peer:
+        """The connection to data server ``sid`` (re-created when its address changed).
+
+        Raises:
+            PlacementError: the server is unknown or has no address yet.
+        """
+        addr = self.ns.server_addrs().get(sid)
+        if not addr:
+            raise PlacementError(f"data server {sid} is not registered")
+        p = self.peers.get(sid)
+        if p is None or p.addr != addr:
+            if p is not None:
+                p.close()
+            p = self.peers[sid] = Peer(self.ctx, addr, self.token, f"data server {sid} ({addr})", ACTION_TIMEOUT)
+        return p
+
+    def call_many(self, calls: Sequence[tuple[int, Message]], timeout: float = ACTION_TIMEOUT
+                  ) -> dict[int, Message | BaseException]:
+        """Send each ``(sid, message)`` and wait for every reply; returns ``{index: reply or exception}``."""
+        out: dict[int, Message | BaseException] = {}
+        sent: dict[tuple[int, int], int] = {}
+        for i, (sid, msg) in enumerate(calls):
+            try:
+                sent[(sid, self.peer(sid).send(msg))] = i
+            except (PlacementError, zmq.ZMQError) as e:
+                out[i] = e
+        deadline = time.monotonic() + timeout
+        waiting = {sid for sid, _ in sent}
+        for sid in sorted(waiting):
+            p = self.peers[sid]
+            while any(k[0] == sid for k in sent):
+                try:
+                    reply, rid = p.recv(max(0.05, deadline - time.monotonic()))
+                except (ServerUnavailable, AuthError) as e:
+                    for k in [k for k in sent if k[0] == sid]:
+                        out[sent.pop(k)] = e
+                    break
+                i = sent.pop((sid, rid), None)
+                if i is not None:
+                    out[i] = reply
+        return out
+
+    def run_actions(self, actions: Sequence[tuple[int, Message]]) -> None:
+        """Carry out best-effort actions; failures are logged (e.g. orphan blocks of a down server)."""
+        if not actions:
+            return
+        for i, res in self.call_many(actions).items():
+            if isinstance(res, BaseException) or isinstance(res, Error):
+                log.warning("action %s on server %d failed: %s", actions[i][1].TYPE, actions[i][0], res)
+
+    # ------------------------------------------------------------ requests
+    def handle(self, msg: Message) -> Message:
+        """Answer one validated request."""
+        if isinstance(msg, Status):
+            return self.status()
+        if isinstance(msg, Shutdown):
+            if msg.everything:
+                sids = [r["sid"] for r in self.ns.servers() if r["state"] in ("up", "active", "leaving")]
+                self.run_actions([(s, Shutdown()) for s in sids])
+            self.running = False
+            return Ok()
+        if isinstance(msg, Expand):
+            return self.expand(msg)
+        if isinstance(msg, Shrink):
+            return self.shrink(msg)
+        reply, actions = self.ns.handle(msg)
+        self.run_actions(actions)
+        return reply
+
+    def status(self) -> FsStatus:
+        """Servers with their live counters, epochs and the change in progress."""
+        rows = [r for r in self.ns.servers() if r["state"] != "gone"]
+        live = [r for r in rows if r["state"] != "reserved" and r["addr"]]
+        replies = self.call_many([(r["sid"], Stats()) for r in live], timeout=1.5)
+        stats: dict[int, Any] = {live[i]["sid"]: rep for i, rep in replies.items()}
+        servers = []
+        for r in rows:
+            d = dict(r)
+            rep = stats.get(r["sid"])
+            if isinstance(rep, StatsReply):
+                d.update(blocks=rep.blocks, bytes=rep.bytes, reads=rep.reads, writes=rep.writes,
+                         read_bytes=rep.read_bytes, write_bytes=rep.write_bytes, aio=rep.aio,
+                         req_rate=rep.req_rate, samples=rep.samples[-10:], reachable=True)
+            else:
+                d.update(reachable=False)
+            servers.append(d)
+        epochs = {str(k): list(v) for k, v in self.ns.epochs().items()}
+        cur = self.ns.current_epoch()
+        return FsStatus(servers, -1 if cur is None else cur, epochs, len(self.ns.files()), self.change_info(),
+                        self.ns.rio(), self.ns.recent_history())
+
+    # ------------------------------------------------------------ loop
+    def serve(self, sock: zmq.Socket[Any]) -> None:
+        """Answer requests on ``sock`` until shut down; steps a running elasticity job between requests."""
+        while self.running:
+            busy = self.job_active()
+            if sock.poll(0 if busy else 100, zmq.POLLIN):
+                for _ in range(32):
+                    try:
+                        frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                    except zmq.Again:
+                        break
+                    self._serve_one(sock, frames)
+            if busy:
+                self.step_job()
+        for p in self.peers.values():
+            p.close()
+
+    def _serve_one(self, sock: zmq.Socket[Any], frames: list[Any]) -> None:
+        ident, body = frames[0], frames[2:] if len(frames) > 1 and len(frames[1]) == 0 else frames[1:]
+        rid = 0
+        try:
+            msg, rid = decode(body, self.token)
+            reply = self.handle(msg)
+        except AuthError as e:
+            log.warning("rejected unauthenticated message: %s", e)
+            reply = Error("AuthError", str(e))
+        except (ProtocolError, StaleLayout, Busy, FsError, PlacementError, ValueError, OSError) as e:
+            if not isinstance(e, (Busy, FileNotFoundError, FileExistsError)):
+                log.info("request failed: %s", e)
+            reply = reply_error(e)
+        sock.send_multipart([ident, b"", *encode(reply, self.token, rid)], copy=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: ``python -m malleable.adhocfs._meta --host H [--port P] --state DIR``."""
+    p = argparse.ArgumentParser(prog="malleable.adhocfs._meta", description="adhocfs metadata server")
+    p.add_argument("--host", default="127.0.0.1", help="host name clients use to reach this server")
+    p.add_argument("--port", type=int, default=0, help="port (0: a random free port)")
+    p.add_argument("--state", required=True, help="directory for the SQLite database")
+    p.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE, help="default block size of new files")
+    p.add_argument("--log", default=None, help="log file (default stderr)")
+    args = p.parse_args(argv)
+    setup_logging(args.log, "meta")
+    token = load_token()
+    os.makedirs(args.state, exist_ok=True)
+    ns = Namespace(os.path.join(args.state, "meta.sqlite"), args.block_size)
+    ctx = zmq.Context()
+    sock, addr = bind_socket(ctx, zmq.ROUTER, args.host, args.port)
+    server = MetaServer(ns, token, ctx)
+    try:
+        server.recover()
+        announce(addr)
+        log.info("metadata server on %s (state %s)", addr, args.state)
+        server.serve(sock)
+    finally:
+        sock.close(linger=0)
+        for peer in server.peers.values():
+            peer.close()
+        ctx.term()
+        ns.close()
+    log.info("metadata server stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,416 @@
+"""The metadata server's state: namespace, files (size, block size, interval-map layout, status,
+version), data servers, placement epochs and fences, kept in SQLite.
+
+:meth:`Namespace.handle` takes one validated request and returns ``(reply, actions)``; an action is a
+message for a data server (``(sid, message)``) that the socket shell sends. This class never touches a
+socket or a clock, so it is tested directly.
+
+File states: ``ready``; ``decommissioning`` while a shrink moves its blocks (writes wait, reads go on).
+Server states: ``reserved`` (id given, not yet started), ``up`` (registered, not in the current epoch),
+``active`` (in the current epoch), ``leaving`` (being decommissioned), ``gone``.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import posixpath
+import sqlite3
+from collections.abc import Iterable
+from typing import Any
+
+from malleable.adhocfs._placement import Epochs, Layout
+from malleable.adhocfs._protocol import (
+    AddServers,
+    DeclareRio,
+    DropBlocks,
+    DropFile,
+    Extend,
+    FileInfo,
+    GetLayout,
+    ListDir,
+    Message,
+    Mkdir,
+    Names,
+    Ok,
+    Open,
+    Register,
+    Registered,
+    Remove,
+    Rename,
+    ServerIds,
+    SetSize,
+    Stat,
+    StatReply,
+)
+from malleable.adhocfs._rpc import Busy
+
+from malleable.errors import FsError, ProtocolError
+
+__all__ = ["DEFAULT_BLOCK_SIZE", "MODES", "Namespace", "normalize"]
+
+DEFAULT_BLOCK_SIZE = 512 * 1024
+MODES = frozenset({"r", "r+", "w", "w+", "a", "a+", "x", "x+"})
+Action = tuple[int, Message]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS kv(k TEXT PRIMARY KEY, v TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS servers(sid INTEGER PRIMARY KEY AUTOINCREMENT, host TEXT NOT NULL, addr TEXT NOT NULL DEFAULT '',
+    state TEXT NOT NULL, pid INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS epochs(eid INTEGER PRIMARY KEY, sids TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS files(fid INTEGER PRIMARY KEY AUTOINCREMENT, path TEXT UNIQUE NOT NULL, is_dir INTEGER NOT NULL,
+    size INTEGER NOT NULL DEFAULT 0, block_size INTEGER NOT NULL DEFAULT 0, hw INTEGER NOT NULL DEFAULT 0,
+    layout TEXT NOT NULL DEFAULT '[]', status TEXT NOT NULL DEFAULT 'ready', version INTEGER NOT NULL DEFAULT 1);
+CREATE TABLE IF NOT EXISTS fences(fid INTEGER PRIMARY KEY, wmin INTEGER NOT NULL, rmin INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS rio(job TEXT PRIMARY KEY, rate REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS history(n INTEGER PRIMARY KEY AUTOINCREMENT, t REAL NOT NULL, info TEXT NOT NULL);
+"""
+
+
+def normalize(path: Any) -> str:
+    """Absolute normalized form of a file-system path (relative paths start at the root).
+
+    Raises:
+        ValueError: not a string, empty, too long, or containing NUL.
+    """
+    if not isinstance(path, str):
+        raise ValueError(f"path must be a string, got {type(path).__name__}")
+    if not path or "\0" in path or len(path) > 4096:
+        raise ValueError(f"invalid path {path!r}")
+    p = posixpath.normpath("/" + path.lstrip("/"))
+    return "/" + p.lstrip("/")
+
+
+class Namespace:
+    """SQLite-backed metadata. Mutated only through :meth:`handle` and the elasticity methods called by the
+    metadata server's loop (one thread).
+
+    Args:
+        db: database file path (``":memory:"`` for tests).
+        block_size: default block size of new files.
+    """
+
+    def __init__(self, db: str, block_size: int = DEFAULT_BLOCK_SIZE) -> None:
+        self.db = sqlite3.connect(db, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.executescript(_SCHEMA)
+        self.block_size = block_size
+        if self._row("SELECT 1 FROM files WHERE path='/'") is None:
+            self.db.execute("INSERT INTO files(fid, path, is_dir) VALUES(0, '/', 1)")
+
+    def close(self) -> None:
+        """Close the database."""
+        self.db.close()
+
+    # ------------------------------------------------------------ helpers
+    def _row(self, sql: str, args: Iterable[Any] = ()) -> sqlite3.Row | None:
+        cur = self.db.execute(sql, tuple(args))
+        row = cur.fetchone()
+        if row is None:
+            return None
+        return dict(zip([d[0] for d in cur.description], row))  # type: ignore[return-value]
+
+    def _rows(self, sql: str, args: Iterable[Any] = ()) -> list[dict[str, Any]]:
+        cur = self.db.execute(sql, tuple(args))
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, r)) for r in cur.fetchall()]
+
+    def kv_get(self, key: str, default: Any = None) -> Any:
+        """A JSON value of the key-value table."""
+        row = self._row("SELECT v FROM kv WHERE k=?", (key,))
+        return default if row is None else json.loads(row["v"])
+
+    def kv_set(self, key: str, value: Any) -> None:
+        """Set (or with None delete) a JSON value of the key-value table."""
+        if value is None:
+            self.db.execute("DELETE FROM kv WHERE k=?", (key,))
+        else:
+            self.db.execute("INSERT OR REPLACE INTO kv(k, v) VALUES(?, ?)", (key, json.dumps(value)))
+
+    def epochs(self) -> dict[int, tuple[int, ...]]:
+        """All placement epochs."""
+        return {r["eid"]: tuple(json.loads(r["sids"])) for r in self._rows("SELECT eid, sids FROM epochs")}
+
+    def current_epoch(self) -> int | None:
+        """The epoch new blocks are placed in (None before any server was commissioned)."""
+        return self.kv_get("epoch")
+
+    def set_epochs(self, epochs: Epochs, current: int | None = None) -> None:
+        """Store every epoch of ``epochs`` (and the current one)."""
+        for eid, sids in epochs.items():
+            self.db.execute("INSERT OR REPLACE INTO epochs(eid, sids) VALUES(?, ?)", (eid, json.dumps(list(sids))))
+        if current is not None:
+            self.kv_set("epoch", current)
+
+    def servers(self) -> list[dict[str, Any]]:
+        """Rows of the servers table."""
+        return self._rows("SELECT sid, host, addr, state, pid FROM servers ORDER BY sid")
+
+    def server_addrs(self) -> dict[int, str]:
+        """Address of every registered, not removed server."""
+        return {r["sid"]: r["addr"] for r in self.servers() if r["addr"] and r["state"] != "gone"}
+
+    def file_row(self, fid: int) -> dict[str, Any]:
+        """The row of a regular file by id.
+
+        Raises:
+            FileNotFoundError: no such file (removed, or replaced by a new file of the same name).
+        """
+        row = self._row("SELECT * FROM files WHERE fid=? AND is_dir=0", (fid,))
+        if row is None:
+            raise FileNotFoundError(errno.ENOENT, f"file id {fid} no longer exists")
+        return row
+
+    def files(self) -> list[dict[str, Any]]:
+        """Rows of every regular file."""
+        return self._rows("SELECT * FROM files WHERE is_dir=0 ORDER BY fid")
+
+    def layout(self, row: dict[str, Any]) -> Layout:
+        """The interval map of a file row."""
+        return Layout.from_pairs(json.loads(row["layout"]))
+
+    def info(self, row: dict[str, Any]) -> FileInfo:
+        """The :class:`FileInfo` reply for a file row."""
+        layout = self.layout(row)
+        all_epochs = self.epochs()
+        epochs = {str(i.epoch): list(all_epochs[i.epoch]) for i in layout.intervals}
+        addrs = self.server_addrs()
+        servers = {str(s): addrs.get(s, "") for sids in epochs.values() for s in sids}
+        return FileInfo(row["fid"], row["path"], row["size"], row["block_size"], row["hw"], layout.to_pairs(),
+                        row["status"], row["version"], epochs, servers)
+
+    def history(self, info: dict[str, Any], t: float) -> None:
+        """Append an event (expand, shrink, rule decision, ...) to the history table."""
+        self.db.execute("INSERT INTO history(t, info) VALUES(?, ?)", (t, json.dumps(info)))
+
+    def recent_history(self, n: int = 20) -> list[dict[str, Any]]:
+        """The last ``n`` history events, oldest first."""
+        rows = self._rows("SELECT t, info FROM history ORDER BY n DESC LIMIT ?", (n,))
+        return [dict(json.loads(r["info"]), t=r["t"]) for r in reversed(rows)]
+
+    def rio(self) -> float:
+        """Sum of the requested I/O rates (MB/s) declared by jobs."""
+        row = self._row("SELECT COALESCE(SUM(rate), 0.0) AS r FROM rio")
+        return float(row["r"]) if row else 0.0
+
+    def _lookup(self, path: str) -> dict[str, Any] | None:
+        return self._row("SELECT * FROM files WHERE path=?", (path,))
+
+    def _check_parent(self, path: str) -> None:
+        parent = posixpath.dirname(path)
+        row = self._lookup(parent)
+        if row is None:
+            raise FileNotFoundError(errno.ENOENT, f"no such directory: {parent}")
+        if not row["is_dir"]:
+            raise NotADirectoryError(errno.ENOTDIR, f"not a directory: {parent}")
+
+    def _drop_actions(self, row: dict[str, Any]) -> list[Action]:
+        sids = self.layout(row).servers(self.epochs())
+        return [(s, DropFile(row["fid"])) for s in sorted(sids)]
+
+    def _delete_file(self, row: dict[str, Any]) -> list[Action]:
+        actions = self._drop_actions(row)
+        self.db.execute("DELETE FROM files WHERE fid=?", (row["fid"],))
+        self.db.execute("DELETE FROM fences WHERE fid=?", (row["fid"],))
+        return actions
+
+    def _create(self, path: str, block_size: int) -> dict[str, Any]:
+        eid = self.current_epoch()
+        if eid is None:
+            raise FsError("the file system has no data servers yet")
+        bs = block_size or self.block_size
+        if bs < 4096 or bs > 64 << 20:
+            raise ValueError(f"block size must be between 4 KiB and 64 MiB, got {bs}")
+        self._check_parent(path)
+        cur = self.db.execute("INSERT INTO files(path, is_dir, block_size, layout) VALUES(?, 0, ?, ?)",
+                              (path, bs, json.dumps(Layout.single(eid).to_pairs())))
+        return self.file_row(int(cur.lastrowid or 0))
+
+    # ------------------------------------------------------------ requests
+    def handle(self, msg: Message) -> tuple[Message, list[Action]]:
+        """Apply one request; returns the reply and the data-server actions to carry out.
+
+        Raises:
+            OSError, ValueError, FsError: the request fails (the shell turns this into an error reply);
+                nothing was changed.
+        """
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            out = self._dispatch(msg)
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+        return out
+
+    def _dispatch(self, msg: Message) -> tuple[Message, list[Action]]:
+        if isinstance(msg, Open):
+            return self._open(msg)
+        if isinstance(msg, Extend):
+            return self._extend(msg), []
+        if isinstance(msg, GetLayout):
+            return self.info(self.file_row(msg.fid)), []
+        if isinstance(msg, SetSize):
+            return self._set_size(msg)
+        if isinstance(msg, Stat):
+            return self._stat(normalize(msg.path)), []
+        if isinstance(msg, ListDir):
+            return self._listdir(normalize(msg.path)), []
+        if isinstance(msg, Mkdir):
+            return self._mkdir(normalize(msg.path), msg.exist_ok), []
+        if isinstance(msg, Remove):
+            return self._remove(normalize(msg.path))
+        if isinstance(msg, Rename):
+            return self._rename(normalize(msg.src), normalize(msg.dst))
+        if isinstance(msg, Register):
+            return self._register(msg), []
+        if isinstance(msg, AddServers):
+            sids = []
+            for h in msg.hosts:
+                cur = self.db.execute("INSERT INTO servers(host, state) VALUES(?, 'reserved')", (h,))
+                sids.append(int(cur.lastrowid or 0))
+            return ServerIds(sids), []
+        if isinstance(msg, DeclareRio):
+            if msg.rio > 0:
+                self.db.execute("INSERT OR REPLACE INTO rio(job, rate) VALUES(?, ?)", (msg.job, msg.rio))
+            else:
+                self.db.execute("DELETE FROM rio WHERE job=?", (msg.job,))
+            return Ok(), []
+        raise ProtocolError(f"metadata server does not handle {msg.TYPE!r} here")
+
+    def _open(self, msg: Open) -> tuple[Message, list[Action]]:
+        path = normalize(msg.path)
+        mode = msg.mode.replace("b", "")
+        if mode not in MODES:
+            raise ValueError(f"invalid mode {msg.mode!r}")
+        row = self._lookup(path)
+        if row is not None and row["is_dir"]:
+            raise IsADirectoryError(errno.EISDIR, f"is a directory: {path}")
+        actions: list[Action] = []
+        if mode[0] == "r":
+            if row is None:
+                raise FileNotFoundError(errno.ENOENT, f"no such file: {path}")
+        elif mode[0] == "x":
+            if row is not None:
+                raise FileExistsError(errno.EEXIST, f"file exists: {path}")
+            row = self._create(path, msg.block_size)
+        elif mode[0] == "w":
+            if row is not None:  # truncation gives a fresh file id: old blocks can never be read back
+                if row["status"] != "ready":
+                    raise Busy(f"{path} is being redistributed")
+                actions = self._delete_file(row)
+            row = self._create(path, msg.block_size)
+        elif row is None:  # append
+            row = self._create(path, msg.block_size)
+        return self.info(row), actions
+
+    def _extend(self, msg: Extend) -> FileInfo:
+        row = self.file_row(msg.fid)
+        if row["status"] == "decommissioning":
+            raise Busy(f"{row['path']} is being redistributed; writes wait")
+        hw = row["hw"]
+        layout = self.layout(row)
+        if msg.blocks > hw:
+            eid = self.current_epoch()
+            if eid is None:
+                raise FsError("the file system has no data servers")
+            layout = layout.extend(hw, eid)
+            hw = msg.blocks
+        size = max(row["size"], msg.size)
+        self.db.execute("UPDATE files SET hw=?, size=?, layout=? WHERE fid=?",
+                        (hw, size, json.dumps(layout.to_pairs()), msg.fid))
+        return self.info(self.file_row(msg.fid))
+
+    def _set_size(self, msg: SetSize) -> tuple[Message, list[Action]]:
+        row = self.file_row(msg.fid)
+        if row["status"] == "decommissioning":
+            raise Busy(f"{row['path']} is being redistributed; writes wait")
+        actions: list[Action] = []
+        if msg.size < row["size"]:
+            bs = row["block_size"]
+            keep = -(-msg.size // bs)
+            cut = msg.size // bs if msg.size % bs else None
+            drop = DropBlocks(msg.fid, [], from_block=keep, cut_block=cut, cut_len=msg.size % bs)
+            actions = [(s, drop) for s in sorted(self.layout(row).servers(self.epochs()))]
+        self.db.execute("UPDATE files SET size=? WHERE fid=?", (msg.size, msg.fid))
+        return self.info(self.file_row(msg.fid)), actions
+
+    def _stat(self, path: str) -> StatReply:
+        row = self._lookup(path)
+        if row is None:
+            raise FileNotFoundError(errno.ENOENT, f"no such file or directory: {path}")
+        bs = row["block_size"]
+        nblocks = -(-row["size"] // bs) if bs else 0
+        return StatReply(path, bool(row["is_dir"]), row["size"], bs, row["fid"], row["status"], nblocks)
+
+    def _children(self, path: str) -> list[dict[str, Any]]:
+        prefix = path.rstrip("/") + "/"
+        return self._rows("SELECT path, is_dir FROM files WHERE substr(path, 1, ?) = ? AND path != '/' "
+                          "AND instr(substr(path, ?), '/') = 0 ORDER BY path",
+                          (len(prefix), prefix, len(prefix) + 1))
+
+    def _listdir(self, path: str) -> Names:
+        row = self._lookup(path)
+        if row is None:
+            raise FileNotFoundError(errno.ENOENT, f"no such directory: {path}")
+        if not row["is_dir"]:
+            raise NotADirectoryError(errno.ENOTDIR, f"not a directory: {path}")
+        return Names([posixpath.basename(r["path"]) for r in self._children(path)])
+
+    def _mkdir(self, path: str, exist_ok: bool) -> Ok:
+        row = self._lookup(path)
+        if row is not None:
+            if exist_ok and row["is_dir"]:
+                return Ok()
+            raise FileExistsError(errno.EEXIST, f"file exists: {path}")
+        self._check_parent(path)
+        self.db.execute("INSERT INTO files(path, is_dir) VALUES(?, 1)", (path,))
+        return Ok()
+
+    def _remove(self, path: str) -> tuple[Message, list[Action]]:
+        row = self._lookup(path)
+        if row is None:
+            raise FileNotFoundError(errno.ENOENT, f"no such file or directory: {path}")
+        if row["is_dir"]:
+            if path == "/":
+                raise PermissionError(errno.EACCES, "cannot remove the root directory")
+            if self._children(path):
+                raise OSError(errno.ENOTEMPTY, f"directory not empty: {path}")
+            self.db.execute("DELETE FROM files WHERE fid=?", (row["fid"],))
+            return Ok(), []
+        if row["status"] != "ready":
+            raise Busy(f"{path} is being redistributed")
+        return Ok(), self._delete_file(row)
+
+    def _rename(self, src: str, dst: str) -> tuple[Message, list[Action]]:
+        row = self._lookup(src)
+        if row is None:
+            raise FileNotFoundError(errno.ENOENT, f"no such file or directory: {src}")
+        if src == "/" or dst == src or dst.startswith(src.rstrip("/") + "/"):
+            raise ValueError(f"cannot rename {src} to {dst}")
+        self._check_parent(dst)
+        actions: list[Action] = []
+        old = self._lookup(dst)
+        if old is not None:
+            if old["is_dir"]:
+                raise IsADirectoryError(errno.EISDIR, f"is a directory: {dst}")
+            if row["is_dir"]:
+                raise NotADirectoryError(errno.ENOTDIR, f"not a directory: {dst}")
+            actions = self._delete_file(old)
+        self.db.execute("UPDATE files SET path=? WHERE fid=?", (dst, row["fid"]))
+        if row["is_dir"]:
+            prefix = src.rstrip("/") + "/"
+            self.db.execute("UPDATE files SET path = ? || substr(path, ?) WHERE substr(path, 1, ?) = ?",
+                            (dst.rstrip("/") + "/", len(prefix) + 1, len(prefix), prefix))
+        return Ok(), actions
+
+    def _register(self, msg: Register) -> Registered:
+        row = self._row("SELECT state FROM servers WHERE sid=?", (msg.sid,))
+        if row is None or row["state"] == "gone":
+            raise ValueError(f"unknown or removed data server id {msg.sid}")
+        state = "up" if row["state"] == "reserved" else row["state"]
+        self.db.execute("UPDATE servers SET addr=?, host=?, pid=?, state=? WHERE sid=?",
+                        (msg.addr, msg.host, msg.pid, state, msg.sid))
+        fences = [[r["fid"], r["wmin"], r["rmin"]] for r in self._rows("SELECT * FROM fences")]
+        return Registered(fences)

@@ -1,0 +1,196 @@
+"""Pure block placement: rendezvous (highest-random-weight) hashing over stable server ids, and per-file
+interval maps that bind ranges of blocks to the server list (epoch) that was current when they were created.
+
+Nothing here touches sockets, clocks or files; the metadata server, the client and the redistribution
+planner all call these functions.
+
+Notes:
+    Rendezvous hashing is used instead of ``hash % n`` (GekkoFS, Hercules) because removing a server only
+    re-places the blocks that were on it, and adding one only takes about ``1/(n+1)`` of the blocks; any
+    server (not only the highest-numbered, as with jump hashing) may leave. Lookups cost O(n) per block,
+    which is negligible next to a 512 KiB transfer for the tens of servers an ad-hoc file system has.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from malleable.errors import PlacementError
+
+__all__ = [
+    "Epochs",
+    "Interval",
+    "Layout",
+    "block_range",
+    "intern_epoch",
+    "owner",
+    "score",
+]
+
+_MASK = (1 << 64) - 1
+
+Epochs = Mapping[int, tuple[int, ...]]
+"""Epoch id -> the ordered tuple of stable server ids active in that epoch."""
+
+
+def _mix(x: int) -> int:
+    """The splitmix64 finalizer: a fast, well-spread 64-bit integer hash."""
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9 & _MASK
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EB & _MASK
+    return x ^ (x >> 31)
+
+
+def score(sid: int, fid: int, block: int) -> int:
+    """Rendezvous weight of server ``sid`` for block ``block`` of file ``fid`` (stable across runs)."""
+    key = _mix((fid * 0x9E3779B97F4A7C15 + block) & _MASK)
+    return _mix(key ^ ((sid + 1) * 0xD6E8FEB86659FD93 & _MASK))
+
+
+def owner(sids: Sequence[int], fid: int, block: int) -> int:
+    """The server of ``sids`` that holds ``(fid, block)``: the highest rendezvous weight.
+
+    Raises:
+        PlacementError: ``sids`` is empty.
+    """
+    if not sids:
+        raise PlacementError(f"no servers to place block {block} of file {fid}")
+    best, best_score = -1, -1
+    for s in sids:
+        sc = score(s, fid, block)
+        if sc > best_score or (sc == best_score and s < best):
+            best, best_score = s, sc
+    return best
+
+
+def intern_epoch(epochs: Epochs, sids: Iterable[int]) -> tuple[int, dict[int, tuple[int, ...]]]:
+    """The epoch id for server list ``sids``, reusing an existing epoch with the same (sorted) list.
+
+    Returns:
+        ``(eid, epochs')`` where ``epochs'`` is a new dict (``epochs`` is not modified).
+
+    Raises:
+        PlacementError: ``sids`` is empty.
+    """
+    key = tuple(sorted(set(sids)))
+    if not key:
+        raise PlacementError("an epoch needs at least one server")
+    new = dict(epochs)
+    for eid, lst in epochs.items():
+        if tuple(lst) == key:
+            return eid, new
+    eid = max(epochs, default=-1) + 1
+    new[eid] = key
+    return eid, new
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """Blocks from ``start`` up to the next interval's start are placed over the servers of ``epoch``."""
+
+    start: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """A file's interval map. Invariants: the first interval starts at block 0, starts strictly increase,
+    adjacent intervals have different epochs, and the last interval is open-ended.
+    """
+
+    intervals: tuple[Interval, ...]
+
+    def __post_init__(self) -> None:
+        iv = self.intervals
+        if not iv or iv[0].start != 0:
+            raise PlacementError("a layout must have an interval starting at block 0")
+        for a, b in zip(iv, iv[1:]):
+            if b.start <= a.start:
+                raise PlacementError(f"layout interval starts must increase: {a.start} then {b.start}")
+            if a.epoch == b.epoch:
+                raise PlacementError(f"adjacent layout intervals share epoch {a.epoch}")
+
+    @classmethod
+    def single(cls, epoch: int) -> Layout:
+        """A layout placing every block over one epoch."""
+        return cls((Interval(0, epoch),))
+
+    @classmethod
+    def from_pairs(cls, pairs: Iterable[Sequence[int]]) -> Layout:
+        """Build from ``[[start, epoch], ...]`` (the wire and database form); merges equal neighbours."""
+        out: list[Interval] = []
+        for start, epoch in pairs:
+            if out and out[-1].epoch == epoch:
+                continue
+            out.append(Interval(int(start), int(epoch)))
+        return cls(tuple(out))
+
+    def to_pairs(self) -> list[list[int]]:
+        """The ``[[start, epoch], ...]`` form."""
+        return [[i.start, i.epoch] for i in self.intervals]
+
+    def epoch_of(self, block: int) -> int:
+        """Epoch of the interval holding ``block``."""
+        if block < 0:
+            raise PlacementError(f"negative block index {block}")
+        starts = [i.start for i in self.intervals]
+        return self.intervals[bisect.bisect_right(starts, block) - 1].epoch
+
+    def server(self, epochs: Epochs, fid: int, block: int) -> int:
+        """Server id holding ``block`` of file ``fid``.
+
+        Raises:
+            PlacementError: the layout names an unknown epoch.
+        """
+        eid = self.epoch_of(block)
+        try:
+            sids = epochs[eid]
+        except KeyError:
+            raise PlacementError(f"file {fid}: layout refers to unknown epoch {eid}") from None
+        return owner(sids, fid, block)
+
+    def extend(self, hw: int, epoch: int) -> Layout:
+        """Layout after the file's blocks from ``hw`` on are placed in ``epoch`` (no block below ``hw`` moves)."""
+        last = self.intervals[-1]
+        if last.epoch == epoch:
+            return self
+        if hw <= last.start:
+            kept = tuple(i for i in self.intervals if i.start < hw)
+            pairs = [[i.start, i.epoch] for i in kept] + [[hw, epoch]]
+            return Layout.from_pairs(pairs) if kept else Layout.single(epoch)
+        return Layout((*self.intervals, Interval(hw, epoch)))
+
+    def servers(self, epochs: Epochs) -> set[int]:
+        """Every server id any interval of this layout may place blocks on."""
+        return {s for i in self.intervals for s in epochs.get(i.epoch, ())}
+
+    def spans(self, nblocks: int) -> list[tuple[int, int, int]]:
+        """``(first, end, epoch)`` for the intervals clipped to blocks ``[0, nblocks)``."""
+        out = []
+        for k, i in enumerate(self.intervals):
+            end = self.intervals[k + 1].start if k + 1 < len(self.intervals) else nblocks
+            end = min(end, nblocks)
+            if i.start < end:
+                out.append((i.start, end, i.epoch))
+        return out
+
+
+def block_range(offset: int, length: int, block_size: int) -> list[tuple[int, int, int]]:
+    """Split a byte range into ``(block, offset_in_block, length)`` pieces.
+
+    Raises:
+        ValueError: negative offset or length, or a block size below 1.
+    """
+    if offset < 0 or length < 0:
+        raise ValueError(f"negative offset or length ({offset}, {length})")
+    if block_size < 1:
+        raise ValueError(f"block size must be >= 1, got {block_size}")
+    out = []
+    pos, end = offset, offset + length
+    while pos < end:
+        b, off = divmod(pos, block_size)
+        n = min(block_size - off, end - pos)
+        out.append((b, off, n))
+        pos += n
+    return out

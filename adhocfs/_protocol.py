@@ -1,0 +1,523 @@
+"""The adhocfs wire protocol: one typed message class per request and reply, encoded on the shared
+authenticated envelope of :mod:`malleable._wire` and validated field by field on receipt.
+
+A message travels as ``[MAGIC, header, mac, *payloads]``; the header holds the message type, the protocol
+version, a request id (``id``) and the JSON fields of the class. Messages that carry bytes (``Put``,
+``Data``, ``Copy``) have one payload frame, declared by a ``data`` field. Numbers must be non-negative
+unless a field is listed in ``SIGNED``. Nothing received is unpickled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from malleable._wire import check_fields, pack, unpack
+from malleable.errors import ProtocolError
+
+__all__ = [
+    "VERSION",
+    "AddServers",
+    "Blocks",
+    "Change",
+    "Copy",
+    "Data",
+    "DeclareRio",
+    "DropBlocks",
+    "DropFile",
+    "Error",
+    "Expand",
+    "Extend",
+    "Fence",
+    "FileInfo",
+    "FsStatus",
+    "Get",
+    "GetLayout",
+    "ListBlocks",
+    "ListDir",
+    "Message",
+    "Mkdir",
+    "Names",
+    "Ok",
+    "Open",
+    "Put",
+    "Register",
+    "Registered",
+    "Remove",
+    "Rename",
+    "ServerIds",
+    "SetSize",
+    "Shrink",
+    "Shutdown",
+    "Stat",
+    "StatReply",
+    "Stats",
+    "StatsReply",
+    "Status",
+    "decode",
+    "encode",
+]
+
+VERSION = 1
+VERSIONS = (VERSION,)
+
+_TYPES: dict[str, type[Message]] = {}
+
+_SCALARS: dict[str, Any] = {
+    "int": int,
+    "str": str,
+    "float": float,
+    "bool": bool,
+    "dict": dict,
+    "int | None": (int, type(None)),
+    "str | None": (str, type(None)),
+    "dict | None": (dict, type(None)),
+    "float | None": (float, int, type(None)),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """Base of all adhocfs messages. Subclasses set ``TYPE`` and declare their fields as dataclass fields.
+
+    ``list[int]``, ``list[str]`` and ``list[list[int]]`` fields are checked element by element; a ``data``
+    field (``bytes``) is carried as the payload frame.
+    """
+
+    TYPE: ClassVar[str] = ""
+    SIGNED: ClassVar[frozenset[str]] = frozenset()
+
+
+def _register(cls: type[Message]) -> type[Message]:
+    """Register a dataclass message (slots dataclasses are new classes, so register after decoration)."""
+    if cls.TYPE in _TYPES:
+        raise TypeError(f"duplicate message type {cls.TYPE!r}")
+    _TYPES[cls.TYPE] = cls
+    return cls
+
+
+def _msg(type_: str) -> Any:
+    def deco(cls: type) -> type:
+        cls.TYPE = type_
+        return _register(dataclass(frozen=True, slots=True)(cls))
+
+    return deco
+
+
+# ---------------------------------------------------------------- generic replies
+@_msg("ok")
+class Ok(Message):
+    """Success with nothing to return."""
+
+
+@_msg("error")
+class Error(Message):
+    """A failed request. ``kind`` is an exception name the client maps to a class (or ``stale``, ``auth``)."""
+
+    kind: str
+    msg: str
+
+
+# ---------------------------------------------------------------- data server
+@_msg("put")
+class Put(Message):
+    """Write ``data`` at ``offset`` inside block ``block`` of file ``fid`` (layout version ``version``)."""
+
+    fid: int
+    block: int
+    offset: int
+    version: int
+    data: bytes = b""
+
+
+@_msg("get")
+class Get(Message):
+    """Read up to ``length`` bytes at ``offset`` of a block."""
+
+    fid: int
+    block: int
+    offset: int
+    length: int
+    version: int
+
+
+@_msg("data")
+class Data(Message):
+    """Bytes of a block (possibly shorter than asked: the rest is a hole); ``found`` is False when absent."""
+
+    found: bool
+    data: bytes = b""
+
+
+@_msg("copy")
+class Copy(Message):
+    """Store a whole block as moved by a redistribution (bypasses fences; only the metadata server sends it)."""
+
+    fid: int
+    block: int
+    data: bytes = b""
+
+
+@_msg("drop_file")
+class DropFile(Message):
+    """Forget every block of a file."""
+
+    fid: int
+
+
+@_msg("drop_blocks")
+class DropBlocks(Message):
+    """Forget blocks ``>= from_block`` (when ``from_block`` is set) and the listed ``blocks``; cut
+    block ``cut_block`` to ``cut_len`` bytes (when ``cut_block`` is set)."""
+
+    fid: int
+    blocks: list[int]
+    from_block: int | None = None
+    cut_block: int | None = None
+    cut_len: int = 0
+    version: int = 0
+
+
+@_msg("fence")
+class Fence(Message):
+    """Refuse (with a ``stale`` error) writes of layout versions below ``wmin`` and reads below ``rmin``."""
+
+    fid: int
+    wmin: int
+    rmin: int
+
+
+@_msg("list_blocks")
+class ListBlocks(Message):
+    """Which blocks of ``fid`` this server holds."""
+
+    fid: int
+
+
+@_msg("blocks")
+class Blocks(Message):
+    """Reply to :class:`ListBlocks`."""
+
+    blocks: list[int]
+
+
+@_msg("stats")
+class Stats(Message):
+    """Ask a data server for its counters (also used as a ping)."""
+
+
+@_msg("stats_reply")
+class StatsReply(Message):
+    """Counters of a data server; ``aio`` is the achieved MB/s of the last complete time step."""
+
+    sid: int
+    blocks: int
+    bytes: int
+    reads: int
+    writes: int
+    read_bytes: int
+    write_bytes: int
+    aio: float
+    req_rate: float
+    samples: list[float]
+
+
+@_msg("shutdown")
+class Shutdown(Message):
+    """Stop a server (the metadata server also stops every data server when ``everything``)."""
+
+    everything: bool = False
+
+
+# ---------------------------------------------------------------- metadata server
+@_msg("open")
+class Open(Message):
+    """Open ``path`` with ``mode`` (one of r, r+, w, w+, a, a+, x, x+); ``block_size`` 0 means default."""
+
+    path: str
+    mode: str
+    block_size: int = 0
+
+
+@_msg("file_info")
+class FileInfo(Message):
+    """A file's metadata and everything a client needs to place its blocks."""
+
+    fid: int
+    path: str
+    size: int
+    block_size: int
+    hw: int
+    layout: list[list[int]]
+    status: str
+    version: int
+    epochs: dict
+    servers: dict
+
+
+@_msg("get_layout")
+class GetLayout(Message):
+    """Fresh :class:`FileInfo` of an open file (after a ``stale`` error, or to wait for ``ready``)."""
+
+    fid: int
+
+
+@_msg("extend")
+class Extend(Message):
+    """Reserve blocks up to ``blocks`` and raise the size to at least ``size``."""
+
+    fid: int
+    size: int
+    blocks: int
+
+
+@_msg("set_size")
+class SetSize(Message):
+    """Set the size exactly (truncate); the metadata server also cuts blocks on the data servers."""
+
+    fid: int
+    size: int
+
+
+@_msg("stat")
+class Stat(Message):
+    """Metadata of a path."""
+
+    path: str
+
+
+@_msg("stat_reply")
+class StatReply(Message):
+    """Reply to :class:`Stat`."""
+
+    path: str
+    is_dir: bool
+    size: int
+    block_size: int
+    fid: int
+    status: str
+    nblocks: int
+
+
+@_msg("listdir")
+class ListDir(Message):
+    """Names in a directory."""
+
+    path: str
+
+
+@_msg("names")
+class Names(Message):
+    """Reply to :class:`ListDir`."""
+
+    names: list[str]
+
+
+@_msg("mkdir")
+class Mkdir(Message):
+    """Create a directory (its parent must exist)."""
+
+    path: str
+    exist_ok: bool = False
+
+
+@_msg("remove")
+class Remove(Message):
+    """Remove a file or an empty directory."""
+
+    path: str
+
+
+@_msg("rename")
+class Rename(Message):
+    """Rename a file or directory (blocks do not move: placement keys on the file id)."""
+
+    src: str
+    dst: str
+
+
+@_msg("register")
+class Register(Message):
+    """A data server announces itself (stable id ``sid``) and where it listens."""
+
+    sid: int
+    addr: str
+    host: str
+    pid: int
+
+
+@_msg("registered")
+class Registered(Message):
+    """Reply to :class:`Register`: fences the server must apply (``[[fid, wmin, rmin], ...]``)."""
+
+    fences: list[list[int]]
+
+
+@_msg("add_servers")
+class AddServers(Message):
+    """Reserve stable ids for data servers about to be started on ``hosts``."""
+
+    hosts: list[str]
+
+
+@_msg("server_ids")
+class ServerIds(Message):
+    """Reply to :class:`AddServers`."""
+
+    sids: list[int]
+
+
+@_msg("status")
+class Status(Message):
+    """File-system status: servers with their counters, epochs, any change in progress."""
+
+
+@_msg("fs_status")
+class FsStatus(Message):
+    """Reply to :class:`Status`. ``servers`` are dicts with sid, addr, host, state and counters."""
+
+    servers: list[dict]
+    epoch: int
+    epochs: dict
+    files: int
+    change: dict | None
+    rio: float
+    history: list[dict]
+
+
+@_msg("expand")
+class Expand(Message):
+    """Make the registered servers ``sids`` part of the current epoch (commissioning); optionally rebalance."""
+
+    sids: list[int]
+    rebalance: bool = False
+
+
+@_msg("shrink")
+class Shrink(Message):
+    """Decommission servers ``sids`` with ``mode`` partial or total redistribution."""
+
+    sids: list[int]
+    mode: str = "partial"
+
+
+@_msg("change")
+class Change(Message):
+    """Progress of an expand or shrink (``state`` running, done, failed, rolled_back)."""
+
+    info: dict
+
+
+@_msg("declare_rio")
+class DeclareRio(Message):
+    """Declare the requested I/O rate (MB/s) of job ``job``; 0 withdraws it."""
+
+    job: str
+    rio: float
+
+
+# ---------------------------------------------------------------- encode / decode
+_SPECS: dict[str, tuple[dict[str, Any], dict[str, str], bool]] = {}
+
+
+def _spec(cls: type[Message]) -> tuple[dict[str, Any], dict[str, str], bool]:
+    cached = _SPECS.get(cls.TYPE)
+    if cached:
+        return cached
+    spec: dict[str, Any] = {}
+    lists: dict[str, str] = {}
+    has_data = False
+    for f in dataclasses.fields(cls):
+        ann = str(f.type)
+        if f.name == "data":
+            has_data = True
+            continue
+        if ann.startswith("list["):
+            spec[f.name] = list
+            lists[f.name] = ann
+        else:
+            spec[f.name] = _SCALARS[ann]
+    _SPECS[cls.TYPE] = (spec, lists, has_data)
+    return _SPECS[cls.TYPE]
+
+
+def encode(msg: Message, token: bytes, rid: int = 0) -> list[Any]:
+    """Frames of ``msg`` with request id ``rid``."""
+    spec, _, has_data = _spec(type(msg))
+    header: dict[str, Any] = {"v": VERSION, "type": msg.TYPE, "id": rid}
+    for name in spec:
+        header[name] = getattr(msg, name)
+    payloads = [msg.data] if has_data else []  # type: ignore[attr-defined]
+    return pack(header, token, payloads)
+
+
+def decode(frames: Sequence[Any], token: bytes, expect: tuple[type[Message], ...] = ()) -> tuple[Message, int]:
+    """Check, authenticate and decode frames into ``(message, request id)``.
+
+    Args:
+        frames: the zmq frames (bytes or zmq.Frame).
+        token: the shared secret.
+        expect: accepted message classes (empty: any).
+
+    Raises:
+        AuthError: the message is not authenticated with ``token``.
+        ProtocolError: malformed, unknown or unexpected message, or a field fails validation.
+    """
+    header, payloads = unpack(frames, token, VERSIONS)
+    cls = _TYPES.get(header["type"])
+    if cls is None or (expect and cls not in expect):
+        raise ProtocolError(f"unexpected message type {header['type']!r}")
+    spec, lists, has_data = _spec(cls)
+    rid = header.get("id", 0)
+    if type(rid) is not int:
+        raise ProtocolError(f"{cls.TYPE}: request id must be an int")
+    defaults = {f.name for f in dataclasses.fields(cls)
+                if f.default is not dataclasses.MISSING and f.name != "data"}
+    for name in defaults:  # optional fields may be omitted by older senders
+        if name not in header:
+            header[name] = cls.__dataclass_fields__[name].default
+    check_fields(header, spec, cls.TYPE)
+    kwargs: dict[str, Any] = {}
+    for name in spec:
+        val = header[name]
+        if name in lists:
+            _check_list(cls.TYPE, name, lists[name], val)
+        elif type(val) is int and val < 0 and name not in cls.SIGNED:
+            raise ProtocolError(f"{cls.TYPE}: field {name!r} must be >= 0, got {val}")
+        elif type(val) is float and (val != val or val < 0):
+            raise ProtocolError(f"{cls.TYPE}: field {name!r} must be a non-negative number")
+        kwargs[name] = val
+    if has_data:
+        if len(payloads) != 1:
+            raise ProtocolError(f"{cls.TYPE}: expected one data frame, got {len(payloads)}")
+        kwargs["data"] = payloads[0]
+    elif payloads:
+        raise ProtocolError(f"{cls.TYPE}: unexpected data frames")
+    return cls(**kwargs), rid
+
+
+def _check_list(where: str, name: str, ann: str, val: list[Any]) -> None:
+    if len(val) > 10_000_000:
+        raise ProtocolError(f"{where}: field {name!r} too long")
+    if ann == "list[int]":
+        ok = all(type(x) is int and x >= 0 for x in val)
+    elif ann == "list[str]":
+        ok = all(isinstance(x, str) for x in val)
+    elif ann == "list[float]":
+        ok = all(type(x) in (int, float) for x in val)
+    elif ann == "list[list[int]]":
+        ok = all(isinstance(x, list) and all(type(y) is int and y >= 0 for y in x) for x in val)
+    elif ann == "list[dict]":
+        ok = all(isinstance(x, dict) for x in val)
+    else:  # pragma: no cover - a programming error in this module
+        raise AssertionError(f"unsupported list annotation {ann}")
+    if not ok:
+        raise ProtocolError(f"{where}: field {name!r} must be {ann} of non-negative values")
+
+
+def field_names(cls: type[Message]) -> list[str]:
+    """Names of the JSON fields of a message class (for tests and docs)."""
+    return list(_spec(cls)[0])
+

@@ -1,0 +1,160 @@
+"""Request/reply over zmq DEALER sockets with request ids, timeouts and reconnection (Lazy Pirate),
+shared by the client, the metadata server (talking to data servers) and the command line.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import zmq
+from malleable.adhocfs._protocol import Error, Message, decode, encode
+
+from malleable.errors import AuthError, FsError, PlacementError, ProtocolError, ServerUnavailable
+
+__all__ = ["Busy", "Peer", "StaleLayout", "raise_remote", "reply_error"]
+
+log = logging.getLogger(__name__)
+
+
+class StaleLayout(FsError):
+    """A data server refused a request made with an old layout version: refresh the layout and retry."""
+
+
+class Busy(FsError):
+    """The file is being redistributed (decommissioning): writes must wait until it is ready again."""
+
+
+_KINDS: dict[str, type[BaseException]] = {
+    "FileNotFoundError": FileNotFoundError,
+    "FileExistsError": FileExistsError,
+    "IsADirectoryError": IsADirectoryError,
+    "NotADirectoryError": NotADirectoryError,
+    "PermissionError": PermissionError,
+    "ValueError": ValueError,
+    "OSError": OSError,
+    "FsError": FsError,
+    "PlacementError": PlacementError,
+    "ProtocolError": ProtocolError,
+    "AuthError": AuthError,
+    "stale": StaleLayout,
+    "busy": Busy,
+}
+
+
+def reply_error(exc: BaseException) -> Error:
+    """The :class:`Error` reply describing ``exc`` (its class name when the client knows it)."""
+    kind = type(exc).__name__
+    if isinstance(exc, StaleLayout):
+        kind = "stale"
+    elif isinstance(exc, Busy):
+        kind = "busy"
+    elif kind not in _KINDS:
+        kind = "ValueError" if isinstance(exc, ValueError) else "FsError"
+    msg = exc.args[-1] if isinstance(exc, OSError) and len(exc.args) > 1 else str(exc)
+    return Error(kind, str(msg))
+
+
+def raise_remote(err: Error, where: str) -> None:
+    """Raise the local exception for an :class:`Error` reply received from ``where``."""
+    cls = _KINDS.get(err.kind, FsError)
+    if issubclass(cls, OSError) and cls not in (FsError, StaleLayout, Busy):
+        raise cls(_errno(cls), err.msg)
+    raise cls(f"{err.msg} ({where})")
+
+
+def _errno(cls: type[BaseException]) -> int:
+    import errno
+
+    return {FileNotFoundError: errno.ENOENT, FileExistsError: errno.EEXIST, IsADirectoryError: errno.EISDIR,
+            NotADirectoryError: errno.ENOTDIR, PermissionError: errno.EACCES}.get(cls, errno.EIO)
+
+
+class Peer:
+    """A DEALER connection to one server, with numbered requests.
+
+    Several requests may be outstanding (pipelining): :meth:`send` returns the request id and
+    :meth:`recv` returns replies in arrival order. After a timeout the socket is replaced so a late
+    reply can never be taken for the answer to a newer request.
+
+    Args:
+        ctx: the zmq context.
+        addr: ``tcp://host:port`` of the server.
+        token: the shared secret.
+        name: how errors name the server (e.g. ``data server 2 (tcp://node1:5555)``).
+        timeout: default seconds to wait for a reply.
+    """
+
+    def __init__(self, ctx: zmq.Context[Any], addr: str, token: bytes, name: str, timeout: float = 5.0) -> None:
+        self.ctx, self.addr, self.token, self.name, self.timeout = ctx, addr, token, name, timeout
+        self._ids = itertools.count(1)
+        self.sock: zmq.Socket[Any] = self._open()
+        self.pending: set[int] = set()
+
+    def _open(self) -> zmq.Socket[Any]:
+        s = self.ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.SNDHWM, 0)
+        s.setsockopt(zmq.RCVHWM, 0)
+        s.connect(self.addr)
+        return s
+
+    def reset(self) -> None:
+        """Replace the socket (after a timeout) and forget outstanding requests."""
+        self.sock.close(linger=0)
+        self.sock = self._open()
+        self.pending.clear()
+
+    def close(self) -> None:
+        """Close the socket."""
+        self.sock.close(linger=0)
+
+    def send(self, msg: Message) -> int:
+        """Send ``msg`` without waiting; returns its request id."""
+        rid = next(self._ids)
+        self.sock.send_multipart([b"", *encode(msg, self.token, rid)], copy=False)
+        self.pending.add(rid)
+        return rid
+
+    def recv(self, timeout: float | None = None, what: str = "") -> tuple[Message, int]:
+        """The next reply as ``(message, request id)``; replies to forgotten requests are skipped.
+
+        Raises:
+            ServerUnavailable: nothing arrived within ``timeout`` (the socket is reset).
+            AuthError: the reply is not authenticated (the server has a different secret).
+        """
+        wait = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + wait
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self.sock.poll(int(left * 1000) + 1, zmq.POLLIN):
+                if time.monotonic() >= deadline or not self.sock.poll(0, zmq.POLLIN):
+                    self.reset()
+                    for_ = f" for {what}" if what else ""
+                    raise ServerUnavailable(f"{self.name} did not answer within {wait:g} s{for_}")
+            frames = self.sock.recv_multipart(copy=False)
+            msg, rid = self._decode(frames[1:] if frames and len(frames[0]) == 0 else frames)
+            if rid in self.pending:
+                self.pending.discard(rid)
+                return msg, rid
+
+    def _decode(self, frames: Sequence[Any]) -> tuple[Message, int]:
+        try:
+            return decode(frames, self.token)
+        except AuthError:
+            raise AuthError(f"{self.name} refused the request or answered with another shared secret: "
+                            "set the same MALLEABLE_TOKEN (or key file) on clients and servers") from None
+
+    def call(self, msg: Message, timeout: float | None = None, what: str = "") -> Message:
+        """Send ``msg`` and wait for its reply; :class:`Error` replies are raised as local exceptions."""
+        rid = self.send(msg)
+        while True:
+            reply, got = self.recv(timeout, what)
+            if got == rid:
+                break
+        if isinstance(reply, Error):
+            raise_remote(reply, f"{self.name}{', ' + what if what else ''}")
+        return reply

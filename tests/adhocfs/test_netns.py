@@ -1,0 +1,72 @@
+"""The same file system across namespace hosts: metadata on node1, data servers on node2..node4 (two on
+node2), started through the ssh-like launcher; the client runs on the head (root namespace)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+
+import pytest
+from conftest import close_checked
+
+pytestmark = pytest.mark.netns
+
+
+@pytest.fixture
+def cluster_fs(netns_cluster, tmp_path, monkeypatch):
+    from malleable.adhocfs import start_fs
+
+    for k, v in netns_cluster.env().items():
+        monkeypatch.setenv(k, v)
+    hosts = netns_cluster.hosts
+    dep = start_fs(hosts[0], [hosts[1], hosts[1], *hosts[2:4]], dir=str(tmp_path / "data"),
+                   state=str(tmp_path / "st"))
+    yield dep, netns_cluster
+    dep.stop()
+
+
+def test_servers_run_on_their_hosts(cluster_fs):
+    from malleable.adhocfs import connect
+
+    dep, cluster = cluster_fs
+    assert dep.address.startswith("tcp://node1:")
+    with connect(dep.address) as fs:
+        rows = fs.status().servers
+    assert sorted(r["host"] for r in rows) == ["node2", "node2", "node3", "node4"]
+    for r in rows:
+        assert r["pid"] in cluster.pids_on(r["host"])   # really inside that host's namespace
+
+
+def test_roundtrip_h5py_and_down_server(cluster_fs):
+    import h5py
+    import numpy as np
+    from malleable.adhocfs import connect
+
+    from malleable.errors import ServerUnavailable
+
+    dep, cluster = cluster_fs
+    fs = connect(dep.address, timeout=2.0)
+    try:
+        datas = {size: random.Random(size).randbytes(size) for size in (0, 1, 512 * 1024 - 1, 512 * 1024 + 1,
+                                                                          5 << 20)}
+        for size, data in datas.items():
+            with fs.open(f"/r{size}", "wb") as f:
+                f.write(data)
+        for size, data in datas.items():
+            with fs.open(f"/r{size}", "rb") as f:
+                assert f.read() == data
+        arr = np.arange(200_000, dtype=np.float64)
+        with fs.open("/x.h5", "w+b") as f, h5py.File(f, "w") as h:
+            h.create_dataset("g/arr", data=arr)
+        with fs.open("/x.h5", "rb") as f, h5py.File(f, "r") as h:
+            assert np.array_equal(h["g/arr"][...], arr)
+        victim = next(r for r in fs.status().servers if r["host"] == "node3")
+        os.kill(victim["pid"], signal.SIGKILL)
+        time.sleep(0.2)
+        with pytest.raises(ServerUnavailable, match=f"data server {victim['sid']}.*r5242880"):
+            with fs.open("/r5242880", "rb") as f:
+                f.read()
+    finally:
+        close_checked(fs)
