@@ -10,6 +10,7 @@ previous profile (handed over with ``Remember``) is still exact and only the new
 from __future__ import annotations
 
 from bisect import bisect_left
+from itertools import islice
 from dataclasses import dataclass
 
 from malleable.errors import PolicyError
@@ -107,7 +108,7 @@ def conservative(snapshot: Snapshot, now: float) -> list[Decision]:
         old = memo.starts
         first = nq - fresh
         starts = dict(old)
-        for j in q[:first]:
+        for j in islice(q, first):
             if j.id not in starts:                 # pragma: no cover - memo out of step: recompute everything
                 return conservative(_full(snapshot), now)
     else:
@@ -120,8 +121,7 @@ def conservative(snapshot: Snapshot, now: float) -> list[Decision]:
     free_ids = snapshot.free
     taken = 0
     held = 0
-    for idx in range(first, nq):
-        j = q[idx]
+    for j in islice(q, first, None):
         k = prof.earliest(j.procs, j.estimate)
         prof.reserve(k, j.procs, j.estimate)
         t = prof.times[k]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import heapq
 import logging
 import math
+import sys
 import time
 from array import array
 from bisect import bisect_left
@@ -30,6 +31,7 @@ from ._model import (
     Job,
     JobKind,
     Policy,
+    QueueView,
     Remember,
     Reserve,
     ResizeJob,
@@ -183,6 +185,7 @@ class Simulator:
         apply = self._apply
         proxy = MappingProxyType(self._reservations)
         heappop = heapq.heappop
+        getrefcount = sys.getrefcount
         passes = 0
         i = 0
         changed = True
@@ -225,13 +228,17 @@ class Simulator:
                 free_t = tuple(self._free)
                 run_t = tuple(self._rviews)
                 stale = False
+            qview = QueueView(queue)
             if hints:
-                snap = Snapshot(now, nodes, free_t, run_t, tuple(queue), changed, len(queue) - first_new, proxy,
+                snap = Snapshot(now, nodes, free_t, run_t, qview, changed, len(queue) - first_new, proxy,
                                 self._memo)
             else:
-                snap = Snapshot(now, nodes, free_t, run_t, tuple(queue), True, len(queue), proxy, self._memo)
+                snap = Snapshot(now, nodes, free_t, run_t, qview, True, len(queue), proxy, self._memo)
             passes += 1
             decisions = policy(snap, now)
+            if getrefcount(snap) > 2 or getrefcount(qview) > 3:
+                qview.freeze()          # the policy kept the snapshot: it must not see later changes
+            del snap, qview
             changed = False
             if decisions:
                 changed = apply(decisions, now)

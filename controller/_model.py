@@ -11,7 +11,7 @@ Decisions always name node ids, never only counts, so the same policy drives bot
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -21,6 +21,7 @@ __all__ = [
     "JobKind",
     "NodeId",
     "Policy",
+    "QueueView",
     "Remember",
     "Reserve",
     "ResizeJob",
@@ -161,6 +162,36 @@ class Remember:
 Decision: TypeAlias = StartJob | ResizeJob | Reserve | Wake | Remember
 
 
+class QueueView(Sequence[Job]):
+    """A read-only sequence over the engine's queue, so a pass does not copy a queue of 10^5 jobs.
+
+    The engine freezes it (copies it into a tuple) before changing its queue whenever the snapshot or the view
+    is still referenced after the policy returned, so a kept snapshot never changes.
+    """
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Sequence[Job]) -> None:
+        self._items = items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self._items[i]
+
+    def __iter__(self) -> Iterator[Job]:
+        return iter(self._items)
+
+    def __repr__(self) -> str:
+        return f"QueueView({list(self._items)!r})"
+
+    def freeze(self) -> None:
+        """Detach from the engine's list (called by the engine)."""
+        if not isinstance(self._items, tuple):
+            self._items = tuple(self._items)
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """The machine and queues at one scheduling pass. Built by the engine; policies only read it.
@@ -170,7 +201,7 @@ class Snapshot:
         nodes: all node ids of the machine.
         free: the free node ids, in the engine's allocation order (take ``free[:k]`` for k nodes).
         running: running jobs, sorted by ``(end_estimate, start order)``.
-        queue: queued jobs in priority (submission) order.
+        queue: queued jobs in priority (submission) order (a tuple or a :class:`QueueView`).
         changed: False only when, since the previous pass of this policy, no job ended or was resized and the
             previous pass's decisions were all applied: then the state differs from the end of that pass only by
             the ``arrived`` jobs at the tail of ``queue`` (and by time). A hint for incremental policies, which
@@ -185,7 +216,7 @@ class Snapshot:
     nodes: tuple[NodeId, ...]
     free: tuple[NodeId, ...]
     running: tuple[RunningJob, ...]
-    queue: tuple[Job, ...]
+    queue: Sequence[Job]
     changed: bool = True
     arrived: int = -1
     reservations: dict[int, Reserve] | None = None

@@ -9,6 +9,7 @@ a full pass; ``Simulator(..., hints=False)`` turns it off and the tests compare 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import islice
 
 from malleable.errors import PolicyError
 
@@ -129,8 +130,7 @@ def easy(snapshot: Snapshot, now: float) -> list[Decision]:
         first = nq - fresh
     shadow = -1.0
     extra = 0
-    for k in range(first, nq):
-        j = q[k]
+    for j in islice(q, first, None):
         p = j.procs
         if p > avail:
             continue

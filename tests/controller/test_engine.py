@@ -142,3 +142,17 @@ def test_simulator_runs_once():
     sim.run()
     with pytest.raises(SimulationError):
         sim.run()
+
+
+def test_a_kept_snapshot_does_not_change():
+    """The engine hands out a view of its queue; a snapshot the policy keeps is frozen before the queue moves."""
+    kept = []
+
+    def policy(s, now):
+        kept.append(s)
+        return [StartJob(j.id, s.free[:j.procs]) for j in list(s.queue)[:1] if j.procs <= s.n_free]
+    w = Workload.from_jobs([(1, 0, 10, 10, 4), (2, 0, 10, 10, 4), (3, 1, 5, 5, 4)], 4)
+    simulate(w, policy)
+    # passes at 0 (start 1), 1 (J3 arrives, nothing fits), 10 (start 2), 20 (start 3), 25 (empty)
+    assert [[j.id for j in s.queue] for s in kept] == [[1, 2], [2, 3], [2, 3], [3], []]
+    assert [s.now for s in kept] == [0, 1, 10, 20, 25]
