@@ -56,8 +56,8 @@ __all__ = ["AdhocFile", "FileSystem", "connect"]
 log = logging.getLogger(__name__)
 
 
-def connect(addr: str, token: bytes | None = None, timeout: float = 5.0, window: int = 32,
-            reserve: int = 16, wait: float = 300.0) -> FileSystem:
+def connect(addr: str, token: bytes | None = None, timeout: float = 5.0, window: int = 64,
+            reserve: int = 16, wait: float = 300.0, readahead: int = 16) -> FileSystem:
     """Connect to the metadata server at ``addr`` (``tcp://host:port``).
 
     Args:
@@ -67,11 +67,13 @@ def connect(addr: str, token: bytes | None = None, timeout: float = 5.0, window:
         window: unacknowledged block writes allowed per open file.
         reserve: blocks reserved ahead of the end of a growing file per metadata request.
         wait: seconds a write may wait for a file being redistributed.
+        readahead: blocks fetched at once (in parallel) by sequential reads of files opened read-only.
 
     Raises:
         AuthError: no shared secret available.
     """
-    return FileSystem(addr, token if token is not None else load_token(), timeout, window, reserve, wait)
+    return FileSystem(addr, token if token is not None else load_token(), timeout, window, reserve, wait,
+                      readahead)
 
 
 @dataclass
@@ -82,15 +84,16 @@ class _Pending:
     block: int
     offset: int
     length: int
-    data: bytes | None         # for puts
+    data: bytes | memoryview | None  # for puts
     dest: int = 0              # for gets: offset in the caller's buffer
 
 
 class FileSystem:
     """A connection to one adhocfs instance. Use as a context manager or call :meth:`close`."""
 
-    def __init__(self, addr: str, token: bytes, timeout: float, window: int, reserve: int, wait: float) -> None:
-        self.addr, self.token, self.timeout = addr, token, timeout
+    def __init__(self, addr: str, token: bytes, timeout: float, window: int, reserve: int, wait: float,
+                 readahead: int = 16) -> None:
+        self.addr, self.token, self.timeout, self.readahead = addr, token, timeout, max(0, readahead)
         self.window, self.reserve, self.wait = max(1, window), max(0, reserve), wait
         self.ctx: zmq.Context[Any] = zmq.Context()
         self.meta = Peer(self.ctx, addr, token, f"metadata server {addr}", timeout)
@@ -221,6 +224,9 @@ class AdhocFile(io.RawIOBase):
         self._pos = 0
         self._meta_size = info.size
         self._pending: dict[tuple[int, int], _Pending] = {}
+        self._ra = bytearray()      # read-ahead buffer (read-only files): bytes at [_ra_pos, _ra_pos + len)
+        self._ra_pos = 0
+        self._last_end = 0
 
     # ------------------------------------------------------------ layout
     def _set_info(self, info: FileInfo) -> None:
@@ -288,9 +294,31 @@ class AdhocFile(io.RawIOBase):
             self._refresh(False)  # another client may have grown the file
         n = max(0, min(len(out), self._size - self._pos))
         if n:
-            self._read_range(self._pos, out[:n])
+            self._read_cached(self._pos, out[:n])
+        self._last_end = self._pos + n
         self._pos += n
         return n
+
+    def _read_cached(self, pos: int, out: memoryview) -> None:
+        """Serve sequential reads of read-only files from a read-ahead buffer filled in parallel."""
+        n = len(out)
+        ra = self._ra
+        if self._write_ok or not self.fs.readahead:
+            self._read_range(pos, out)
+            return
+        if self._ra_pos <= pos and pos + n <= self._ra_pos + len(ra):
+            start = pos - self._ra_pos
+            out[:] = memoryview(ra)[start:start + n]
+            return
+        span = self.fs.readahead * self.block_size
+        if pos != self._last_end or n >= span:
+            self._read_range(pos, out)
+            return
+        end = min(self._size, pos + span)
+        self._ra = bytearray(end - pos)
+        self._ra_pos = pos
+        self._read_range(pos, memoryview(self._ra))
+        out[:] = memoryview(self._ra)[:n]
 
     def readall(self) -> bytes:
         self._check_open()
@@ -315,8 +343,10 @@ class AdhocFile(io.RawIOBase):
         if need > self._hw:
             self._extend(end, need + self.fs.reserve)
         pos = 0
+        # write-behind keeps the pieces until acknowledged: immutable input is sent without a copy
+        frozen = isinstance(b, bytes)
         for block, off, ln in block_range(self._pos, n, self.block_size):
-            self._send_put(block, off, bytes(data[pos:pos + ln]))
+            self._send_put(block, off, data[pos:pos + ln] if frozen else bytes(data[pos:pos + ln]))
             pos += ln
             if len(self._pending) >= self.fs.window:
                 self._drain(self.fs.window // 2)
@@ -380,7 +410,7 @@ class AdhocFile(io.RawIOBase):
         self._meta_size = info.size
 
     # ------------------------------------------------------------ block requests
-    def _send_put(self, block: int, off: int, data: bytes) -> None:
+    def _send_put(self, block: int, off: int, data: bytes | memoryview) -> None:
         sid, p = self._where(block)
         rid = p.send(Put(self.fid, block, off, self.version, data))
         self._pending[(sid, rid)] = _Pending((sid, rid), block, off, len(data), data)
