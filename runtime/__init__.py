@@ -1,1 +1,54 @@
-"""malleable.runtime: Invasive-MPI-style adaptation verbs over MPI spawn and intercommunicators."""
+"""malleable.runtime: Invasive-MPI-style adaptation verbs over MPI spawn and intercommunicators.
+
+Typical use::
+
+    from malleable import runtime as mr
+    status = mr.init_adapt()
+    if status is mr.Status.JOINING:
+        win = mr.adapt_begin(); ...receive data...; mr.adapt_commit()
+    while work_left:
+        pending, status, info = mr.probe_adapt()
+        if pending:
+            win = mr.adapt_begin(); ...redistribute...; mr.adapt_commit()
+            if status is mr.Status.LEAVING:
+                return
+        compute(mr.world())
+"""
+
+from malleable.runtime._layout import Group, Layout
+from malleable.runtime._plan import PlanStep, parse_plan, validate_plan
+from malleable.runtime._types import AdaptWindow, Decision, ProbeResult, Status
+from malleable.runtime._world import (
+    AdaptReport,
+    adapt_begin,
+    adapt_commit,
+    base_size,
+    init_adapt,
+    is_initialized,
+    layout,
+    probe_adapt,
+    probe_count,
+    world,
+)
+
+__all__ = [
+    "AdaptReport",
+    "AdaptWindow",
+    "Decision",
+    "Group",
+    "Layout",
+    "PlanStep",
+    "ProbeResult",
+    "Status",
+    "adapt_begin",
+    "adapt_commit",
+    "base_size",
+    "init_adapt",
+    "is_initialized",
+    "layout",
+    "parse_plan",
+    "probe_adapt",
+    "probe_count",
+    "validate_plan",
+    "world",
+]

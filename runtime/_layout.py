@@ -1,0 +1,173 @@
+"""Adaptation bookkeeping (pure): which process groups form the job, who leaves, which hosts get free.
+
+A job is a sequence of process *groups* in rank order. The base group holds the processes the
+launcher started; each expansion adds one group per target host (one MPI spawn each). The world's
+ranks are the groups' *active* members in group order, so a shrink, which cuts the highest ranks,
+always releases the most recently spawned groups first. A shrink may cut a group in two: its
+leaving members leave the world at once but, sharing an MPI_COMM_WORLD with the members that stay,
+their processes can only exit when the whole group leaves. Until then they wait idle, and their
+host is not free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from malleable.errors import AdaptError
+
+__all__ = ["ExpandPlan", "Group", "Layout", "ShrinkPlan", "plan_expand", "plan_shrink", "spread"]
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """One spawn (or the launcher's processes): ``hosts[i]`` is where member i runs."""
+
+    gid: int
+    hosts: tuple[str, ...]
+    active: int
+    base: bool = False
+
+    @property
+    def size(self) -> int:
+        """Processes the group started with (all alive while ``active`` > 0)."""
+        return len(self.hosts)
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """The job's groups in rank order. Invariant: every group has ``active`` >= 1 (0 means gone)."""
+
+    groups: tuple[Group, ...]
+
+    @property
+    def world_size(self) -> int:
+        """Processes in the current world."""
+        return sum(g.active for g in self.groups)
+
+    @property
+    def base_size(self) -> int:
+        """Launcher-started processes (they never leave)."""
+        return sum(g.size for g in self.groups if g.base)
+
+    @property
+    def next_gid(self) -> int:
+        """Id for the next spawned group."""
+        return max((g.gid for g in self.groups), default=-1) + 1
+
+    def hosts_in_use(self) -> set[str]:
+        """Hosts with at least one live process of the job (idle leavers included)."""
+        return {h for g in self.groups for h in g.hosts}
+
+    def idle(self) -> int:
+        """Processes that have left the world but wait for their group to leave."""
+        return sum(g.size - g.active for g in self.groups)
+
+    def group_of_rank(self, rank: int) -> tuple[Group, int]:
+        """The group of world rank ``rank`` and the member index inside it."""
+        for g in self.groups:
+            if rank < g.active:
+                return g, rank
+            rank -= g.active
+        raise IndexError(f"rank {rank} is not in a world of {self.world_size}")
+
+    def to_json(self) -> list[dict]:
+        """JSON form (sent to joiners)."""
+        return [{"gid": g.gid, "hosts": list(g.hosts), "active": g.active, "base": g.base} for g in self.groups]
+
+    @classmethod
+    def from_json(cls, data: Sequence[dict]) -> Layout:
+        """Inverse of :meth:`to_json`."""
+        return cls(tuple(Group(d["gid"], tuple(d["hosts"]), d["active"], d["base"]) for d in data))
+
+
+@dataclass(frozen=True, slots=True)
+class ExpandPlan:
+    """Spawn ``counts[i]`` processes on ``hosts[i]`` (None: let the launcher place them), one group each."""
+
+    hosts: tuple[str | None, ...]
+    counts: tuple[int, ...]
+    first_gid: int
+
+    @property
+    def joining(self) -> int:
+        """New processes in all."""
+        return sum(self.counts)
+
+
+@dataclass(frozen=True, slots=True)
+class ShrinkPlan:
+    """Ranks >= ``target`` leave; ``gone`` groups exit now, ``split`` ones keep idle members."""
+
+    target: int
+    leaving: int
+    gone: tuple[int, ...]
+    split: tuple[int, ...]
+    freed_hosts: tuple[str, ...]
+    after: Layout
+
+
+def spread(n: int, hosts: Sequence[str]) -> list[tuple[str | None, int]]:
+    """Place ``n`` new processes round robin over ``hosts`` (first-seen order), as (host, count) groups."""
+    if n < 1:
+        raise ValueError(f"cannot spread {n} processes")
+    if not hosts:
+        return [(None, n)]
+    counts: dict[str, int] = {}
+    for i in range(n):
+        h = hosts[i % len(hosts)]
+        counts[h] = counts.get(h, 0) + 1
+    return list(counts.items())
+
+
+def plan_expand(layout: Layout, target: int, hosts: Sequence[str] = ()) -> ExpandPlan:
+    """Groups to spawn to grow ``layout`` to ``target`` processes.
+
+    Raises:
+        AdaptError: ``target`` is not larger than the current world.
+    """
+    n = layout.world_size
+    if target <= n:
+        raise AdaptError(f"expand to {target} process(es) from {n}: not an expansion")
+    groups = spread(target - n, hosts)
+    return ExpandPlan(tuple(h for h, _ in groups), tuple(c for _, c in groups), layout.next_gid)
+
+
+def apply_expand(layout: Layout, plan: ExpandPlan, member_hosts: Sequence[Sequence[str]]) -> Layout:
+    """The layout after ``plan`` succeeded; ``member_hosts[i]`` are the real hosts of group i's members."""
+    new = tuple(Group(plan.first_gid + i, tuple(hs), len(hs)) for i, hs in enumerate(member_hosts))
+    return Layout(layout.groups + new)
+
+
+def plan_shrink(layout: Layout, target: int) -> ShrinkPlan:
+    """Who leaves when ``layout`` shrinks to ``target`` processes, and which hosts get free.
+
+    Raises:
+        AdaptError: ``target`` < 1, not a shrink, or below the base (launcher-started processes).
+    """
+    n = layout.world_size
+    if target >= n:
+        raise AdaptError(f"shrink to {target} process(es) from {n}: not a shrink")
+    if target < max(1, layout.base_size):
+        raise AdaptError(
+            f"cannot shrink to {target} process(es): the job's {layout.base_size} launcher-started "
+            f"process(es) cannot leave (start it with 'malleable run' so that they are spawned)"
+        )
+    kept: list[Group] = []
+    gone: list[int] = []
+    split: list[int] = []
+    room = target
+    for g in layout.groups:
+        if room >= g.active:
+            kept.append(g)
+            room -= g.active
+        elif room > 0:
+            kept.append(replace(g, active=room))
+            split.append(g.gid)
+            room = 0
+        else:
+            gone.append(g.gid)
+    after = Layout(tuple(kept))
+    still = after.hosts_in_use()
+    freed = sorted({h for g in layout.groups if g.gid in gone for h in g.hosts} - still)
+    return ShrinkPlan(target, n - target, tuple(gone), tuple(split), tuple(freed), after)

@@ -1,0 +1,103 @@
+"""MALLEABLE_PLAN: a scripted sequence of size changes for runs without a controller (pure code)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from malleable.errors import PlanError
+
+__all__ = ["PlanStep", "parse_plan", "validate_plan"]
+
+
+@dataclass(frozen=True, slots=True)
+class PlanStep:
+    """At the job's ``at_probe``-th call of probe_adapt (counted from 1), go to ``procs`` processes."""
+
+    at_probe: int
+    procs: int
+    hosts: tuple[str, ...] = ()
+
+
+_KEYS = {"at_probe", "procs", "hosts"}
+
+
+def parse_plan(text: str | None) -> tuple[PlanStep, ...]:
+    """Parse the JSON text of a plan (``None`` or empty: no plan).
+
+    Raises:
+        PlanError: not JSON, not a list of objects, unknown keys, bad types, probes not increasing.
+    """
+    if text is None or not text.strip():
+        return ()
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise PlanError(f"MALLEABLE_PLAN is not valid JSON: {e}") from None
+    if not isinstance(raw, list):
+        raise PlanError(f"MALLEABLE_PLAN must be a JSON list of steps, got {type(raw).__name__}")
+    steps = []
+    for i, item in enumerate(raw, 1):
+        steps.append(_step(i, item))
+    for i in range(1, len(steps)):
+        if steps[i].at_probe <= steps[i - 1].at_probe:
+            raise PlanError(
+                f"MALLEABLE_PLAN step {i + 1}: at_probe {steps[i].at_probe} must be greater than "
+                f"the previous step's {steps[i - 1].at_probe}"
+            )
+    return tuple(steps)
+
+
+def _step(i: int, item: Any) -> PlanStep:
+    where = f"MALLEABLE_PLAN step {i}"
+    if not isinstance(item, dict):
+        raise PlanError(f"{where} must be an object like {{\"at_probe\": 3, \"procs\": 4}}, got {item!r}")
+    unknown = set(item) - _KEYS
+    if unknown:
+        raise PlanError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: at_probe, procs, hosts")
+    for key in ("at_probe", "procs"):
+        if key not in item:
+            raise PlanError(f"{where}: missing {key!r}")
+        val = item[key]
+        if type(val) is not int or val < 1:
+            raise PlanError(f"{where}: {key!r} must be an integer >= 1, got {val!r}")
+    hosts = item.get("hosts", [])
+    if not isinstance(hosts, list) or not all(isinstance(h, str) and h.strip() for h in hosts):
+        raise PlanError(f"{where}: 'hosts' must be a list of host names, got {hosts!r}")
+    return PlanStep(item["at_probe"], item["procs"], tuple(h.strip() for h in hosts))
+
+
+def validate_plan(
+    steps: Sequence[PlanStep],
+    initial: int,
+    base: int,
+    host_ok: Callable[[str], bool] | None = None,
+) -> None:
+    """Check a parsed plan against the job: sizes reachable, never below the base, known hosts.
+
+    Args:
+        steps: the plan.
+        initial: the job's size when the plan starts.
+        base: processes started by the launcher, which cannot leave.
+        host_ok: predicate telling whether a host name is usable (e.g. resolves); None skips it.
+
+    Raises:
+        PlanError: a step would go below the base, keep the same size, or names an unknown host.
+    """
+    size = initial
+    for i, s in enumerate(steps, 1):
+        where = f"MALLEABLE_PLAN step {i} (at_probe {s.at_probe})"
+        if s.procs < base:
+            raise PlanError(
+                f"{where}: {s.procs} process(es) is below the job's base of {base} launcher-started "
+                f"process(es), which cannot leave (start with 'malleable run' to make them spawned)"
+            )
+        if s.procs == size:
+            raise PlanError(f"{where}: the job already has {size} process(es) at that point")
+        if host_ok is not None:
+            for h in s.hosts:
+                if not host_ok(h):
+                    raise PlanError(f"{where}: unknown host {h!r}")
+        size = s.procs

@@ -1,0 +1,192 @@
+"""Expansion over MPI: spawn one group per host (concurrently), handshake with deadlines, merge in rank order.
+
+Roles and phases are named ``parent_*`` (processes already in the world) and ``child_*`` (spawned).
+All spawns of one expansion are issued at once from threads, each on its own duplicate of the
+world, so k hosts cost about one spawn. Every wait has a deadline; nothing is merged until every
+group has answered, so a failed expansion leaves the old world untouched.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from mpi4py import MPI
+
+from malleable.errors import AdaptError, AdaptTimeout
+from malleable.runtime._layout import ExpandPlan
+from malleable.runtime._waits import wait_request
+
+__all__ = ["Merged", "child_connect", "child_merge", "parent_merge", "parent_spawn", "spawn_command"]
+
+log = logging.getLogger(__name__)
+
+_TAG = 4711
+
+
+def spawn_command() -> tuple[str, list[str]]:
+    """The command that re-runs this program for joiners (``python -m pkg.mod ...`` is kept as ``-m``)."""
+    argv = list(getattr(sys, "orig_argv", []) or [sys.executable, *sys.argv])
+    return sys.executable, argv[1:]
+
+
+def _spawn_one(comm: Any, cmd: str, args: list[str], n: int, host: str | None, out: list, i: int) -> None:
+    info = MPI.Info.Create()
+    try:
+        if host:
+            info.Set("host", host)
+        errcodes: list[int] = []
+        out[i] = comm.Spawn(cmd, args, maxprocs=n, info=info, root=0, errcodes=errcodes)
+        bad = [e for e in errcodes if e != MPI.SUCCESS]
+        if bad:
+            out[i] = AdaptError(f"spawn of {n} process(es) on {host or 'the default host'} failed: {bad}")
+    except MPI.Exception as e:
+        out[i] = AdaptError(f"spawn of {n} process(es) on {host or 'the default host'} failed: {e.Get_error_string()}")
+    finally:
+        info.Free()
+
+
+def parent_spawn(world: Any, plan: ExpandPlan, timeout: float) -> list[Any]:
+    """Spawn the plan's groups concurrently and handshake with each; collective over ``world``.
+
+    Returns:
+        One intercommunicator per group, in plan order.
+
+    Raises:
+        AdaptError: on every rank of ``world`` when any group failed to spawn or to answer in time;
+            groups that did start are told to exit and their intercommunicators are released.
+    """
+    cmd, args = spawn_command()
+    k = len(plan.counts)
+    dups = [world.Dup() for _ in range(k)]
+    out: list[Any] = [None] * k
+    threads = [
+        threading.Thread(target=_spawn_one, args=(dups[i], cmd, args, plan.counts[i], plan.hosts[i], out, i),
+                         name=f"malleable-spawn-{i}", daemon=True)
+        for i in range(k)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    problems = []
+    for i, t in enumerate(threads):
+        if t.is_alive():
+            problems.append(f"spawn on {plan.hosts[i] or 'the default host'} did not return within {timeout:g} s")
+        elif isinstance(out[i], Exception):
+            problems.append(str(out[i]))
+    answered = [False] * k
+    if not problems:
+        for i in range(k):
+            try:
+                wait_request(out[i].Ibarrier(), timeout, f"joiners on {plan.hosts[i] or 'the default host'}")
+                answered[i] = True
+            except AdaptTimeout as e:
+                problems.append(str(e))
+                break
+    ok = world.allreduce(0 if problems else 1, op=MPI.MIN)
+    for i, t in enumerate(threads):
+        if not t.is_alive():
+            dups[i].Free()
+    if ok:
+        return list(out)
+    for i in range(k):
+        inter = out[i]
+        if answered[i]:
+            if world.rank == 0:
+                for r in range(inter.remote_size):
+                    inter.send({"kind": "abort"}, dest=r, tag=_TAG)
+            inter.Disconnect()
+        elif inter is not None and not isinstance(inter, Exception):
+            inter.Free()  # a member may be dead: no Disconnect handshake with it
+    raise AdaptError("expansion failed: " + ("; ".join(problems) if problems else "a peer rank failed"))
+
+
+def parent_send_context(world: Any, inters: list[Any], contexts: list[dict]) -> None:
+    """Rank 0 sends each group its context (kind, index, layout, ...); the others do nothing."""
+    if world.rank != 0:
+        return
+    reqs = []
+    for inter, ctx in zip(inters, contexts, strict=True):
+        for r in range(inter.remote_size):
+            reqs.append(inter.isend(dict(ctx, member=r), dest=r, tag=_TAG))
+    for req in reqs:
+        req.wait()
+
+
+@dataclass
+class Merged:
+    """Result of the merge: the new world and the old↔joiners intercommunicator."""
+
+    world: Any
+    intercomm: Any
+
+
+def parent_merge(world: Any, inters: list[Any]) -> Merged:
+    """Merge the old world with the spawned groups (old ranks first, then groups in order)."""
+    n_old = world.size
+    parts = [inter.Merge(high=False) for inter in inters]
+    merged = _chain(parts[0], parts[1:], n_old, 1)
+    return Merged(merged, _old_new_intercomm(merged, n_old))
+
+
+def child_connect(timeout: float) -> tuple[Any, dict]:
+    """Joiner side of the handshake: answer the parents, then receive the context.
+
+    Raises:
+        AdaptTimeout: the parents did not complete the handshake or send the context in time.
+    """
+    parent = MPI.Comm.Get_parent()
+    wait_request(parent.Ibarrier(), timeout, "handshake with the spawning processes")
+    ctx = wait_request(parent.irecv(source=0, tag=_TAG), timeout, "adaptation context from rank 0")
+    return parent, ctx
+
+
+def child_merge(parent: Any, index: int, n_groups: int, n_old: int) -> Merged:
+    """Joiner side of :func:`parent_merge` for group ``index`` of ``n_groups``."""
+    mine = parent.Merge(high=True)
+    if index == 0:
+        merged = mine
+    else:
+        x = MPI.COMM_WORLD.Create_intercomm(0, mine, 0, _TAG + index)
+        merged = x.Merge(high=True)
+        x.Free()
+        mine.Free()
+    merged = _chain(merged, [None] * (n_groups - index - 1), n_old, index + 1)
+    return Merged(merged, _old_new_intercomm(merged, n_old))
+
+
+def _chain(merged: Any, parts: list[Any], n_old: int, first_index: int) -> Any:
+    """Fold groups ``first_index``.. into ``merged``: an intercomm through each (old ∪ group) comm, then Merge.
+
+    ``parts[j]`` is that (old ∪ group) comm on old ranks and None on earlier joiners, for whom
+    ``peer_comm`` is not significant (only the local leader, old rank 0, uses it; the group's
+    leader is rank ``n_old`` there).
+    """
+    for j, part in enumerate(parts):
+        peer = part if part is not None else merged
+        x = merged.Create_intercomm(0, peer, n_old, _TAG + first_index + j)
+        nxt = x.Merge(high=False)
+        x.Free()
+        merged.Free()
+        if part is not None:
+            part.Free()
+        merged = nxt
+    return merged
+
+
+def _old_new_intercomm(merged: Any, n_old: int) -> Any:
+    old = merged.rank < n_old
+    local = merged.Split(0 if old else 1, merged.rank)
+    inter = local.Create_intercomm(0, merged, n_old if old else 0, _TAG - 1)
+    local.Free()
+    return inter
+
+
+def my_host() -> str:
+    """This process's host name (what the layout records)."""
+    return socket.gethostname()

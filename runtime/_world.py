@@ -1,0 +1,498 @@
+"""The adaptation verbs and the runtime's world handle (the one piece of module-level state).
+
+Flow of an expansion: ``probe_adapt`` (pending, STAYING) → ``adapt_begin`` spawns one group per
+host and merges → redistribute data over ``new_world`` → ``adapt_commit`` makes it ``world()``.
+Joiners start with ``init_adapt`` → JOINING and call ``adapt_begin`` at once. A shrink keeps the
+lowest ranks: leaving ranks get ``new_world == MPI.COMM_NULL``, send their data away inside the
+window, and after ``adapt_commit`` (which disconnects them, waits for the rest of their spawn group
+if it is split, and finalizes MPI) must return from the application.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from mpi4py import MPI
+
+from malleable.errors import AdaptError, AdaptTimeout, ConfigError, PlanError
+from malleable.runtime import _spawn
+from malleable.runtime._layout import (
+    ExpandPlan,
+    Group,
+    Layout,
+    apply_expand,
+    plan_expand,
+    plan_shrink,
+)
+from malleable.runtime._liveness import Listener, connect_back
+from malleable.runtime._plan import PlanStep, parse_plan, validate_plan
+from malleable.runtime._sources import PlanSource, choose_hosts
+from malleable.runtime._types import AdaptWindow, Decision, ProbeResult, Status
+from malleable.runtime._waits import wait_request
+
+__all__ = [
+    "AdaptReport",
+    "adapt_begin",
+    "adapt_commit",
+    "base_size",
+    "init_adapt",
+    "is_initialized",
+    "layout",
+    "probe_adapt",
+    "probe_count",
+    "world",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class AdaptReport:
+    """What :func:`adapt_commit` returns: the change, its cost, and the hosts it really freed."""
+
+    kind: str
+    old_size: int
+    new_size: int
+    status: Status
+    seconds: float
+    freed_hosts: tuple[str, ...] = ()
+    idle: int = 0
+
+
+@dataclass
+class _Window:
+    kind: str
+    decision: Decision
+    old_world: Any
+    new_world: Any
+    intercomm: Any
+    status: Status
+    t0: float
+    after: Layout
+    gone: tuple[int, ...] = ()
+    freed: tuple[str, ...] = ()
+    parent: Any = None
+
+
+@dataclass
+class _Runtime:
+    """State of this process's participation in the job; mutated only by the verbs below."""
+
+    world: Any
+    layout: Layout
+    gid: int
+    member: int
+    timeout: float
+    plan: tuple[PlanStep, ...]
+    plan_text: str
+    job_hosts: tuple[str, ...]
+    probes: int = 0
+    status: Status = Status.NEW
+    pending: Decision | None = None
+    pending_kind: str = ""
+    window: _Window | None = None
+    listener: Listener | None = None
+    alive_sock: socket.socket | None = None
+    joiner_ctx: dict | None = None
+    finished: bool = False
+    source: Any = field(default=None)
+
+
+_STATE: _Runtime | None = None  # the runtime's world handle
+
+
+def _rt() -> _Runtime:
+    if _STATE is None:
+        raise AdaptError("the malleable runtime is not initialised: call init_adapt() first")
+    return _STATE
+
+
+def is_initialized() -> bool:
+    """Whether init_adapt() has run in this process."""
+    return _STATE is not None
+
+
+def world() -> Any:
+    """The job's current world communicator (use it instead of ``MPI.COMM_WORLD``)."""
+    rt = _rt()
+    if rt.finished:
+        raise AdaptError("this process has left the job (LEAVING); it has no world")
+    return rt.world
+
+
+def layout() -> Layout:
+    """The job's process groups (hosts, sizes) as this process knows them."""
+    return _rt().layout
+
+
+def base_size() -> int:
+    """Number of launcher-started processes (they never leave)."""
+    return _rt().layout.base_size
+
+
+def probe_count() -> int:
+    """How many times the job has called probe_adapt (the same on every rank)."""
+    return _rt().probes
+
+
+def _env_timeout(timeout: float | None) -> float:
+    if timeout is not None:
+        val: Any = timeout
+    else:
+        val = os.environ.get("MALLEABLE_ADAPT_TIMEOUT", DEFAULT_TIMEOUT)
+    try:
+        t = float(val)
+    except ValueError:
+        raise ConfigError(f"MALLEABLE_ADAPT_TIMEOUT must be a number of seconds, got {val!r}") from None
+    if t <= 0:
+        raise ConfigError(f"adaptation timeout must be > 0 seconds, got {t}")
+    return t
+
+
+def _host_ok(host: str) -> bool:
+    try:
+        socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return True
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    if not raw.isdigit() or int(raw) < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {raw!r}")
+    return int(raw)
+
+
+def init_adapt(timeout: float | None = None, plan: str | None = None) -> Status:
+    """Join the malleable runtime; call once per process instead of relying on ``MPI.COMM_WORLD``.
+
+    Args:
+        timeout: seconds any adaptation step may wait (default ``MALLEABLE_ADAPT_TIMEOUT`` or 60).
+        plan: JSON plan text (default ``MALLEABLE_PLAN``); ignored on joiners, which get the job's.
+
+    Returns:
+        ``Status.NEW`` for processes of the job's start, ``Status.JOINING`` for processes spawned
+        by an expansion, which must call :func:`adapt_begin` next.
+
+    Raises:
+        PlanError: the plan is invalid (the message says what is wrong).
+        AdaptError: already initialised, or a joiner could not reach its parents.
+    """
+    global _STATE
+    if _STATE is not None:
+        raise AdaptError("init_adapt() was already called in this process")
+    t = _env_timeout(timeout)
+    parent = MPI.Comm.Get_parent()
+    if parent != MPI.COMM_NULL:
+        return _joiner_init(t)
+    comm = MPI.COMM_WORLD
+    hosts = comm.allgather(socket.gethostname())
+    base = Layout((Group(0, tuple(hosts), comm.size, base=True),))
+    text = plan if plan is not None else os.environ.get("MALLEABLE_PLAN", "")
+    steps = parse_plan(text)  # same input on every rank: every rank raises alike
+    job_hosts = tuple(h for h in os.environ.get("MALLEABLE_HOSTS", "").split(",") if h)
+    initial = max(comm.size, _env_int("MALLEABLE_INITIAL_PROCS", comm.size))
+    validate_plan(steps, initial, comm.size, _host_ok)
+    rt = _Runtime(comm.Dup(), base, 0, comm.rank, t, steps, text, job_hosts)
+    rt.source = PlanSource(steps)
+    if comm.rank == 0:
+        rt.listener = Listener()
+    _STATE = rt
+    _install_hooks()
+    if initial > comm.size:
+        ihosts = _initial_hosts(job_hosts, initial, comm.size)
+        _parent_expand(rt, Decision(initial, ihosts), kind="initial")
+    return Status.NEW
+
+
+def _initial_hosts(job_hosts: tuple[str, ...], n: int, base: int) -> tuple[str, ...]:
+    """Hosts for processes base..n-1 when the job starts: round robin over the job's hosts."""
+    if not job_hosts:
+        return ()
+    return tuple(job_hosts[i % len(job_hosts)] for i in range(base, n))
+
+
+def _joiner_init(timeout: float) -> Status:
+    global _STATE
+    try:
+        parent, ctx = _spawn.child_connect(timeout)
+    except AdaptTimeout as e:
+        log.error("joiner gives up: %s", e)
+        os._exit(3)
+    if ctx.get("kind") == "abort":
+        log.warning("expansion was cancelled by the parents; joiner exits")
+        parent.Disconnect()
+        MPI.Finalize()
+        os._exit(0)
+    lay = Layout.from_json(ctx["layout"])
+    steps = parse_plan(ctx["plan"])
+    rt = _Runtime(None, lay, ctx["gids"][ctx["index"]], ctx["member"], ctx["timeout"], steps, ctx["plan"],
+                  tuple(ctx["job_hosts"]), probes=ctx["probes"])
+    rt.source = PlanSource(steps, start=ctx["probes"])
+    rt.joiner_ctx = dict(ctx, parent=parent)
+    rt.alive_sock = connect_back(ctx["liveness"], rt.gid, rt.member, timeout)
+    _STATE = rt
+    _install_hooks()
+    if ctx["kind"] == "initial":
+        _joiner_merge(rt)
+        rt.status = Status.NEW
+        return Status.NEW
+    rt.status = Status.JOINING
+    return Status.JOINING
+
+
+def probe_adapt() -> ProbeResult:
+    """Ask whether an adaptation is pending; call it at a safe point on every rank of the world.
+
+    Returns:
+        ``(pending, status, info)``: ``pending`` is the same on every rank; ``status`` is
+        ``LEAVING`` on ranks a pending shrink removes, else ``STAYING``; ``info`` has the target
+        size (``procs``), the ``hosts`` for new processes, the ``kind`` and the ``probe`` count.
+
+    Raises:
+        AdaptError: called inside an adaptation window or on a process that left.
+    """
+    rt = _rt()
+    if rt.window is not None or rt.status is Status.JOINING:
+        raise AdaptError("probe_adapt() inside an adaptation window; call adapt_commit() first")
+    if rt.finished:
+        raise AdaptError("this process has left the job")
+    rt.probes += 1
+    d = rt.source.poll(rt.probes)
+    if d is None or d.procs == rt.layout.world_size:
+        return ProbeResult(False, Status.STAYING, {})
+    size = rt.layout.world_size
+    if d.procs < max(1, rt.layout.base_size):
+        log.error("refusing to shrink to %d process(es): below the base of %d launcher-started process(es)",
+                  d.procs, rt.layout.base_size)
+        return ProbeResult(False, Status.STAYING, {})
+    kind = "expand" if d.procs > size else "shrink"
+    rt.pending, rt.pending_kind = d, kind
+    status = Status.LEAVING if kind == "shrink" and rt.world.rank >= d.procs else Status.STAYING
+    return ProbeResult(True, status, d.as_info(rt.probes, kind))
+
+
+def adapt_begin() -> AdaptWindow:
+    """Open the adaptation window (collective over the world and, in an expansion, the joiners).
+
+    Returns:
+        ``(intercomm, new_world, staying, leaving, joining)``.
+
+    Raises:
+        AdaptError: nothing pending, a window already open, or the expansion failed; on failure
+            the world is unchanged and usable, and the pending decision is dropped.
+    """
+    rt = _rt()
+    if rt.window is not None:
+        raise AdaptError("adaptation windows cannot be nested: adapt_commit() the open one first")
+    if rt.status is Status.JOINING:
+        return _joiner_begin(rt)
+    if rt.pending is None:
+        raise AdaptError("adapt_begin() without a pending adaptation (probe_adapt() returned pending=False)")
+    d, kind = rt.pending, rt.pending_kind
+    rt.pending = None
+    if kind == "expand":
+        _parent_expand(rt, d, kind="expand")
+    else:
+        _begin_shrink(rt, d)
+    w = rt.window
+    assert w is not None
+    old, new = rt.layout.world_size, w.after.world_size
+    if kind == "expand":
+        return AdaptWindow(w.intercomm, w.new_world, old, 0, new - old)
+    return AdaptWindow(w.intercomm, w.new_world, new, old - new, 0)
+
+
+def _parent_expand(rt: _Runtime, d: Decision, kind: str) -> None:
+    t0 = time.perf_counter()
+    hosts = d.hosts or choose_hosts(rt.layout, rt.job_hosts, d.procs - rt.layout.world_size)
+    plan = plan_expand(rt.layout, d.procs, hosts)
+    inters = _spawn.parent_spawn(rt.world, plan, rt.timeout)
+    n_old = rt.world.size
+    gids = [plan.first_gid + i for i in range(len(inters))]
+    base_ctx = {
+        "kind": kind, "n_old": n_old, "n_groups": len(inters), "gids": gids, "layout": rt.layout.to_json(),
+        "probes": rt.probes, "plan": rt.plan_text, "timeout": rt.timeout, "job_hosts": list(rt.job_hosts),
+        "liveness": rt.listener.endpoint() if rt.listener else None, "decision": [d.procs, list(d.hosts)],
+    }
+    if rt.world.rank == 0 and rt.listener is None:
+        raise AdaptError("internal: rank 0 has no liveness listener")
+    _spawn.parent_send_context(rt.world, inters, [dict(base_ctx, index=i) for i in range(len(inters))])
+    if rt.world.rank == 0:
+        expected = [(g, m) for g, c in zip(gids, plan.counts, strict=True) for m in range(c)]
+        try:
+            rt.listener.accept(expected, rt.timeout)  # type: ignore[union-attr]
+        except AdaptTimeout:
+            rt.listener.forget(gids)  # type: ignore[union-attr]
+            raise
+    merged = _spawn.parent_merge(rt.world, inters)
+    for inter in inters:
+        inter.Disconnect()
+    member_hosts = _gather_members(merged.world, n_old, -1, len(inters))
+    after = apply_expand(rt.layout, plan, member_hosts)
+    rt.window = _Window(kind, d, rt.world, merged.world, merged.intercomm, Status.STAYING, t0, after)
+    if kind == "initial":
+        _commit(rt)
+
+
+def _gather_members(merged: Any, n_old: int, my_index: int, n_groups: int) -> list[list[str]]:
+    """Hosts of each new group's members, in rank order (one allgather over the merged world)."""
+    rows = merged.allgather((my_index, socket.gethostname()))[n_old:]
+    out: list[list[str]] = [[] for _ in range(n_groups)]
+    for index, host in rows:
+        out[index].append(host)
+    return out
+
+
+def _joiner_merge(rt: _Runtime) -> None:
+    ctx = rt.joiner_ctx
+    assert ctx is not None
+    t0 = time.perf_counter()
+    merged = _spawn.child_merge(ctx["parent"], ctx["index"], ctx["n_groups"], ctx["n_old"])
+    ctx["parent"].Disconnect()
+    member_hosts = _gather_members(merged.world, ctx["n_old"], ctx["index"], ctx["n_groups"])
+    before = Layout.from_json(ctx["layout"])
+    plan = ExpandPlan(tuple([None] * ctx["n_groups"]), tuple(len(h) for h in member_hosts), ctx["gids"][0])
+    after = apply_expand(before, plan, member_hosts)
+    d = Decision(ctx["decision"][0], tuple(ctx["decision"][1]))
+    rt.layout = before
+    rt.window = _Window(ctx["kind"], d, None, merged.world, merged.intercomm, Status.JOINING, t0, after)
+    if ctx["kind"] == "initial":
+        _commit(rt)
+
+
+def _joiner_begin(rt: _Runtime) -> AdaptWindow:
+    _joiner_merge(rt)
+    w = rt.window
+    assert w is not None
+    old, new = rt.layout.world_size, w.after.world_size
+    return AdaptWindow(w.intercomm, w.new_world, old, 0, new - old)
+
+
+def _begin_shrink(rt: _Runtime, d: Decision) -> None:
+    t0 = time.perf_counter()
+    sp = plan_shrink(rt.layout, d.procs)
+    comm = rt.world
+    leaving = comm.rank >= sp.target
+    new_world = comm.Split(MPI.UNDEFINED if leaving else 0, comm.rank)
+    local = comm.Split(1 if leaving else 0, comm.rank)
+    inter = local.Create_intercomm(0, comm, 0 if leaving else sp.target, 4710)
+    local.Free()
+    status = Status.LEAVING if leaving else Status.STAYING
+    rt.window = _Window("shrink", d, comm, new_world, inter, status, t0, sp.after, sp.gone, sp.freed_hosts)
+
+
+def adapt_commit() -> AdaptReport:
+    """Close the adaptation window: ``world()`` becomes the new world.
+
+    On leaving ranks this disconnects from the job, waits (idle) until the rest of the process's
+    spawn group leaves too, finalizes MPI and returns; the application must then return. On rank
+    0 it returns only once the processes of fully released groups have exited.
+
+    Returns:
+        An :class:`AdaptReport` (kind, sizes, time from begin to commit, hosts really freed).
+
+    Raises:
+        AdaptError: no window is open.
+    """
+    rt = _rt()
+    if rt.window is None:
+        raise AdaptError("adapt_commit() without an open window (call adapt_begin() first)")
+    return _commit(rt)
+
+
+def _commit(rt: _Runtime) -> AdaptReport:
+    w = rt.window
+    assert w is not None
+    old_size = rt.layout.world_size
+    w.intercomm.Disconnect()
+    if w.kind != "shrink":
+        if w.old_world is not None:
+            w.old_world.Free()
+        rt.world, rt.layout, rt.window, rt.status = w.new_world, w.after, None, Status.STAYING
+        return _report(rt, w, old_size, Status.STAYING if w.status is Status.STAYING else Status.JOINING)
+    w.old_world.Disconnect()
+    if w.status is Status.LEAVING:
+        rt.window, rt.finished, rt.status = None, True, Status.LEAVING
+        report = AdaptReport("shrink", old_size, w.after.world_size, Status.LEAVING,
+                             time.perf_counter() - w.t0, w.freed, w.after.idle())
+        _leave(rt)
+        return report
+    rt.world, rt.window = w.new_world, None
+    freed: tuple[str, ...] = ()
+    if rt.world.rank == 0 and rt.listener is not None:
+        try:
+            rt.listener.wait_gone(w.gone, rt.timeout)
+            freed = w.freed
+        except AdaptTimeout as e:
+            log.warning("%s; their hosts are not reported free", e)
+    rt.layout = w.after
+    freed = rt.world.bcast(freed, root=0)
+    return _report(rt, w, old_size, Status.STAYING, tuple(freed))
+
+
+def _report(rt: _Runtime, w: _Window, old_size: int, status: Status, freed: tuple[str, ...] = ()) -> AdaptReport:
+    kind = "expand" if w.kind == "initial" else w.kind
+    rep = AdaptReport(kind, old_size, rt.layout.world_size, status, time.perf_counter() - w.t0, freed,
+                      rt.layout.idle())
+    if rt.world.rank == 0:
+        log.info("adaptation %s %d -> %d in %.3f s (freed hosts: %s)", kind, old_size, rep.new_size,
+                 rep.seconds, ",".join(freed) or "-")
+    return rep
+
+
+def _leave(rt: _Runtime) -> None:
+    """Leaving side of a shrink: wait for the rest of the spawn group, then finalize MPI."""
+    _group_exit_barrier(timeout=None)
+    MPI.Finalize()
+
+
+def _group_exit_barrier(timeout: float | None) -> None:
+    """All members of this process's spawn group (its MPI_COMM_WORLD) meet here before finalizing."""
+    wait_request(MPI.COMM_WORLD.Ibarrier(), timeout, "rest of the spawn group to leave", cap=0.05)
+
+
+def _at_exit() -> None:
+    rt = _STATE
+    if rt is None or rt.finished or MPI.Is_finalized():
+        return
+    try:
+        _group_exit_barrier(timeout=rt.timeout * 10)
+    except AdaptTimeout:
+        log.warning("members of this process's spawn group never reached the end; finalizing anyway")
+    if rt.listener is not None:
+        rt.listener.close()
+
+
+def _excepthook(etype: type[BaseException], value: BaseException, tb: Any) -> None:
+    sys.__excepthook__(etype, value, tb)
+    rt = _STATE
+    if rt is not None and not rt.finished and not MPI.Is_finalized() and etype is not KeyboardInterrupt:
+        comm = rt.world if rt.world is not None else MPI.COMM_WORLD
+        sys.stderr.write(f"malleable: unhandled {etype.__name__} on rank {comm.rank}; aborting the job\n")
+        sys.stderr.flush()
+        comm.Abort(1)
+
+
+def _install_hooks() -> None:
+    atexit.register(_at_exit)
+    if os.environ.get("MALLEABLE_ABORT_ON_ERROR", "1") != "0":
+        sys.excepthook = _excepthook
+
+
+def _reset_for_tests() -> None:
+    """Forget the runtime state (only for in-process unit tests that never adapt)."""
+    global _STATE
+    _STATE = None
