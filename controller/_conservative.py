@@ -10,8 +10,8 @@ previous profile (handed over with ``Remember``) is still exact and only the new
 from __future__ import annotations
 
 from bisect import bisect_left
-from itertools import islice
 from dataclasses import dataclass
+from itertools import islice
 
 from malleable.errors import PolicyError
 

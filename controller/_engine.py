@@ -402,7 +402,6 @@ class Simulator:
             raise PolicyError(f"t={now:g}: {d!r}: nodes not free: {[x for x in added if x not in self._free_set]}")
         removed = [x for x in v.nodes if x not in new]
         # work done so far at the old size (none while a previous reconfiguration is still being paid)
-        w = self.workload
         run_old = self._runs[r.row] * self.speedup(job, v.size)
         done = v.progress + (max(0.0, now - v.since) / run_old if run_old > 0 else 1.0)
         done = min(done, 1.0)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from malleable.controller import (
     JobKind,
     ResizeJob,
@@ -17,6 +16,7 @@ from malleable.controller import (
     linear_reconfig_cost,
     simulate,
 )
+
 from malleable.errors import PolicyError, SimulationError
 
 
