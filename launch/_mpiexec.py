@@ -52,6 +52,7 @@ def mpiexec_argv(
     hosts: Sequence[str] | None = None,
     launcher_exec: str | None = None,
     env: dict[str, str] | None = None,
+    extra: Sequence[str] = (),
 ) -> list[str]:
     """argv of ``mpiexec -n N [launcher] [-hosts ...] [-genv K V ...] cmd``.
 
@@ -61,6 +62,7 @@ def mpiexec_argv(
         hosts: hosts to place the processes on (round robin); None for the local host.
         launcher_exec: an ssh stand-in for remote hosts (see :func:`launcher_args`).
         env: variables passed to every process with ``-genv``.
+        extra: more mpiexec options (e.g. ``-disable-auto-cleanup``).
 
     Raises:
         ValueError: ``n`` < 1 or ``cmd`` is empty.
@@ -74,7 +76,7 @@ def mpiexec_argv(
         argv += launcher_args(launcher_exec) + ["-hosts", ",".join(hosts)]
     for k, v in (env or {}).items():
         argv += ["-genv", k, v]
-    return argv + ["-n", str(n), *cmd]
+    return argv + list(extra) + ["-n", str(n), *cmd]
 
 
 def read_hostfile(path: str | os.PathLike[str]) -> list[str]:

@@ -18,6 +18,7 @@ Typical use::
 from malleable.runtime._layout import Group, Layout
 from malleable.runtime._plan import PlanStep, parse_plan, validate_plan
 from malleable.runtime._types import AdaptWindow, Decision, ProbeResult, Status
+from malleable.runtime.redistribute import block_counts, block_range, plan_blocks, redistribute, span_comm
 from malleable.runtime._world import (
     AdaptReport,
     adapt_begin,
@@ -43,12 +44,17 @@ __all__ = [
     "adapt_begin",
     "adapt_commit",
     "base_size",
+    "block_counts",
+    "block_range",
     "init_adapt",
     "is_initialized",
     "layout",
     "parse_plan",
+    "plan_blocks",
     "probe_adapt",
     "probe_count",
+    "redistribute",
+    "span_comm",
     "validate_plan",
     "world",
 ]

@@ -135,8 +135,10 @@ class Listener:
                     if not data:
                         sel.unregister(self._conns[k])
                         self._conns.pop(k).close()
-                        self._pids.pop(k)
+                        host, pid = self._pids.pop(k)
                         keys.remove(k)
+                        if host == socket.gethostname():
+                            _reap_wait(pid, deadline)
         finally:
             sel.close()
 
@@ -154,8 +156,22 @@ class Listener:
         self._sock.close()
 
 
-def connect_back(endpoint: dict, gid: int, member: int, timeout: float) -> socket.socket:
-    """Spawned side: connect to rank 0's listener and say who we are; keep the socket open until exit.
+def _reap_wait(pid: int, deadline: float) -> None:
+    """After the EOF a process may still be tearing down for a moment: wait until it is a zombie or gone."""
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return
+        except psutil.NoSuchProcess:
+            return
+        time.sleep(0.001)
+
+
+def connect_back(endpoint: dict, gid: int, member: int, timeout: float) -> int:
+    """Spawned side: connect to rank 0's listener, say who we are, and leave the socket to the kernel.
+
+    Returns the raw file descriptor, detached from Python so that interpreter shutdown does not
+    close it: only the end of the process does, which is what rank 0 waits for.
 
     Raises:
         AdaptTimeout: no address of the endpoint could be reached.
@@ -171,5 +187,5 @@ def connect_back(endpoint: dict, gid: int, member: int, timeout: float) -> socke
             continue
         s.settimeout(None)
         s.sendall(f"{gid} {member} {os.getpid()} {socket.gethostname()}\n".encode())
-        return s
+        return s.detach()
     raise AdaptTimeout(f"cannot reach rank 0 of the job to report in: {'; '.join(errors)}")

@@ -101,7 +101,7 @@ class _Runtime:
     pending_kind: str = ""
     window: _Window | None = None
     listener: Listener | None = None
-    alive_sock: socket.socket | None = None
+    alive_fd: int | None = None
     joiner_ctx: dict | None = None
     finished: bool = False
     source: Any = field(default=None)
@@ -242,7 +242,7 @@ def _joiner_init(timeout: float) -> Status:
                   tuple(ctx["job_hosts"]), probes=ctx["probes"])
     rt.source = PlanSource(steps, start=ctx["probes"])
     rt.joiner_ctx = dict(ctx, parent=parent)
-    rt.alive_sock = connect_back(ctx["liveness"], rt.gid, rt.member, timeout)
+    rt.alive_fd = connect_back(ctx["liveness"], rt.gid, rt.member, timeout)
     _STATE = rt
     _install_hooks()
     if ctx["kind"] == "initial":

@@ -52,13 +52,13 @@ def mpiexec_path() -> str:
 
 
 def run_mpi(n: int, *cmd: str, env: dict | None = None, timeout: float = 120, hosts: list[str] | None = None,
-            check: bool = True, cwd: str | None = None) -> subprocess.CompletedProcess:
+            check: bool = True, cwd: str | None = None, mpi_args: tuple = ()) -> subprocess.CompletedProcess:
     """Run ``cmd`` as ``n`` MPI processes and return the completed process (text output)."""
     from malleable.launch import mpiexec_argv
 
     full_env = dict(os.environ)
     full_env.update(env or {})
-    argv = mpiexec_argv(n, list(cmd), hosts=hosts)
+    argv = mpiexec_argv(n, list(cmd), hosts=hosts, extra=mpi_args)
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd)
     if check and proc.returncode != 0:
         raise AssertionError(f"mpiexec exited {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
