@@ -29,6 +29,8 @@ from malleable.runtime._world import (
     layout,
     probe_adapt,
     probe_count,
+    report_progress,
+    set_source,
     world,
 )
 
@@ -54,6 +56,8 @@ __all__ = [
     "probe_adapt",
     "probe_count",
     "redistribute",
+    "report_progress",
+    "set_source",
     "span_comm",
     "validate_plan",
     "world",

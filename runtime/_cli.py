@@ -1,11 +1,102 @@
-"""Subcommands of the runtime part (registered by malleable.cli)."""
+"""``malleable run``: start a malleable job as one anchor process that spawns the rest per host."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+import os
+import shlex
+import subprocess
+import sys
 
-__all__ = ["register"]
+from malleable.errors import ConfigError
+from malleable.launch import mpiexec_argv, read_hostfile
+from malleable.runtime._plan import parse_plan
+
+__all__ = ["build_run_argv", "register"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_NETMOD = "ofi"  # MPICH's UCX netmod cannot spawn onto another host from a one-process job
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add this part's subcommands to the malleable command."""
+    """Add ``malleable run``."""
+    p = sub.add_parser(
+        "run",
+        help="start a malleable MPI job (one anchor process + spawned processes per host)",
+        description=(
+            "Start CMD as a malleable job of N processes: mpiexec starts one anchor process on the first "
+            "host, and the anchor's init_adapt() spawns the other N-1 round robin over the hosts, one spawn "
+            "group per host, so that every host but the anchor's can later be freed by a shrink. "
+            "Plain 'mpiexec -n N python app.py' also works, but then all N processes are the job's base."
+        ),
+        epilog=(
+            "example: malleable run -n 4 --plan '[{\"at_probe\": 5, \"procs\": 2}]' -- "
+            "python -m malleable.apps.jacobi --n 256 --iters 100"
+        ),
+    )
+    p.add_argument("-n", "--procs", type=int, required=True, help="initial number of processes")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--hosts", help="comma-separated hosts; the anchor runs on the first")
+    where.add_argument("--hostfile", help="file with one host (or host:slots) per line")
+    p.add_argument("--plan", help="JSON adaptation plan (sets MALLEABLE_PLAN), e.g. '[{\"at_probe\": 3, \"procs\": 4}]'")
+    p.add_argument("--timeout", type=float, help="seconds an adaptation step may wait (MALLEABLE_ADAPT_TIMEOUT, default 60)")
+    p.add_argument("--launcher-exec", help="ssh stand-in hydra uses to reach other hosts (MALLEABLE_LAUNCHER_EXEC)")
+    p.add_argument("--no-auto-cleanup", action="store_true",
+                   help="pass -disable-auto-cleanup to mpiexec: a joiner that dies does not kill the job "
+                        "(the adaptation then fails with a clear error and the job goes on)")
+    p.add_argument("--dry-run", action="store_true", help="print the mpiexec command instead of running it")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="the program and its arguments (after --)")
+    p.set_defaults(func=_run)
+
+
+def build_run_argv(args: argparse.Namespace) -> list[str]:
+    """The mpiexec command line for ``malleable run`` (validated).
+
+    Raises:
+        ConfigError: bad process count, empty command, bad hostfile or plan.
+    """
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise ConfigError("no command to run: malleable run -n N -- python app.py ...")
+    if args.procs < 1:
+        raise ConfigError(f"-n must be >= 1, got {args.procs}")
+    hosts: list[str] = []
+    if args.hosts:
+        hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
+        if not hosts:
+            raise ConfigError("--hosts is empty")
+    elif args.hostfile:
+        hosts = read_hostfile(args.hostfile)
+    env = {"MALLEABLE_INITIAL_PROCS": str(args.procs),
+           "MPIR_CVAR_CH4_NETMOD": os.environ.get("MPIR_CVAR_CH4_NETMOD", DEFAULT_NETMOD)}
+    if hosts:
+        env["MALLEABLE_HOSTS"] = ",".join(hosts)
+    if args.plan is not None:
+        parse_plan(args.plan)  # fail here, before starting anything
+        env["MALLEABLE_PLAN"] = args.plan
+    if args.timeout is not None:
+        if args.timeout <= 0:
+            raise ConfigError(f"--timeout must be > 0, got {args.timeout}")
+        env["MALLEABLE_ADAPT_TIMEOUT"] = str(args.timeout)
+    extra = ["-disable-auto-cleanup"] if args.no_auto_cleanup else []
+    return mpiexec_argv(1, cmd, hosts=hosts[:1] or None, launcher_exec=args.launcher_exec, env=env, extra=extra)
+
+
+def _run(args: argparse.Namespace) -> int:
+    argv = build_run_argv(args)
+    if args.dry_run:
+        sys.stdout.write(shlex.join(argv) + "\n")
+        return 0
+    log.info("running %s", json.dumps(argv))
+    env = dict(os.environ)
+    if args.launcher_exec:
+        env["MALLEABLE_LAUNCHER_EXEC"] = args.launcher_exec
+    try:
+        return subprocess.call(argv, env=env)
+    except KeyboardInterrupt:
+        return 130

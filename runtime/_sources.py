@@ -1,20 +1,69 @@
-"""Where adaptation decisions come from: a scripted plan (no controller) — and host choice (pure)."""
+"""Where adaptation decisions come from: a scripted plan (no controller) or a controller link; host choice."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, Protocol
 
 from malleable.runtime._layout import Layout
 from malleable.runtime._plan import PlanStep
 from malleable.runtime._types import Decision
 
-__all__ = ["PlanSource", "choose_hosts"]
+__all__ = ["DecisionSource", "NullSource", "PlanSource", "choose_hosts"]
 
 
-class PlanSource:
+class DecisionSource(Protocol):
+    """What the runtime asks for decisions and tells about adaptations.
+
+    If ``local`` is true every rank calls :meth:`poll` and must get the same answer (a plan);
+    otherwise only world rank 0 calls it and the runtime broadcasts the answer (a controller).
+    The notification methods are called on world rank 0 only.
+    """
+
+    local: bool
+
+    def poll(self, probe: int) -> Decision | None:
+        """The decision due at the job's ``probe``-th probe, or None; must not block."""
+
+    def started(self, layout: Layout) -> None:
+        """The job is up (after init_adapt on rank 0)."""
+
+    def committed(self, report: Any, layout: Layout) -> None:
+        """An adaptation finished (``report`` is an AdaptReport); ``layout`` is the new one."""
+
+    def refused(self, decision: Decision, reason: str) -> None:
+        """A decision could not be carried out (below base, spawn failure, ...); the job goes on."""
+
+    def progress(self, phase: str, data: dict) -> None:
+        """Per-phase performance data (MTCT, iteration time) from the EPOP driver."""
+
+
+class NullSource:
+    """No decisions, ever (ranks other than 0 under a controller)."""
+
+    local = False
+
+    def poll(self, probe: int) -> Decision | None:
+        """Never a decision."""
+        return None
+
+    def started(self, layout: Layout) -> None:
+        """Nothing to tell."""
+
+    def committed(self, report: Any, layout: Layout) -> None:
+        """Nothing to tell."""
+
+    def refused(self, decision: Decision, reason: str) -> None:
+        """Nothing to tell."""
+
+    def progress(self, phase: str, data: dict) -> None:
+        """Nothing to tell."""
+
+
+class PlanSource(NullSource):
     """Decisions from a MALLEABLE_PLAN: every rank evaluates it locally, so probing costs no communication."""
 
-    collective = False
+    local = True
 
     def __init__(self, steps: Sequence[PlanStep], start: int = 0) -> None:
         self._steps = {s.at_probe: s for s in steps if s.at_probe > start}

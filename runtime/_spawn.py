@@ -141,7 +141,8 @@ def child_connect(timeout: float) -> tuple[Any, dict]:
         AdaptTimeout: the parents did not complete the handshake or send the context in time.
     """
     parent = MPI.Comm.Get_parent()
-    wait_request(parent.Ibarrier(), timeout, "handshake with the spawning processes")
+    # give up before the parents do: a failed group is then gone before they spawn anything else
+    wait_request(parent.Ibarrier(), 0.75 * timeout, "handshake with the spawning processes")
     ctx = wait_request(parent.irecv(source=0, tag=_TAG), timeout, "adaptation context from rank 0")
     return parent, ctx
 

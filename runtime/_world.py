@@ -33,7 +33,7 @@ from malleable.runtime._layout import (
 )
 from malleable.runtime._liveness import Listener, connect_back
 from malleable.runtime._plan import PlanStep, parse_plan, validate_plan
-from malleable.runtime._sources import PlanSource, choose_hosts
+from malleable.runtime._sources import NullSource, PlanSource, choose_hosts
 from malleable.runtime._types import AdaptWindow, Decision, ProbeResult, Status
 from malleable.runtime._waits import wait_request
 
@@ -47,6 +47,8 @@ __all__ = [
     "layout",
     "probe_adapt",
     "probe_count",
+    "report_progress",
+    "set_source",
     "world",
 ]
 
@@ -206,7 +208,7 @@ def init_adapt(timeout: float | None = None, plan: str | None = None) -> Status:
     initial = max(comm.size, _env_int("MALLEABLE_INITIAL_PROCS", comm.size))
     validate_plan(steps, initial, comm.size, _host_ok)
     rt = _Runtime(comm.Dup(), base, 0, comm.rank, t, steps, text, job_hosts)
-    rt.source = PlanSource(steps)
+    rt.source = _make_source(steps, comm.rank)
     if comm.rank == 0:
         rt.listener = Listener()
     _STATE = rt
@@ -214,7 +216,25 @@ def init_adapt(timeout: float | None = None, plan: str | None = None) -> Status:
     if initial > comm.size:
         ihosts = _initial_hosts(job_hosts, initial, comm.size)
         _parent_expand(rt, Decision(initial, ihosts), kind="initial")
+    if comm.rank == 0:
+        rt.source.started(rt.layout)
     return Status.NEW
+
+
+def _make_source(steps: tuple[PlanStep, ...], rank: int, start: int = 0) -> Any:
+    """A controller link when ``MALLEABLE_CONTROLLER`` is set (on rank 0), else the plan."""
+    if os.environ.get("MALLEABLE_CONTROLLER"):
+        if rank != 0:
+            return NullSource()
+        from malleable.runtime._link import ControllerSource  # the controller part's client
+
+        return ControllerSource.from_env()
+    return PlanSource(steps, start=start)
+
+
+def set_source(source: Any) -> None:
+    """Replace the decision source (e.g. a controller link made by the application); call on every rank."""
+    _rt().source = source
 
 
 def _initial_hosts(job_hosts: tuple[str, ...], n: int, base: int) -> tuple[str, ...]:
@@ -230,7 +250,7 @@ def _joiner_init(timeout: float) -> Status:
         parent, ctx = _spawn.child_connect(timeout)
     except AdaptTimeout as e:
         log.error("joiner gives up: %s", e)
-        os._exit(3)
+        os._exit(0)  # a clean give-up; the parents report the failed expansion
     if ctx.get("kind") == "abort":
         log.warning("expansion was cancelled by the parents; joiner exits")
         parent.Disconnect()
@@ -240,7 +260,7 @@ def _joiner_init(timeout: float) -> Status:
     steps = parse_plan(ctx["plan"])
     rt = _Runtime(None, lay, ctx["gids"][ctx["index"]], ctx["member"], ctx["timeout"], steps, ctx["plan"],
                   tuple(ctx["job_hosts"]), probes=ctx["probes"])
-    rt.source = PlanSource(steps, start=ctx["probes"])
+    rt.source = PlanSource(steps, start=ctx["probes"]) if ctx.get("local_source", True) else NullSource()
     rt.joiner_ctx = dict(ctx, parent=parent)
     rt.alive_fd = connect_back(ctx["liveness"], rt.gid, rt.member, timeout)
     _STATE = rt
@@ -270,13 +290,19 @@ def probe_adapt() -> ProbeResult:
     if rt.finished:
         raise AdaptError("this process has left the job")
     rt.probes += 1
-    d = rt.source.poll(rt.probes)
+    if rt.source.local:
+        d = rt.source.poll(rt.probes)
+    else:
+        d = rt.world.bcast(rt.source.poll(rt.probes) if rt.world.rank == 0 else None, root=0)
     if d is None or d.procs == rt.layout.world_size:
         return ProbeResult(False, Status.STAYING, {})
     size = rt.layout.world_size
     if d.procs < max(1, rt.layout.base_size):
-        log.error("refusing to shrink to %d process(es): below the base of %d launcher-started process(es)",
-                  d.procs, rt.layout.base_size)
+        reason = (f"refusing to shrink to {d.procs} process(es): below the base of "
+                  f"{rt.layout.base_size} launcher-started process(es)")
+        log.error("%s", reason)
+        if rt.world.rank == 0:
+            rt.source.refused(d, reason)
         return ProbeResult(False, Status.STAYING, {})
     kind = "expand" if d.procs > size else "shrink"
     rt.pending, rt.pending_kind = d, kind
@@ -303,10 +329,15 @@ def adapt_begin() -> AdaptWindow:
         raise AdaptError("adapt_begin() without a pending adaptation (probe_adapt() returned pending=False)")
     d, kind = rt.pending, rt.pending_kind
     rt.pending = None
-    if kind == "expand":
-        _parent_expand(rt, d, kind="expand")
-    else:
-        _begin_shrink(rt, d)
+    try:
+        if kind == "expand":
+            _parent_expand(rt, d, kind="expand")
+        else:
+            _begin_shrink(rt, d)
+    except AdaptError as e:
+        if rt.world.rank == 0:
+            rt.source.refused(d, str(e))
+        raise
     w = rt.window
     assert w is not None
     old, new = rt.layout.world_size, w.after.world_size
@@ -326,6 +357,7 @@ def _parent_expand(rt: _Runtime, d: Decision, kind: str) -> None:
         "kind": kind, "n_old": n_old, "n_groups": len(inters), "gids": gids, "layout": rt.layout.to_json(),
         "probes": rt.probes, "plan": rt.plan_text, "timeout": rt.timeout, "job_hosts": list(rt.job_hosts),
         "liveness": rt.listener.endpoint() if rt.listener else None, "decision": [d.procs, list(d.hosts)],
+        "local_source": bool(getattr(rt.source, "local", True)),
     }
     if rt.world.rank == 0 and rt.listener is None:
         raise AdaptError("internal: rank 0 has no liveness listener")
@@ -450,7 +482,16 @@ def _report(rt: _Runtime, w: _Window, old_size: int, status: Status, freed: tupl
     if rt.world.rank == 0:
         log.info("adaptation %s %d -> %d in %.3f s (freed hosts: %s)", kind, old_size, rep.new_size,
                  rep.seconds, ",".join(freed) or "-")
+        if w.kind != "initial":
+            rt.source.committed(rep, rt.layout)
     return rep
+
+
+def report_progress(phase: str, data: dict) -> None:
+    """Send per-phase performance data (e.g. MTCT) to the decision source; call on world rank 0."""
+    rt = _rt()
+    if rt.world.rank == 0:
+        rt.source.progress(phase, data)
 
 
 def _leave(rt: _Runtime) -> None:

@@ -34,7 +34,7 @@ if _marker and MPI.Comm.Get_parent() != MPI.COMM_NULL and MPI.COMM_WORLD.rank ==
         os.close(os.open(_marker, os.O_CREAT | os.O_EXCL))  # only the first expansion's joiner dies
         # abrupt death without any cleanup (no MPI_Finalize, no atexit). A death by signal is not used:
         # MPICH 5.0.2's hydra then tears the whole job down, even with -disable-auto-cleanup.
-        os._exit(137)
+        os._exit(1)
     except FileExistsError:
         pass
 
