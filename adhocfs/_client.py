@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import zmq
-from malleable.adhocfs._namespace import MODES, normalize
+from malleable.adhocfs._namespace import BLOCKING, MODES, normalize
 from malleable.adhocfs._placement import Layout, block_range
 from malleable.adhocfs._protocol import (
     Data,
@@ -105,7 +105,14 @@ class FileSystem:
         """One request to the metadata server (errors raised as local exceptions)."""
         if self.closed:
             raise ValueError("file system connection is closed")
-        return self.meta.call(msg, what=what)
+        deadline = time.monotonic() + self.wait
+        while True:
+            try:
+                return self.meta.call(msg, what=what)
+            except Busy:  # the file is being redistributed: namespace writes wait like data writes
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def peer(self, sid: int, addr: str) -> Peer:
         """Connection to data server ``sid`` at ``addr``."""
@@ -244,7 +251,7 @@ class AdhocFile(io.RawIOBase):
             info = self.fs.call(GetLayout(self.fid), what=f"layout of {self.name}")
             assert isinstance(info, FileInfo)
             self._set_info(info)
-            if not wait_ready or info.status != "decommissioning":
+            if not wait_ready or info.status not in BLOCKING:
                 return
             if time.monotonic() > deadline:
                 raise FsError(f"{self.name} stayed in redistribution for more than {self.fs.wait:g} s")

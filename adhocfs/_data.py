@@ -26,6 +26,8 @@ from malleable.adhocfs._protocol import (
     Error,
     Fence,
     Get,
+    Inventory,
+    InventoryReply,
     ListBlocks,
     Message,
     Ok,
@@ -104,6 +106,8 @@ class DataServer:
             return Ok()
         if isinstance(msg, ListBlocks):
             return Blocks(self.store.blocks_of(msg.fid))
+        if isinstance(msg, Inventory):
+            return InventoryReply({str(f): self.store.blocks_of(f) for f in self.store.files()})
         if isinstance(msg, Stats):
             return self.stats()
         if isinstance(msg, Shutdown):
@@ -178,6 +182,9 @@ class DataServer:
             if not isinstance(e, StaleLayout):
                 log.warning("rejected request: %s", e)
             reply = reply_error(e)
+        except Exception as e:  # a bug must not take the server down: report it and go on
+            log.exception("internal error handling a request")
+            reply = Error("FsError", f"internal error in data server {self.sid}: {e!r}")
         sock.send_multipart([ident, b"", *encode(reply, self.token, rid)], copy=False)
 
 

@@ -66,7 +66,7 @@ class MetaServer(ElasticMixin):
         Raises:
             PlacementError: the server is unknown or has no address yet.
         """
-        addr = self.ns.server_addrs().get(sid)
+        addr = {r["sid"]: r["addr"] for r in self.ns.servers()}.get(sid)  # 'gone' ones too: told to exit
         if not addr:
             raise PlacementError(f"data server {sid} is not registered")
         p = self.peers.get(sid)
@@ -181,6 +181,9 @@ class MetaServer(ElasticMixin):
             if not isinstance(e, (Busy, FileNotFoundError, FileExistsError)):
                 log.info("request failed: %s", e)
             reply = reply_error(e)
+        except Exception as e:  # a bug must not take the server down: report it and go on
+            log.exception("internal error handling a request")
+            reply = Error("FsError", f"internal error in the metadata server: {e!r}")
         sock.send_multipart([ident, b"", *encode(reply, self.token, rid)], copy=False)
 
 

@@ -5,7 +5,8 @@ version), data servers, placement epochs and fences, kept in SQLite.
 message for a data server (``(sid, message)``) that the socket shell sends. This class never touches a
 socket or a clock, so it is tested directly.
 
-File states: ``ready``; ``decommissioning`` while a shrink moves its blocks (writes wait, reads go on).
+File states: ``ready``; ``commissioning`` while servers join (I/O goes on); ``decommissioning`` while a
+shrink moves its blocks and ``rebalancing`` while a rebalance does (writes wait, reads go on).
 Server states: ``reserved`` (id given, not yet started), ``up`` (registered, not in the current epoch),
 ``active`` (in the current epoch), ``leaving`` (being decommissioned), ``gone``.
 """
@@ -47,10 +48,12 @@ from malleable.adhocfs._rpc import Busy
 
 from malleable.errors import FsError, ProtocolError
 
-__all__ = ["DEFAULT_BLOCK_SIZE", "MODES", "Namespace", "normalize"]
+__all__ = ["BLOCKING", "DEFAULT_BLOCK_SIZE", "MODES", "Namespace", "normalize"]
 
 DEFAULT_BLOCK_SIZE = 512 * 1024
 MODES = frozenset({"r", "r+", "w", "w+", "a", "a+", "x", "x+"})
+BLOCKING = frozenset({"decommissioning", "rebalancing"})
+"""File states in which writes wait (reads go on)."""
 Action = tuple[int, Message]
 
 _SCHEMA = """
@@ -267,6 +270,8 @@ class Namespace:
             return self._register(msg), []
         if isinstance(msg, AddServers):
             sids = []
+            if self.current_epoch() is not None:  # commissioning: I/O goes on, the status shows it
+                self.db.execute("UPDATE files SET status='commissioning' WHERE is_dir=0 AND status='ready'")
             for h in msg.hosts:
                 cur = self.db.execute("INSERT INTO servers(host, state) VALUES(?, 'reserved')", (h,))
                 sids.append(int(cur.lastrowid or 0))
@@ -297,7 +302,7 @@ class Namespace:
             row = self._create(path, msg.block_size)
         elif mode[0] == "w":
             if row is not None:  # truncation gives a fresh file id: old blocks can never be read back
-                if row["status"] != "ready":
+                if row["status"] in BLOCKING:
                     raise Busy(f"{path} is being redistributed")
                 actions = self._delete_file(row)
             row = self._create(path, msg.block_size)
@@ -307,7 +312,7 @@ class Namespace:
 
     def _extend(self, msg: Extend) -> FileInfo:
         row = self.file_row(msg.fid)
-        if row["status"] == "decommissioning":
+        if row["status"] in BLOCKING:
             raise Busy(f"{row['path']} is being redistributed; writes wait")
         hw = row["hw"]
         layout = self.layout(row)
@@ -324,7 +329,7 @@ class Namespace:
 
     def _set_size(self, msg: SetSize) -> tuple[Message, list[Action]]:
         row = self.file_row(msg.fid)
-        if row["status"] == "decommissioning":
+        if row["status"] in BLOCKING:
             raise Busy(f"{row['path']} is being redistributed; writes wait")
         actions: list[Action] = []
         if msg.size < row["size"]:
@@ -379,7 +384,7 @@ class Namespace:
                 raise OSError(errno.ENOTEMPTY, f"directory not empty: {path}")
             self.db.execute("DELETE FROM files WHERE fid=?", (row["fid"],))
             return Ok(), []
-        if row["status"] != "ready":
+        if row["status"] in BLOCKING:
             raise Busy(f"{path} is being redistributed")
         return Ok(), self._delete_file(row)
 

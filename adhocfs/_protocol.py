@@ -34,6 +34,8 @@ __all__ = [
     "FileInfo",
     "FsStatus",
     "Get",
+    "Inventory",
+    "InventoryReply",
     "GetLayout",
     "ListBlocks",
     "ListDir",
@@ -201,6 +203,18 @@ class Blocks(Message):
     """Reply to :class:`ListBlocks`."""
 
     blocks: list[int]
+
+
+@_msg("inventory")
+class Inventory(Message):
+    """Which blocks of which files this server holds."""
+
+
+@_msg("inventory_reply")
+class InventoryReply(Message):
+    """Reply to :class:`Inventory`: ``{str(fid): [blocks]}``."""
+
+    files: dict
 
 
 @_msg("stats")
@@ -389,18 +403,22 @@ class FsStatus(Message):
 
 @_msg("expand")
 class Expand(Message):
-    """Make the registered servers ``sids`` part of the current epoch (commissioning); optionally rebalance."""
+    """Make the registered servers ``sids`` part of the current epoch (commissioning); optionally move old
+    blocks onto them (``rebalance``, at most ``rate`` MB/s). Empty ``sids`` cancels a commissioning."""
 
     sids: list[int]
     rebalance: bool = False
+    rate: float = 0.0
 
 
 @_msg("shrink")
 class Shrink(Message):
-    """Decommission servers ``sids`` with ``mode`` partial or total redistribution."""
+    """Decommission servers ``sids`` with ``mode`` partial or total redistribution; ``rate`` caps the
+    bandwidth of block moves (MB/s, 0: unlimited)."""
 
     sids: list[int]
     mode: str = "partial"
+    rate: float = 0.0
 
 
 @_msg("change")
