@@ -24,7 +24,7 @@ from malleable.launch import spawn_on
 from malleable._secret import load_token
 from malleable.errors import ConfigError, FsError
 
-__all__ = ["Deployment", "MetaClient", "parse_hostport", "start_data_servers", "start_fs", "stop_fs"]
+__all__ = ["Deployment", "MetaClient", "parse_hostport", "start_data_servers", "start_fs", "start_meta", "stop_fs"]
 
 log = logging.getLogger(__name__)
 
@@ -226,6 +226,31 @@ def start_data_servers(meta: str, hosts: Sequence[str], state: str, dir: str | N
     return {sid: (host, addrs[f"data server {sid}"]) for sid, host in zip(sids, hosts)}, procs
 
 
+def start_meta(meta: str, state: str, block_size: int = 0, launcher: str | None = None
+               ) -> tuple[str, subprocess.Popen]:
+    """Start (or restart, on the same ``state`` directory) a metadata server on ``HOST[:PORT]``.
+
+    Returns:
+        ``(address, process)`` once it answers; a restarted server finishes or rolls back any change
+        that was interrupted.
+    """
+    host, port = parse_hostport(meta)
+    os.makedirs(state, exist_ok=True)
+    log_path = os.path.join(state, "meta.log")
+    args = ["--host", host, "--port", str(port), "--state", state, "--log", log_path]
+    if block_size:
+        args += ["--block-size", str(block_size)]
+    proc = _spawn(host, _python_cmd("malleable.adhocfs._meta", *args), launcher)
+    try:
+        addr = _wait_ready({"metadata server": proc}, {"metadata server": log_path}, START_TIMEOUT)[
+            "metadata server"]
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return addr, proc
+
+
 def start_fs(meta: str, data: Sequence[str], dir: str | None = None, state: str | None = None,
              block_size: int = 0, launcher: str | None = None, token: bytes | None = None) -> Deployment:
     """Start a metadata server on ``meta`` (``HOST[:PORT]``) and one data server per entry of ``data``.
@@ -245,18 +270,12 @@ def start_fs(meta: str, data: Sequence[str], dir: str | None = None, state: str 
         FsError: a server failed to start (its log tail is in the message).
         ConfigError: bad arguments.
     """
-    host, port = parse_hostport(meta)
     if not data:
         raise ConfigError("at least one data server host is needed")
     state = state or tempfile.mkdtemp(prefix="malleable-fs-")
-    os.makedirs(state, exist_ok=True)
-    args = ["--host", host, "--port", str(port), "--state", state, "--log", os.path.join(state, "meta.log")]
-    if block_size:
-        args += ["--block-size", str(block_size)]
-    procs = {"metadata server": _spawn(host, _python_cmd("malleable.adhocfs._meta", *args), launcher)}
+    addr, mproc = start_meta(meta, state, block_size, launcher)
+    procs = {"metadata server": mproc}
     try:
-        addr = _wait_ready(dict(procs), {"metadata server": os.path.join(state, "meta.log")}, START_TIMEOUT)[
-            "metadata server"]
         dep = Deployment(addr, state, procs, dir=dir)
         servers, dprocs = start_data_servers(addr, list(data), state, dir, launcher, token)
         dep.procs.update(dprocs)

@@ -22,6 +22,7 @@ from malleable.adhocfs._protocol import (
     FsStatus,
     Message,
     Ok,
+    Register,
     Shrink,
     Shutdown,
     Stats,
@@ -41,6 +42,7 @@ __all__ = ["MetaServer", "main"]
 log = logging.getLogger(__name__)
 
 ACTION_TIMEOUT = 3.0
+UNREACHABLE_FOR = 5.0  # seconds a server that timed out is not waited for again (until it registers)
 
 
 class MetaServer(ElasticMixin):
@@ -56,6 +58,7 @@ class MetaServer(ElasticMixin):
     def __init__(self, ns: Namespace, token: bytes, ctx: zmq.Context[Any]) -> None:
         self.ns, self.token, self.ctx = ns, token, ctx
         self.peers: dict[int, Peer] = {}
+        self.unreachable: dict[int, float] = {}  # sid -> until when it is assumed down (no re-waiting)
         self.running = True
         self.init_elastic()
 
@@ -81,7 +84,11 @@ class MetaServer(ElasticMixin):
         """Send each ``(sid, message)`` and wait for every reply; returns ``{index: reply or exception}``."""
         out: dict[int, Message | BaseException] = {}
         sent: dict[tuple[int, int], int] = {}
+        now = time.monotonic()
         for i, (sid, msg) in enumerate(calls):
+            if self.unreachable.get(sid, 0) > now:
+                out[i] = ServerUnavailable(f"data server {sid} did not answer recently")
+                continue
             try:
                 sent[(sid, self.peer(sid).send(msg))] = i
             except (PlacementError, zmq.ZMQError) as e:
@@ -94,6 +101,8 @@ class MetaServer(ElasticMixin):
                 try:
                     reply, rid = p.recv(max(0.05, deadline - time.monotonic()))
                 except (ServerUnavailable, AuthError) as e:
+                    if isinstance(e, ServerUnavailable):
+                        self.unreachable[sid] = time.monotonic() + UNREACHABLE_FOR
                     for k in [k for k in sent if k[0] == sid]:
                         out[sent.pop(k)] = e
                     break
@@ -125,6 +134,8 @@ class MetaServer(ElasticMixin):
             return self.expand(msg)
         if isinstance(msg, Shrink):
             return self.shrink(msg)
+        if isinstance(msg, Register):
+            self.unreachable.pop(msg.sid, None)
         reply, actions = self.ns.handle(msg)
         self.run_actions(actions)
         return reply
