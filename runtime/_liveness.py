@@ -48,6 +48,7 @@ class Listener:
         self.addresses = local_addresses()
         self._conns: dict[tuple[int, int], socket.socket] = {}  # (gid, member) -> socket
         self._pids: dict[tuple[int, int], tuple[str, int]] = {}
+        self._ctimes: dict[tuple[int, int], float] = {}
 
     def endpoint(self) -> dict:
         """What joiners need to connect (JSON)."""
@@ -94,8 +95,9 @@ class Listener:
                 break
             line += chunk
         try:
-            gid, member, pid, host = line.decode().split()
+            gid, member, pid, host, ctime = line.decode().split()
             key = (int(gid), int(member))
+            started = float(ctime)
         except ValueError:
             log.warning("ignoring a malformed liveness hello %r", line[:80])
             conn.close()
@@ -103,6 +105,7 @@ class Listener:
         conn.settimeout(None)
         self._conns[key] = conn
         self._pids[key] = (host, int(pid))
+        self._ctimes[key] = started
 
     def pids(self, gid: int) -> list[tuple[str, int]]:
         """(host, pid) of the live processes of group ``gid``."""
@@ -135,10 +138,9 @@ class Listener:
                     if not data:
                         sel.unregister(self._conns[k])
                         self._conns.pop(k).close()
-                        host, pid = self._pids.pop(k)
+                        _, pid = self._pids.pop(k)
                         keys.remove(k)
-                        if host == socket.gethostname():
-                            _reap_wait(pid, deadline)
+                        _reap_wait(pid, self._ctimes.pop(k), deadline)
         finally:
             sel.close()
 
@@ -147,6 +149,7 @@ class Listener:
         for k in [k for k in self._conns if k[0] in set(gids)]:
             self._conns.pop(k).close()
             self._pids.pop(k)
+            self._ctimes.pop(k, None)
 
     def close(self) -> None:
         """Close the listener and every connection."""
@@ -156,11 +159,16 @@ class Listener:
         self._sock.close()
 
 
-def _reap_wait(pid: int, deadline: float) -> None:
-    """After the EOF a process may still be tearing down for a moment: wait until it is a zombie or gone."""
+def _reap_wait(pid: int, started: float, deadline: float) -> None:
+    """After the EOF a process may still be tearing down for a moment: wait until it is a zombie or gone.
+
+    Only possible where rank 0 sees the process (same host, or hosts sharing a PID namespace); the
+    process is recognised by its pid *and* start time, so an unrelated local pid never matches.
+    """
     while time.monotonic() < deadline:
         try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+            p = psutil.Process(pid)
+            if abs(p.create_time() - started) > 0.05 or p.status() == psutil.STATUS_ZOMBIE:
                 return
         except psutil.NoSuchProcess:
             return
@@ -186,6 +194,7 @@ def connect_back(endpoint: dict, gid: int, member: int, timeout: float) -> int:
             errors.append(f"{addr}: {e}")
             continue
         s.settimeout(None)
-        s.sendall(f"{gid} {member} {os.getpid()} {socket.gethostname()}\n".encode())
+        started = psutil.Process().create_time()
+        s.sendall(f"{gid} {member} {os.getpid()} {socket.gethostname()} {started:.3f}\n".encode())
         return s.detach()
     raise AdaptTimeout(f"cannot reach rank 0 of the job to report in: {'; '.join(errors)}")

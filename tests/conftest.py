@@ -58,7 +58,7 @@ def run_mpi(n: int, *cmd: str, env: dict | None = None, timeout: float = 120, ho
 
     full_env = dict(os.environ)
     full_env.update(env or {})
-    argv = mpiexec_argv(n, list(cmd), hosts=hosts, extra=mpi_args)
+    argv = mpiexec_argv(n, list(cmd), hosts=hosts, extra=mpi_args, launcher_exec=full_env.get("MALLEABLE_LAUNCHER_EXEC"))
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd)
     if check and proc.returncode != 0:
         raise AssertionError(f"mpiexec exited {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")

@@ -23,6 +23,14 @@ N, COLS = 37, int(os.environ.get("PROG_COLS", "5"))
 REF = np.arange(N * COLS, dtype=np.float64).reshape(N, COLS) * 1.5
 
 
+def _netns_pids(host):
+    """PIDs inside a test-cluster host's network namespace (pids are shared across namespaces)."""
+    import subprocess
+
+    out = subprocess.run(["ip", "netns", "pids", host], capture_output=True, text=True, timeout=10).stdout
+    return [int(x) for x in out.split()]
+
+
 def emit(obj):
     sys.stdout.write(json.dumps(obj) + "\n")
     sys.stdout.flush()
@@ -77,9 +85,10 @@ while True:
                     left = pids_before[w.size:] if rep.kind == "shrink" else []
                     alive = [p for p in left if psutil.pid_exists(p)
                              and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+                    on_hosts = {h: _netns_pids(h) for h in os.environ.get("PROG_CHECK_HOSTS", "").split(",") if h}
                     emit({"report": {"kind": rep.kind, "old": rep.old_size, "new": rep.new_size,
                                      "seconds": rep.seconds, "freed": list(rep.freed_hosts), "idle": rep.idle},
-                          "left_pids": left, "left_alive": alive})
+                          "left_pids": left, "left_alive": alive, "host_pids": on_hosts})
     it = mr.probe_count()
     if it > ITERS:
         break
