@@ -347,8 +347,8 @@ class AdhocFile(io.RawIOBase):
             return 0
         end = self._pos + n
         need = -(-end // self.block_size)
-        if need > self._hw:
-            self._extend(end, need + self.fs.reserve)
+        if need > self._hw:  # reserve blocks; the size is published by flush, once the data is acknowledged
+            self._extend(self._meta_size, need + self.fs.reserve)
         pos = 0
         # write-behind keeps the pieces until acknowledged: immutable input is sent without a copy
         frozen = isinstance(b, bytes)

@@ -47,19 +47,63 @@ def test_start_put_get_ls_status_stop(tmp_path):
         assert missing.returncode != 0 and "nope" in missing.stderr
     finally:
         run("fs", "stop", "--meta", addr)
-    for pid in pids:  # the servers really exit
-        for _ in range(50):
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                break
-            import time
-
-            time.sleep(0.1)
-        else:
-            pytest.fail(f"server pid {pid} still running after stop")
+    _assert_exited(pids)
 
 
 def test_start_reports_failure_clearly(tmp_path):
     bad = run("fs", "start", "--meta", "127.0.0.1:99999", "--data", "127.0.0.1", check=False)
     assert bad.returncode != 0 and "HOST[:PORT]" in bad.stderr
+
+
+def test_expand_shrink_status_commands(tmp_path):
+    import json
+
+    start = run("fs", "start", "--meta", "127.0.0.1", "--data", "127.0.0.1", "--state", str(tmp_path / "st"))
+    addr = start.stdout.strip().splitlines()[-1]
+    pids = []
+    try:
+        src = tmp_path / "in.bin"
+        src.write_bytes(os.urandom(4_000_000))
+        run("fs", "put", "--meta", addr, str(src), "/a.bin", "--block-size", "65536")
+        out = run("fs", "expand", "--meta", addr, "--data", "127.0.0.1,127.0.0.1").stdout
+        assert out.count("data server") == 2 and "done" in out
+        st = json.loads(run("fs", "status", "--meta", addr, "--json").stdout)
+        assert len([s for s in st["servers"] if s["state"] == "active"]) == 3
+        assert [h["kind"] for h in st["history"]][-1] == "expand"
+        pids = [s["pid"] for s in st["servers"]]
+        leaving = next(s for s in st["servers"] if s["sid"] == 1)
+        out = run("fs", "shrink", "--meta", addr, "--data", leaving["addr"].removeprefix("tcp://"),
+                  "--mode", "total").stdout
+        assert "done" in out and "blocks moved" in out
+        status = run("fs", "status", "--meta", addr).stdout
+        assert "shrink done" in status or "shrink" in status
+        run("fs", "get", "--meta", addr, "/a.bin", str(tmp_path / "out.bin"))
+        assert (tmp_path / "out.bin").read_bytes() == src.read_bytes()
+        bad = run("fs", "shrink", "--meta", addr, "--data", "nohost", check=False)
+        assert bad.returncode == 1 and "nohost" in bad.stderr
+        watch = run("fs", "watch", "--meta", addr, "--rio", "50", "--interval", "0.2", "--duration", "0.5",
+                    "--dry-run").stdout
+        assert "keep" in watch and "RIO=50" in watch
+    finally:
+        run("fs", "stop", "--meta", addr)
+    _assert_exited(pids)
+
+
+def _assert_exited(pids, timeout=5.0):
+    """The servers really exit (zombies left for init to reap count as exited)."""
+    import time
+
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    for pid in pids:
+        while True:
+            try:
+                alive = psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+            except psutil.NoSuchProcess:
+                alive = False
+            if not alive:
+                break
+            if time.monotonic() > deadline:
+                pytest.fail(f"server pid {pid} still running after stop")
+            time.sleep(0.1)
