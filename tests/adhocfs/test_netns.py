@@ -70,3 +70,53 @@ def test_roundtrip_h5py_and_down_server(cluster_fs):
                 f.read()
     finally:
         close_checked(fs)
+
+
+def test_expand_and_shrink_across_hosts(netns_cluster, tmp_path, monkeypatch):
+    """Grow onto node4 through the launcher, then decommission node2: its server exits, nothing is lost."""
+    import h5py
+    import numpy as np
+
+    from malleable.adhocfs import connect, start_fs
+    from malleable.adhocfs._admin import expand_fs, resolve_servers, shrink_fs
+
+    for k, v in netns_cluster.env().items():
+        monkeypatch.setenv(k, v)
+    dep = start_fs("node1", ["node2", "node3"], state=str(tmp_path / "st"))
+    try:
+        fs = connect(dep.address, timeout=3.0)
+        try:
+            files = {f"/n{i}": random.Random(i).randbytes(3 << 20) for i in range(3)}
+            for p, d in files.items():
+                with fs.open(p, "wb", block_size=128 * 1024) as f:
+                    f.write(d)
+            arr = np.arange(50_000.0)
+            with fs.open("/h.h5", "w+b") as f, h5py.File(f, "w") as h:
+                h["a"] = arr
+            servers, procs, info = expand_fs(dep.address, ["node4"], state=dep.state)
+            dep.procs.update({f"x{k}": p for k, p in procs.items()})
+            assert info["state"] == "done" and [h for h, _ in servers.values()] == ["node4"]
+            with fs.open("/after", "wb", block_size=128 * 1024) as f:
+                f.write(b"z" * (2 << 20))
+            node2 = resolve_servers(dep.address, ["node2"])
+            pid2 = next(s["pid"] for s in fs.status().servers if s["sid"] in node2)
+            assert pid2 in netns_cluster.pids_on("node2")
+            done = shrink_fs(dep.address, node2, "partial")
+            assert done["state"] == "done"
+            for _ in range(50):
+                if pid2 not in netns_cluster.pids_on("node2"):
+                    break
+                time.sleep(0.1)
+            assert pid2 not in netns_cluster.pids_on("node2")          # the host is really freed
+            assert sorted(s["host"] for s in fs.status().servers) == ["node3", "node4"]
+            for p, d in files.items():
+                with fs.open(p, "rb") as f:
+                    assert f.read() == d
+            with fs.open("/after", "rb") as f:
+                assert f.read() == b"z" * (2 << 20)
+            with fs.open("/h.h5", "rb") as f, h5py.File(f, "r") as h:
+                assert np.array_equal(h["a"][...], arr)
+        finally:
+            close_checked(fs)
+    finally:
+        dep.stop()
