@@ -1,10 +1,13 @@
 """malleable.controller: scheduling policies, the discrete-event simulator and the controller daemon."""
 
 from ._conservative import Profile, conservative
-from ._engine import SimResult, Simulator, simulate
+from ._engine import FAILED_PRIORITY, SimResult, Simulator, simulate
+from ._mebf000 import MEBF0, MEBF0Config
+from ._mebf002 import MEBF, MEBFConfig
 from ._metrics import bounded_slowdown, summary, utilization_curve, write_jobs_csv
 from ._model import (
     Decision,
+    Interrupt,
     Job,
     JobKind,
     NodeId,
@@ -20,11 +23,37 @@ from ._model import (
 )
 from ._plot import plot_result
 from ._policies import POLICIES, easy, easy_shadow, fcfs, get_policy
-from ._speedup import ReconfigCost, SpeedupModel, amdahl, linear_reconfig_cost, no_reconfig_cost
+from ._speedup import (
+    SPEEDUPS,
+    MtctModel,
+    ReconfigCost,
+    SpeedupModel,
+    amdahl,
+    fixed_reconfig_cost,
+    linear,
+    linear_reconfig_cost,
+    mtct_amdahl,
+    no_reconfig_cost,
+    per_job_reconfig_cost,
+    rho_power,
+)
 from ._swf import read_swf, write_swf
 from ._workload import Workload, synthetic
 
 __all__ = [
+    "FAILED_PRIORITY",
+    "Interrupt",
+    "MEBF",
+    "MEBF0",
+    "MEBF0Config",
+    "MEBFConfig",
+    "MtctModel",
+    "SPEEDUPS",
+    "fixed_reconfig_cost",
+    "linear",
+    "mtct_amdahl",
+    "per_job_reconfig_cost",
+    "rho_power",
     "plot_result",
     "write_jobs_csv",
     "utilization_curve",

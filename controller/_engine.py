@@ -7,6 +7,11 @@ the order of equal entries deterministic.
 
 Jobs are first-class records that can change size while they run: the engine tracks the fraction of work done
 under a speedup model, so a resize recomputes the end (and the estimated end), after a reconfiguration cost.
+
+Failures (seed 000 §3.1): ``failures=[(t, node, downtime), ...]`` takes ``node`` down at ``t`` for ``downtime``
+seconds. A job holding it is interrupted: its other nodes are freed at once and it is re-queued, to restart
+from scratch (no checkpoints), with priority :data:`FAILED_PRIORITY`; an :class:`Interrupt` decision does the
+same to a victim with the priority it names. The queue stays sorted by ``(-priority, submission)``.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import numpy as np
 from malleable.errors import PolicyError, SimulationError
 
 from ._model import (
+    Interrupt,
     Job,
     JobKind,
     Policy,
@@ -40,15 +46,17 @@ from ._model import (
     StartJob,
     Wake,
 )
-from ._speedup import ReconfigCost, SpeedupModel, amdahl, no_reconfig_cost
+from ._speedup import MtctModel, ReconfigCost, SpeedupModel, amdahl, no_reconfig_cost
 from ._workload import Workload
 
-__all__ = ["SimResult", "Simulator", "simulate"]
+__all__ = ["FAILED_PRIORITY", "SimResult", "Simulator", "simulate"]
 
 log = logging.getLogger(__name__)
 
-_END, _WAKE = 0, 2
+_END, _WAKE, _FAIL, _REPAIR = 0, 2, 3, 4
 _INF = math.inf
+FAILED_PRIORITY = 2
+"""Queue priority of a job re-queued after a node failure (seed 000: the failed job goes first)."""
 
 
 class _Run:
@@ -79,6 +87,8 @@ class SimResult:
         sim_seconds: wall-clock seconds spent in the event loop.
         passes: number of scheduling passes (policy calls).
         decisions: number of decisions applied, by type name.
+        restarts: per-job number of interruptions (failures, Interrupt decisions), or None if none could occur.
+        lost: per-job node-seconds thrown away by interruptions (included in ``area``), or None likewise.
     """
 
     workload: Workload
@@ -91,6 +101,8 @@ class SimResult:
     sim_seconds: float
     passes: int
     decisions: dict[str, int] = field(default_factory=dict)
+    restarts: np.ndarray | None = None
+    lost: np.ndarray | None = None
 
     @property
     def wait(self) -> np.ndarray:
@@ -116,12 +128,16 @@ class Simulator:
         hints: pass incremental hints (``Snapshot.changed``/``arrived``) to the policy; False always sends
             ``changed=True`` (the policy then recomputes everything; results must be identical).
         progress: called with the number of submitted jobs every 8192 submissions.
+        failures: ``(time, node id, downtime)`` node failures to inject (module docstring).
+        mtct: ``mtct(job, size)``, the MTCT a running job reports (``RunningJob.mtct``); default none.
     """
 
     def __init__(self, workload: Workload, policy: Policy, *, name: str | None = None,
                  speedup: SpeedupModel = amdahl, reconfig_cost: ReconfigCost = no_reconfig_cost,
                  node_ids: Sequence[Hashable] | None = None, hints: bool = True,
-                 progress: Callable[[int], None] | None = None) -> None:
+                 progress: Callable[[int], None] | None = None,
+                 failures: Sequence[tuple[float, Hashable, float]] = (),
+                 mtct: MtctModel | None = None) -> None:
         self.workload = workload
         self.policy = policy
         self.name = name or getattr(policy, "__name__", "policy")
@@ -152,9 +168,21 @@ class Simulator:
         self._seq = 0
         self._reservations: dict[int, Reserve] = {}
         self._memo: object = None
-        self._counts = {"StartJob": 0, "ResizeJob": 0, "Reserve": 0, "Wake": 0, "Remember": 0}
+        self._counts = {"StartJob": 0, "ResizeJob": 0, "Reserve": 0, "Wake": 0, "Remember": 0, "Interrupt": 0}
         self._now = 0.0
         self._done = False
+        self.mtct = mtct
+        self._failures = sorted((float(t), x, float(d)) for t, x, d in failures)
+        for t, x, d in self._failures:
+            if x not in self._free_set or not (t >= 0 and d > 0):
+                raise SimulationError(f"bad failure ({t}, {x!r}, {d}): unknown node or non-positive downtime")
+        self._down: dict[Hashable, float] = {}       # failed node -> repair time
+        self._owner: dict[Hashable, int] = {}        # node -> running job id (kept only with failures)
+        self._restarts = array("l", [0]) * n if self._failures else None
+        self._lost = array("d", [0.0]) * n if self._failures else None
+        for k, (t, _, _) in enumerate(self._failures):
+            self._seq += 1
+            heapq.heappush(self._heap, (t, _FAIL, self._seq, k))
 
     # -- the event loop -------------------------------------------------------------------------------------
 
@@ -208,8 +236,11 @@ class Simulator:
                     if r is not None and r.key[1] == seq:
                         finish(jid, r, now)
                         changed = stale = event = True
-                else:
+                elif prio == _WAKE:
                     event = True
+                else:
+                    self._fault(prio, jid, now)
+                    changed = stale = event = True
             if not event:
                 continue        # only stale end entries of resized jobs: no pass
             first_new = len(queue)
@@ -229,11 +260,12 @@ class Simulator:
                 run_t = tuple(self._rviews)
                 stale = False
             qview = QueueView(queue)
+            down_t = self._down_view() if self._down else ()
             if hints:
                 snap = Snapshot(now, nodes, free_t, run_t, qview, changed, len(queue) - first_new, proxy,
-                                self._memo)
+                                self._memo, down_t)
             else:
-                snap = Snapshot(now, nodes, free_t, run_t, qview, True, len(queue), proxy, self._memo)
+                snap = Snapshot(now, nodes, free_t, run_t, qview, True, len(queue), proxy, self._memo, down_t)
             passes += 1
             decisions = policy(snap, now)
             if getrefcount(snap) > 2 or getrefcount(qview) > 3:
@@ -250,10 +282,15 @@ class Simulator:
             raise SimulationError(f"{self.name}: {len(queue)} jobs left queued with no running job or pending "
                                   f"event (first: job {queue[0].id}, {queue[0].procs} nodes)")
         log.info("%s: %d jobs simulated in %.3f s (%d passes)", self.name, n, elapsed, passes)
+        restarts = lost = None
+        if self._restarts is not None:
+            restarts = np.array(self._restarts, dtype=np.int64)
+            lost = np.frombuffer(self._lost, dtype=np.float64).copy()
         return SimResult(w, self.name, np.frombuffer(self._start, dtype=np.float64).copy(),
                          np.frombuffer(self._end, dtype=np.float64).copy(),
                          np.array(self._size, dtype=np.int64), np.frombuffer(self._area, dtype=np.float64).copy(),
-                         np.array(self._resizes, dtype=np.int64), elapsed, passes, dict(self._counts))
+                         np.array(self._resizes, dtype=np.int64), elapsed, passes, dict(self._counts),
+                         restarts, lost)
 
     def _job_factory(self) -> Callable[[int], Job]:
         w = self.workload
@@ -298,6 +335,13 @@ class Simulator:
             elif t is Remember:
                 self._memo = d.value
                 counts["Remember"] += 1
+            elif t is Interrupt:
+                r = self._running.get(d.job_id)
+                if r is None:
+                    raise PolicyError(f"t={now:g}: {d!r}: job is not running")
+                self._interrupt(r, int(d.priority), now)
+                counts["Interrupt"] += 1
+                resized = True
             else:
                 raise PolicyError(f"t={now:g}: not a decision: {d!r}")
         return resized
@@ -349,9 +393,24 @@ class Simulator:
         self._seq += 1
         seq = self._seq
         end = now + run
-        view = RunningJob(job, nodes, k, now, now, 0.0, now + est, 0)
+        view = RunningJob(job, nodes, k, now, now, 0.0, now + est, 0,
+                          None if self.mtct is None else self.mtct(job, k))
         r = _Run(row, view, end, (now + est, seq), now)
+        if self._failures:
+            for x in nodes:
+                self._owner[x] = job.id
+        if self._restarts is not None and self._restarts[row]:
+            r.area = self._area[row]          # a restart: keep the first start and the earlier runs' area
+            self._size[row] = k
+            self._push_run(r, job, end, seq)
+            return
         self._running[job.id] = r
+        self._push_run(r, job, end, seq)
+        self._start[row] = now
+        self._size[row] = k
+
+    def _push_run(self, r: _Run, job: Job, end: float, seq: int) -> None:
+        view = r.view
         key = r.key
         rkeys = self._rkeys
         if not rkeys or rkeys[-1] < key:
@@ -362,8 +421,6 @@ class Simulator:
             rkeys.insert(j, key)
             self._rviews.insert(j, view)
         heappush(self._heap, (end, _END, seq, job.id))
-        self._start[row] = now
-        self._size[row] = k
 
     def _unlist(self, r: _Run) -> None:
         j = bisect_left(self._rkeys, r.key)
@@ -378,6 +435,9 @@ class Simulator:
         nodes = r.view.nodes
         self._free.extend(nodes)
         self._free_set.update(nodes)
+        if self._failures:
+            for x in nodes:
+                self._owner.pop(x, None)
         self._end[r.row] = now
         self._area[r.row] = r.area + r.view.size * (now - r.seg)
 
@@ -421,7 +481,13 @@ class Simulator:
         r.area += v.size * (now - r.seg)
         r.seg = now
         self._seq += 1
-        view = RunningJob(job, nodes, k, v.start, since, done, est_end, v.resizes + 1)
+        if self._failures:
+            for x in removed:
+                self._owner.pop(x, None)
+            for x in added:
+                self._owner[x] = job.id
+        view = RunningJob(job, nodes, k, v.start, since, done, est_end, v.resizes + 1,
+                          None if self.mtct is None else self.mtct(job, k))
         r.view, r.end, r.key = view, end, (est_end, self._seq)
         j = bisect_left(self._rkeys, r.key)
         self._rkeys.insert(j, r.key)
@@ -429,6 +495,68 @@ class Simulator:
         heappush(self._heap, (end, _END, self._seq, job.id))
         self._resizes[r.row] += 1
         log.debug("t=%g: job %d resized %d -> %d, end %g", now, job.id, v.size, k, end)
+
+
+    # -- failures and interruptions ---------------------------------------------------------------------------
+
+    def _down_view(self) -> tuple[tuple[Hashable, float], ...]:
+        return tuple(sorted(self._down.items(), key=lambda kv: kv[1]))
+
+    def _fault(self, prio: int, k: int, now: float) -> None:
+        """A node failure (``_FAIL``) or repair (``_REPAIR``) event for ``self._failures[k]``."""
+        _, x, downtime = self._failures[k]
+        if prio == _REPAIR:
+            if self._down.get(x) == now:
+                del self._down[x]
+                self._free.append(x)
+                self._free_set.add(x)
+                log.debug("t=%g: node %r repaired", now, x)
+            return
+        back = now + downtime
+        if x in self._down:                       # already down: the later repair time wins
+            back = max(back, self._down[x])
+        elif x in self._free_set:
+            self._free.remove(x)
+            self._free_set.discard(x)
+        else:
+            jid = self._owner.get(x)
+            if jid is None or jid not in self._running:
+                raise SimulationError(f"node {x!r} is neither free nor held at t={now}")
+            self._down[x] = back                  # not returned to the free list by the interruption
+            self._interrupt(self._running[jid], FAILED_PRIORITY, now)
+            log.debug("t=%g: node %r failed, job %d interrupted", now, x, jid)
+        self._down[x] = back
+        self._seq += 1
+        heappush(self._heap, (back, _REPAIR, self._seq, k))
+
+    def _interrupt(self, r: _Run, priority: int, now: float) -> None:
+        """Stop running job ``r``, free its nodes (except failed ones) and re-queue it with ``priority``."""
+        v = r.view
+        job = v.job
+        del self._running[job.id]
+        self._unlist(r)
+        if self._restarts is None:
+            n = len(self.workload)
+            self._restarts = array("l", [0]) * n
+            self._lost = array("d", [0.0]) * n
+        held = r.area + v.size * (now - r.seg)
+        self._lost[r.row] += held - self._area[r.row]
+        self._area[r.row] = held
+        self._restarts[r.row] += 1
+        for x in v.nodes:
+            self._owner.pop(x, None)
+            if x not in self._down:
+                self._free.append(x)
+                self._free_set.add(x)
+        again = Job(job.id, job.submit, job.procs, job.estimate, job.kind, job.min_procs, job.max_procs,
+                    job.serial, job.rho, priority)
+        q = self._queue
+        i = 0
+        while i < len(q) and (q[i].priority > priority or (q[i].priority == priority and q[i].submit <= job.submit)):
+            i += 1
+        q.insert(i, again)
+        self._qrow[job.id] = r.row
+        self._qjob[job.id] = again
 
 
 def simulate(workload: Workload, policy: Policy | str, **kwargs: object) -> SimResult:

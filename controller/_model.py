@@ -17,6 +17,7 @@ from typing import Any, TypeAlias
 
 __all__ = [
     "Decision",
+    "Interrupt",
     "Job",
     "JobKind",
     "NodeId",
@@ -57,6 +58,10 @@ class Job:
         min_procs: smallest allowed size (== procs for rigid jobs).
         max_procs: largest allowed size (== procs for rigid jobs).
         serial: Amdahl serial fraction in [0, 1] used by the speedup model (0 = linear speedup).
+        rho: scalability parameter of seed 002 (0 = linear speedup, larger = more sub-linear), used by the
+            ``rho_power`` speedup model and by the MEBF policies to rank jobs.
+        priority: queue priority; the engine keeps the queue sorted by ``(-priority, submission)``. 0 for every
+            submitted job; jobs re-queued after a failure (or an :class:`Interrupt`) get a higher one.
     """
 
     id: int
@@ -67,6 +72,8 @@ class Job:
     min_procs: int = 0
     max_procs: int = 0
     serial: float = 0.0
+    rho: float = 0.0
+    priority: int = 0
 
     @staticmethod
     def rigid(id: int, submit: float, procs: int, estimate: float) -> Job:  # noqa: A002 - mirrors the field
@@ -92,6 +99,8 @@ class RunningJob:
         end_estimate: estimated end from the user's estimate scaled by the speedup model (the real end is
             never later).
         resizes: how many times it has been resized.
+        mtct: the job's last reported MPI-time-to-compute-time ratio (seed 003), or None when it reports none
+            (in the simulator: from the engine's ``mtct`` model at the current size).
     """
 
     job: Job
@@ -102,6 +111,7 @@ class RunningJob:
     progress: float
     end_estimate: float
     resizes: int = 0
+    mtct: float | None = None
 
     @property
     def id(self) -> int:
@@ -132,6 +142,15 @@ class ResizeJob:
 
 
 @dataclass(frozen=True, slots=True)
+class Interrupt:
+    """Stop running job ``job_id`` now and put it back in the queue with ``priority`` (node stealing, seed 000
+    §3.1: the victim is "marked failed" and restarts later from scratch; its nodes become free at once)."""
+
+    job_id: int
+    priority: int = 1
+
+
+@dataclass(frozen=True, slots=True)
 class Reserve:
     """Record that queued job ``job_id`` is expected to start at ``start`` on ``size`` nodes (backfilling
     reservations). Informational for the engine (shown by ``malleable queue``, checked by invariant tests)."""
@@ -159,7 +178,7 @@ class Remember:
     value: Any
 
 
-Decision: TypeAlias = StartJob | ResizeJob | Reserve | Wake | Remember
+Decision: TypeAlias = StartJob | ResizeJob | Reserve | Wake | Remember | Interrupt
 
 
 class QueueView(Sequence[Job]):
@@ -210,6 +229,8 @@ class Snapshot:
             unknown).
         reservations: the last ``Reserve`` decision per queued job id (empty when the policy makes none).
         memo: the value of the last ``Remember`` decision of this policy, or None.
+        down: failed nodes as ``(node id, expected repair time)``, sorted by repair time (``inf`` when
+            unknown); they are neither free nor held by a job.
     """
 
     now: float
@@ -221,6 +242,7 @@ class Snapshot:
     arrived: int = -1
     reservations: dict[int, Reserve] | None = None
     memo: Any = None
+    down: tuple[tuple[NodeId, float], ...] = ()
 
     @property
     def n_free(self) -> int:

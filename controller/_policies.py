@@ -155,7 +155,11 @@ POLICIES: dict[str, Policy] = {
     "easy": easy,
     "conservative": conservative,
 }
-"""The registered policies by name (an explicit table; issue 8 adds the malleable ones here)."""
+"""The registered policies by name (an explicit table; the malleable ones of issue 8 come from ._registry)."""
+
+from ._registry import MALLEABLE_POLICIES  # noqa: E402 - after the rigid policies it does not depend on
+
+POLICIES.update(MALLEABLE_POLICIES)
 
 
 def get_policy(name: str) -> Policy:

@@ -45,6 +45,7 @@ class Workload:
         skipped: jobs left out, by reason.
         malformed: lines that could not be parsed (skipped unless strict).
         name: where the workload came from.
+        rho: per-job scalability parameter of seed 002 (``rho_power`` speedup model), or None (all 0).
     """
 
     ids: np.ndarray
@@ -60,6 +61,7 @@ class Workload:
     skipped: dict[str, int] = field(default_factory=dict)
     malformed: int = 0
     name: str = ""
+    rho: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -75,7 +77,8 @@ class Workload:
         if self.kind is None:
             return Job(int(self.ids[i]), float(self.submit[i]), p, float(self.estimate[i]), JobKind.RIGID, p, p, 0.0)
         return Job(int(self.ids[i]), float(self.submit[i]), p, float(self.estimate[i]), _KINDS[int(self.kind[i])],
-                   int(self.min_procs[i]), int(self.max_procs[i]), float(self.serial[i]))
+                   int(self.min_procs[i]), int(self.max_procs[i]), float(self.serial[i]),
+                   0.0 if self.rho is None else float(self.rho[i]))
 
     def head(self, n: int) -> Workload:
         """The first ``n`` jobs (by submit order)."""
@@ -83,14 +86,19 @@ class Workload:
             return None if a is None else a[:n].copy()
         return Workload(self.ids[:n].copy(), self.submit[:n].copy(), self.run[:n].copy(), self.estimate[:n].copy(),
                         self.procs[:n].copy(), self.machine, cut(self.kind), cut(self.min_procs),
-                        cut(self.max_procs), cut(self.serial), dict(self.skipped), self.malformed, self.name)
+                        cut(self.max_procs), cut(self.serial), dict(self.skipped), self.malformed, self.name,
+                        cut(self.rho))
 
     def with_malleable(self, fraction: float, *, seed: int = 0, min_factor: float = 0.5, max_factor: float = 2.0,
-                       serial: tuple[float, float] = (0.0, 0.1)) -> Workload:
+                       serial: tuple[float, float] = (0.0, 0.1),
+                       rho: tuple[float, float] | None = None) -> Workload:
         """A copy where a random ``fraction`` of the jobs is malleable (the rest rigid).
 
         Malleable jobs get ``min = max(1, floor(procs * min_factor))``, ``max = min(machine, ceil(procs *
         max_factor))`` and an Amdahl serial fraction uniform in ``serial`` (seed 002 §4.2 uses 0.5x and 5x).
+        With ``rho = (lo, hi)`` every job (rigid ones too: the model is their real scalability) also gets a
+        seed-002 scalability parameter uniform in ``[lo, hi]`` (drawn after the other columns, so the same seed
+        gives the same kinds and sizes with or without it).
 
         Raises:
             ConfigError: a fraction outside [0, 1] or factors that do not bracket 1.
@@ -106,9 +114,12 @@ class Workload:
         mn = np.where(mall, lo, self.procs).astype(np.int32)
         mx = np.where(mall, hi, self.procs).astype(np.int32)
         ser = np.where(mall, rng.uniform(serial[0], serial[1], n), 0.0)
+        rh = self.rho.copy() if self.rho is not None else None
+        if rho is not None:
+            rh = rng.uniform(rho[0], rho[1], n)
         return Workload(self.ids.copy(), self.submit.copy(), self.run.copy(), self.estimate.copy(),
                         self.procs.copy(), self.machine, kind, mn, mx, ser, dict(self.skipped), self.malformed,
-                        f"{self.name}+malleable{fraction:g}")
+                        f"{self.name}+malleable{fraction:g}", rh)
 
     def offered_load(self) -> float:
         """``sum(run * procs) / (machine * (last submit - first submit))`` (inf for a zero span)."""
@@ -147,7 +158,8 @@ def _sorted(w: Workload) -> Workload:
     def take(a: np.ndarray | None) -> np.ndarray | None:
         return None if a is None else a[o]
     return Workload(w.ids[o], w.submit[o], w.run[o], w.estimate[o], w.procs[o], w.machine, take(w.kind),
-                    take(w.min_procs), take(w.max_procs), take(w.serial), w.skipped, w.malformed, w.name)
+                    take(w.min_procs), take(w.max_procs), take(w.serial), w.skipped, w.malformed, w.name,
+                    take(w.rho))
 
 
 def synthetic(n: int, machine: int = 256, load: float = 0.7, seed: int = 0) -> Workload:
