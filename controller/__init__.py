@@ -2,6 +2,7 @@
 
 from ._conservative import Profile, conservative
 from ._engine import FAILED_PRIORITY, SimResult, Simulator, simulate
+from ._ebs import EBS, EBSConfig
 from ._mebf000 import MEBF0, MEBF0Config
 from ._mebf002 import MEBF, MEBFConfig
 from ._metrics import bounded_slowdown, summary, utilization_curve, write_jobs_csv
@@ -41,6 +42,8 @@ from ._swf import read_swf, write_swf
 from ._workload import Workload, synthetic
 
 __all__ = [
+    "EBS",
+    "EBSConfig",
     "FAILED_PRIORITY",
     "Interrupt",
     "MEBF",
