@@ -346,9 +346,10 @@ class AdhocFile(io.RawIOBase):
         if n == 0:
             return 0
         end = self._pos + n
-        need = -(-end // self.block_size)
-        if need > self._hw:  # reserve blocks; the size is published by flush, once the data is acknowledged
-            self._extend(self._meta_size, need + self.fs.reserve)
+        first, need = self._pos // self.block_size, -(-end // self.block_size)
+        if self._layout.any_unallocated(first, need):
+            # allocate (with some blocks ahead); the size is published by flush, once the data is acknowledged
+            self._extend(self._meta_size, need + self.fs.reserve, first)
         pos = 0
         # write-behind keeps the pieces until acknowledged: immutable input is sent without a copy
         frozen = isinstance(b, bytes)
@@ -410,8 +411,9 @@ class AdhocFile(io.RawIOBase):
                     raise
                 time.sleep(0.05)
 
-    def _extend(self, size: int, blocks: int) -> None:
-        info = self._with_wait(lambda: self.fs.call(Extend(self.fid, size, blocks), what=f"writing {self.name}"))
+    def _extend(self, size: int, blocks: int, first: int = 0) -> None:
+        info = self._with_wait(lambda: self.fs.call(Extend(self.fid, size, blocks, first),
+                                                     what=f"writing {self.name}"))
         assert isinstance(info, FileInfo)
         self._set_info(info)
         self._meta_size = info.size
@@ -472,9 +474,15 @@ class AdhocFile(io.RawIOBase):
     def _read_range(self, pos: int, out: memoryview) -> None:
         """Fill ``out`` with the file bytes at ``pos`` (holes read as zeros), re-fetching the layout and
         retrying once per layout change when a server answers ``stale`` or not at all."""
-        todo = [(b, off, ln, dest) for (b, off, ln), dest in
-                zip(block_range(pos, len(out), self.block_size),
-                    _offsets(block_range(pos, len(out), self.block_size)))]
+        pieces = block_range(pos, len(out), self.block_size)
+        if pieces and self._layout.any_unallocated(pieces[0][0], pieces[-1][0] + 1):
+            self._refresh(False)  # another client may have allocated (and written) these blocks
+        todo = []
+        for (b, off, ln), dest in zip(pieces, _offsets(pieces), strict=True):
+            if self._layout.allocated(b):
+                todo.append((b, off, ln, dest))
+            else:  # never written: a hole
+                out[dest:dest + ln] = bytes(ln)
         for attempt in range(5):
             pending: dict[tuple[int, int], _Pending] = {}
             failed: list[tuple[int, int, int, int]] = []

@@ -64,8 +64,10 @@ class DataServer:
         sid: the stable server id given by the metadata server.
     """
 
-    def __init__(self, store: BlockStore, token: bytes, sid: int) -> None:
+    def __init__(self, store: BlockStore, token: bytes, sid: int, max_rate: float = 0.0) -> None:
         self.store, self.token, self.sid = store, token, sid
+        self.max_rate = max_rate  # MB/s cap emulating a node's bandwidth (0: none)
+        self._free_at = 0.0
         self.fences: dict[int, tuple[int, int]] = {}
         self.counts = collections.Counter[str]()
         self.samples: collections.deque[float] = collections.deque(maxlen=WINDOW)
@@ -131,6 +133,11 @@ class DataServer:
             self.store.cut((msg.fid, msg.cut_block), msg.cut_len)
 
     def _count(self, kind: str, nbytes: int) -> None:
+        if self.max_rate > 0 and nbytes:  # hold the server as long as the emulated link would be busy
+            now = time.monotonic()
+            self._free_at = max(self._free_at, now) + nbytes / (self.max_rate * 1e6)
+            if self._free_at > now:
+                time.sleep(self._free_at - now)
         self.counts[kind] += 1
         self.counts[kind[:-1] + "_bytes"] += nbytes
         self._step_bytes += nbytes
@@ -216,13 +223,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=0, help="port (0: a random free port)")
     p.add_argument("--dir", default=None, help="backing directory: blocks survive a restart")
     p.add_argument("--log", default=None, help="log file (default stderr)")
+    p.add_argument("--max-rate", type=float, default=float(os.environ.get("MALLEABLE_ADHOCFS_MAX_RATE", 0) or 0),
+                   help="cap this server's bandwidth in MB/s to emulate a node's link or device "
+                        "(default $MALLEABLE_ADHOCFS_MAX_RATE, else none)")
     args = p.parse_args(argv)
     setup_logging(args.log, f"data{args.sid}")
     token = load_token()
     store: BlockStore = DirStore(args.dir) if args.dir else MemoryStore()
     ctx = zmq.Context()
     sock, addr = bind_socket(ctx, zmq.ROUTER, args.host, args.port)
-    server = DataServer(store, token, args.sid)
+    server = DataServer(store, token, args.sid, args.max_rate)
     try:
         for fid, wmin, rmin in register(ctx, args.meta, token, args.sid, addr, args.host):
             server.fences[fid] = (wmin, rmin)

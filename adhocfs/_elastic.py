@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 from malleable.adhocfs._namespace import BLOCKING
-from malleable.adhocfs._placement import Layout, intern_epoch
+from malleable.adhocfs._placement import UNALLOCATED, Layout, intern_epoch
 from malleable.adhocfs._protocol import (
     Change, Copy, Data, DropBlocks, Expand, Fence, Get, Inventory, InventoryReply, Message, Shrink, Shutdown,
 )
@@ -164,7 +164,8 @@ class ElasticMixin:
             candidates = {}
             for row in ns.files():
                 lay = ns.layout(row)
-                touches = (lay.servers(epochs) & gone) if gone else any(iv.epoch != cur for iv in lay.intervals)
+                touches = (lay.servers(epochs) & gone) if gone else any(
+                    iv.epoch not in (cur, UNALLOCATED) for iv in lay.intervals)
                 if touches and row["status"] not in BLOCKING:
                     candidates[row["fid"]] = row["version"] + 1
                     self._set_file(row["fid"], status=status, version=row["version"] + 1)

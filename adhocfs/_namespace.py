@@ -20,7 +20,7 @@ import sqlite3
 from collections.abc import Iterable
 from typing import Any
 
-from malleable.adhocfs._placement import Epochs, Layout
+from malleable.adhocfs._placement import UNALLOCATED, Epochs, Layout
 from malleable.adhocfs._protocol import (
     AddServers,
     DeclareRio,
@@ -177,7 +177,7 @@ class Namespace:
         """The :class:`FileInfo` reply for a file row."""
         layout = self.layout(row)
         all_epochs = self.epochs()
-        epochs = {str(i.epoch): list(all_epochs[i.epoch]) for i in layout.intervals}
+        epochs = {str(i.epoch): list(all_epochs[i.epoch]) for i in layout.intervals if i.epoch != UNALLOCATED}
         addrs = self.server_addrs()
         servers = {str(s): addrs.get(s, "") for sids in epochs.values() for s in sids}
         return FileInfo(row["fid"], row["path"], row["size"], row["block_size"], row["hw"], layout.to_pairs(),
@@ -227,7 +227,7 @@ class Namespace:
             raise ValueError(f"block size must be between 4 KiB and 64 MiB, got {bs}")
         self._check_parent(path)
         cur = self.db.execute("INSERT INTO files(path, is_dir, block_size, layout) VALUES(?, 0, ?, ?)",
-                              (path, bs, json.dumps(Layout.single(eid).to_pairs())))
+                              (path, bs, json.dumps(Layout.empty().to_pairs())))
         return self.file_row(int(cur.lastrowid or 0))
 
     # ------------------------------------------------------------ requests
@@ -314,14 +314,13 @@ class Namespace:
         row = self.file_row(msg.fid)
         if row["status"] in BLOCKING:
             raise Busy(f"{row['path']} is being redistributed; writes wait")
-        hw = row["hw"]
         layout = self.layout(row)
-        if msg.blocks > hw:
+        if layout.any_unallocated(msg.first, msg.blocks):  # blocks written now use the current epoch
             eid = self.current_epoch()
             if eid is None:
                 raise FsError("the file system has no data servers")
-            layout = layout.extend(hw, eid)
-            hw = msg.blocks
+            layout = layout.allocate(msg.first, msg.blocks, eid)
+        hw = max(row["hw"], msg.blocks)
         size = max(row["size"], msg.size)
         self.db.execute("UPDATE files SET hw=?, size=?, layout=? WHERE fid=?",
                         (hw, size, json.dumps(layout.to_pairs()), msg.fid))

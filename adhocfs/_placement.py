@@ -14,12 +14,13 @@ Notes:
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from malleable.errors import PlacementError
 
 __all__ = [
+    "UNALLOCATED",
     "Epochs",
     "Interval",
     "Layout",
@@ -30,6 +31,9 @@ __all__ = [
 ]
 
 _MASK = (1 << 64) - 1
+
+UNALLOCATED = 0x7FFFFFFF
+"""Epoch marker of blocks never written: they get the epoch that is current when first written."""
 
 Epochs = Mapping[int, tuple[int, ...]]
 """Epoch id -> the ordered tuple of stable server ids active in that epoch."""
@@ -130,6 +134,43 @@ class Layout:
         """The ``[[start, epoch], ...]`` form."""
         return [[i.start, i.epoch] for i in self.intervals]
 
+    @classmethod
+    def empty(cls) -> Layout:
+        """The layout of a new file: no block allocated yet."""
+        return cls.single(UNALLOCATED)
+
+    def allocated(self, block: int) -> bool:
+        """Whether ``block`` has been placed in an epoch."""
+        return self.epoch_of(block) != UNALLOCATED
+
+    def any_unallocated(self, first: int, end: int) -> bool:
+        """Whether a block of ``[first, end)`` is not allocated yet."""
+        for k, iv in enumerate(self.intervals):
+            stop = self.intervals[k + 1].start if k + 1 < len(self.intervals) else end
+            if iv.epoch == UNALLOCATED and iv.start < end and stop > first:
+                return True
+        return False
+
+    def allocate(self, first: int, end: int, epoch: int) -> Layout:
+        """Layout after the unallocated blocks of ``[first, end)`` are placed in ``epoch``; allocated blocks
+        keep their epoch (nothing moves)."""
+        if end <= first:
+            return self
+        segs: list[list[int]] = []
+        for k, iv in enumerate(self.intervals):
+            stop = self.intervals[k + 1].start if k + 1 < len(self.intervals) else 1 << 62
+            for a, b in ((iv.start, min(stop, first)), (max(iv.start, first), min(stop, end)),
+                         (max(iv.start, end), stop)):
+                if a < b:
+                    inside = first <= a and b <= end
+                    segs.append([a, epoch if inside and iv.epoch == UNALLOCATED else iv.epoch])
+        return Layout.from_pairs(segs)
+
+    def remap(self, fn: Callable[[int], int]) -> Layout:
+        """Layout with every allocated interval's epoch replaced by ``fn(epoch)``."""
+        return Layout.from_pairs([[iv.start, iv.epoch if iv.epoch == UNALLOCATED else fn(iv.epoch)]
+                                  for iv in self.intervals])
+
     def epoch_of(self, block: int) -> int:
         """Epoch of the interval holding ``block``."""
         if block < 0:
@@ -144,6 +185,8 @@ class Layout:
             PlacementError: the layout names an unknown epoch.
         """
         eid = self.epoch_of(block)
+        if eid == UNALLOCATED:
+            raise PlacementError(f"file {fid}: block {block} is not allocated")
         try:
             sids = epochs[eid]
         except KeyError:
@@ -163,7 +206,7 @@ class Layout:
 
     def servers(self, epochs: Epochs) -> set[int]:
         """Every server id any interval of this layout may place blocks on."""
-        return {s for i in self.intervals for s in epochs.get(i.epoch, ())}
+        return {s for i in self.intervals if i.epoch != UNALLOCATED for s in epochs.get(i.epoch, ())}
 
     def spans(self, nblocks: int) -> list[tuple[int, int, int]]:
         """``(first, end, epoch)`` for the intervals clipped to blocks ``[0, nblocks)``."""

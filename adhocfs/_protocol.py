@@ -280,11 +280,13 @@ class GetLayout(Message):
 
 @_msg("extend")
 class Extend(Message):
-    """Reserve blocks up to ``blocks`` and raise the size to at least ``size``."""
+    """Allocate blocks ``[first, blocks)`` not allocated yet in the current epoch and raise the size to at
+    least ``size``."""
 
     fid: int
     size: int
     blocks: int
+    first: int = 0
 
 
 @_msg("set_size")

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from malleable.adhocfs._placement import Epochs, Layout, intern_epoch
+from malleable.adhocfs._placement import UNALLOCATED, Epochs, Layout, intern_epoch
 from malleable.errors import PlacementError
 
 __all__ = ["FilePlan", "FileState", "Move", "Plan", "plan_rebalance", "plan_shrink"]
@@ -94,6 +94,8 @@ def _existing(f: FileState, layout_epochs: Epochs, held: Mapping[tuple[int, int]
     """``(block, owner)`` of the file's blocks that exist on their owner (orphan copies ignored)."""
     out = []
     for b in blocks_by_file.get(f.fid, ()):
+        if not f.layout.allocated(b):
+            continue
         src = f.layout.server(layout_epochs, f.fid, b)
         if src in held.get((f.fid, b), ()):
             out.append((b, src))
@@ -154,10 +156,13 @@ def plan_shrink(files: Iterable[FileState], epochs: Epochs, current: int, leavin
         if not (f.layout.servers(epochs) & gone):
             continue
         if mode == "total" and affected:
-            new = Layout.single(new_current)
+            new = f.layout.remap(lambda e: new_current)
         else:
             pairs = []
             for iv in f.layout.intervals:
+                if iv.epoch == UNALLOCATED:
+                    pairs.append([iv.start, iv.epoch])
+                    continue
                 lst = [s for s in epochs[iv.epoch] if s not in gone] or remaining
                 eid, new_epochs = intern_epoch(new_epochs, lst)
                 pairs.append([iv.start, eid])
@@ -176,9 +181,9 @@ def plan_rebalance(files: Iterable[FileState], epochs: Epochs, current: int, inv
     by_file = _blocks_by_file(held)
     plan_files: dict[int, FilePlan] = {}
     for f in files:
-        if all(iv.epoch == current for iv in f.layout.intervals):
+        if all(iv.epoch in (current, UNALLOCATED) for iv in f.layout.intervals):
             continue
-        new = Layout.single(current)
+        new = f.layout.remap(lambda e: current)
         moves = _moves(f, new, epochs, _existing(f, epochs, held, by_file))
         plan_files[f.fid] = FilePlan(f.fid, new, bool(moves), moves)
     return Plan(dict(epochs), current, plan_files, 0)

@@ -31,7 +31,7 @@ def expected_owners(fs, path) -> dict[int, int]:
     info = fs.call(P.GetLayout(st.fid))
     lay = Layout.from_pairs(info.layout)
     epochs = {int(k): tuple(v) for k, v in info.epochs.items()}
-    return {b: lay.server(epochs, st.fid, b) for b in range(st.nblocks)}
+    return {b: lay.server(epochs, st.fid, b) for b in range(st.nblocks) if lay.allocated(b)}
 
 
 def layout_of(fs, path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from malleable.adhocfs import _protocol as P
 from malleable.adhocfs._namespace import Namespace, normalize
-from malleable.adhocfs._placement import intern_epoch
+from malleable.adhocfs._placement import UNALLOCATED, intern_epoch
 from malleable.adhocfs._rpc import Busy
 
 from malleable.errors import FsError
@@ -36,7 +36,8 @@ def test_open_modes(ns):
     with pytest.raises(FileNotFoundError):
         h(ns, P.Open("/f", "r"))
     info = h(ns, P.Open("/f", "x"))
-    assert info.size == 0 and info.block_size == 4096 and info.layout == [[0, 0]]
+    assert info.size == 0 and info.block_size == 4096 and info.layout == [[0, UNALLOCATED]]
+    h(ns, P.Extend(info.fid, 10, 1))
     with pytest.raises(FileExistsError):
         h(ns, P.Open("/f", "x"))
     assert h(ns, P.Open("/f", "r+")).fid == info.fid
@@ -60,16 +61,20 @@ def test_open_modes(ns):
 def test_extend_and_intervals(ns):
     info = h(ns, P.Open("/f", "w"))
     info = h(ns, P.Extend(info.fid, 5000, 2))
-    assert info.hw == 2 and info.size == 5000
+    assert info.hw == 2 and info.size == 5000 and info.layout == [[0, 0], [2, UNALLOCATED]]
+    info = h(ns, P.Extend(info.fid, 5000, 12, first=10))            # a far write allocates only its range
+    assert info.layout == [[0, 0], [2, UNALLOCATED], [10, 0], [12, UNALLOCATED]] and info.hw == 12
     eid, ep = intern_epoch(ns.epochs(), [1, 2, 3])                  # an expansion
     ns.set_epochs(ep, eid)
-    info = h(ns, P.Extend(info.fid, 9000, 4))
-    assert info.layout == [[0, 0], [2, eid]] and info.hw == 4 and info.size == 9000
+    info = h(ns, P.Extend(info.fid, 9000, 14, first=2))             # the gap and the tail: new epoch
+    assert info.layout == [[0, 0], [2, eid], [10, 0], [12, eid], [14, UNALLOCATED]]
+    assert info.hw == 14 and info.size == 9000
     assert info.epochs == {"0": [1, 2], str(eid): [1, 2, 3]}
     info = h(ns, P.Extend(info.fid, 100, 1))                        # never shrinks size or hw
-    assert info.size == 9000 and info.hw == 4
+    assert info.size == 9000 and info.hw == 14
     later = h(ns, P.Open("/g", "w"))
-    assert later.layout == [[0, eid]]                               # a new file records the new count
+    later = h(ns, P.Extend(later.fid, 1, 1))
+    assert later.layout == [[0, eid], [1, UNALLOCATED]]             # a new file records the new count
 
 
 def test_set_size_cuts_blocks(ns):
@@ -103,7 +108,7 @@ def test_directories(ns):
         h(ns, P.Stat("/a/f"))
     with pytest.raises(ValueError):
         h(ns, P.Rename("/z", "/z/b/q"))
-    h(ns, P.Open("/z/h", "w"))
+    h(ns, P.Extend(h(ns, P.Open("/z/h", "w")).fid, 10, 1))
     reply, actions = ns.handle(P.Rename("/z/f", "/z/h"))           # replaces a file
     assert actions and h(ns, P.ListDir("/z")).names == ["b", "h"]
     h(ns, P.Remove("/z/h"))
