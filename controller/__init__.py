@@ -23,6 +23,7 @@ from ._model import (
     Wake,
 )
 from ._plot import plot_result
+from ._sfsj import baseline, pick_victim, sfsj
 from ._policies import POLICIES, easy, easy_shadow, fcfs, get_policy
 from ._speedup import (
     SPEEDUPS,
@@ -57,6 +58,9 @@ __all__ = [
     "mtct_amdahl",
     "per_job_reconfig_cost",
     "rho_power",
+    "baseline",
+    "pick_victim",
+    "sfsj",
     "plot_result",
     "write_jobs_csv",
     "utilization_curve",

@@ -396,6 +396,7 @@ class Simulator:
         view = RunningJob(job, nodes, k, now, now, 0.0, now + est, 0,
                           None if self.mtct is None else self.mtct(job, k))
         r = _Run(row, view, end, (now + est, seq), now)
+        self._running[job.id] = r
         if self._failures:
             for x in nodes:
                 self._owner[x] = job.id
@@ -404,7 +405,6 @@ class Simulator:
             self._size[row] = k
             self._push_run(r, job, end, seq)
             return
-        self._running[job.id] = r
         self._push_run(r, job, end, seq)
         self._start[row] = now
         self._size[row] = k

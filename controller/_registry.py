@@ -10,6 +10,7 @@ from ._ebs import EBS, EBSConfig
 from ._mebf000 import MEBF0, MEBF0Config
 from ._mebf002 import EXPANDS, MEBF, MEBFConfig
 from ._model import Policy
+from ._sfsj import baseline, sfsj
 
 __all__ = ["MALLEABLE_POLICIES"]
 
@@ -26,10 +27,12 @@ def _table() -> dict[str, Policy]:
             t[f"{strategy}-{management}"] = EBS(EBSConfig(management=management, strategy=strategy))
     t["fpsma-mtct-pwma"] = EBS(EBSConfig(management="pwma", strategy="fpsma", mtct=(0.5, 2.0)))
     t["fpsma-mtct-prma"] = EBS(EBSConfig(management="prma", strategy="fpsma", mtct=(0.5, 2.0)))
+    t["baseline"] = baseline
+    t["sfsj"] = sfsj
     return t
 
 
 MALLEABLE_POLICIES: dict[str, Policy] = _table()
 """Malleable policies by name: ``mebf-<handoff|spare|intensive>[-expand+|-shrink+]`` (seed 002), ``mebf0``
 (seed 000), ``<fpsma|egs>-<pwma|prma>`` and ``fpsma-mtct-<pwma|prma>`` (seed 003; MTCT thresholds 0.5 / 2.0,
-our choice: the thesis gives none)."""
+our choice: the thesis gives none), ``baseline`` and ``sfsj`` (seed 000 §3.1, with node failures)."""
