@@ -33,6 +33,19 @@ from malleable.runtime._world import (
     set_source,
     world,
 )
+from malleable.runtime.epop import (
+    Adaptation,
+    AdaptRecord,
+    Branch,
+    Context,
+    Elastic,
+    Init,
+    PhaseStats,
+    Program,
+    Rigid,
+    RunResult,
+    run_program,
+)
 
 __all__ = [
     "AdaptReport",
@@ -61,4 +74,16 @@ __all__ = [
     "span_comm",
     "validate_plan",
     "world",
+    # EPOP phase driver (malleable.runtime.epop)
+    "AdaptRecord",
+    "Adaptation",
+    "Branch",
+    "Context",
+    "Elastic",
+    "Init",
+    "PhaseStats",
+    "Program",
+    "Rigid",
+    "RunResult",
+    "run_program",
 ]

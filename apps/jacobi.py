@@ -1,0 +1,298 @@
+"""2-D Jacobi heat equation as a malleable EPOP program (block rows, halo exchange, adapts between sweeps).
+
+The grid is ``n × n``; the whole top row (corners included) is held at 1.0, the rest of the
+boundary at 0.0, the interior starts at 0.0. Each iteration sets every interior point to
+``0.25 * (u[i-1,j] + u[i+1,j] + u[i,j-1] + u[i,j+1])``, summed in that order, so the result is
+bit-for-bit the serial NumPy one (:func:`reference`) whatever the process counts were.
+
+Run it::
+
+    mpiexec -n 2 python -m malleable.apps.jacobi --n 512 --iters 200 --out u.npy
+    malleable run -n 1 --plan '[{"at_probe": 50, "procs": 2}]' -- python -m malleable.apps.jacobi --n 512
+
+Phases: ``init`` (zero block rows; nothing on joiners) → ``solve`` (elastic: halo exchange +
+sweep; ``setup`` builds a 1-D Cartesian communicator and the halos; the adaptation block moves
+the interior rows with :meth:`Adaptation.move`) → ``output`` (branch) → ``write`` (rigid:
+Gatherv to rank 0, ``np.save``) → ``summary`` (rigid: rank 0 prints one line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["JacobiBlock", "build_program", "initial_grid", "main", "parse_args", "reference", "sweep"]
+
+log = logging.getLogger(__name__)
+
+CACHE_BYTES = 256 * 1024  # rows per sweep chunk are chosen so one temporary chunk stays in cache
+
+
+def initial_grid(n: int) -> np.ndarray:
+    """The ``n × n`` starting grid: top row (corners included) 1.0, everything else 0.0."""
+    u = np.zeros((n, n))
+    u[0, :] = 1.0
+    return u
+
+
+def reference(n: int, iters: int, tol: float | None = None, check_every: int = 100) -> np.ndarray:
+    """The serial NumPy computation the app must reproduce bit for bit (plain whole-array loop).
+
+    Args:
+        n: grid size (including the boundary).
+        iters: iterations.
+        tol: stop after a residual check finding ``max|u_new - u| < tol``.
+        check_every: residual check period (the last iteration is always checked).
+
+    Returns:
+        The final ``n × n`` grid.
+    """
+    u = initial_grid(n)
+    unew = u.copy()
+    for it in range(iters):
+        unew[1:-1, 1:-1] = 0.25 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:])
+        u, unew = unew, u
+        if tol is not None and ((it + 1) % check_every == 0 or it + 1 == iters):
+            if float(np.max(np.abs(u - unew))) < tol:
+                break
+    return u
+
+
+def sweep(u: np.ndarray, unew: np.ndarray, tmp: np.ndarray, residual: bool = False) -> float:
+    """One Jacobi sweep of ``u``'s inner rows into ``unew``, in row chunks that keep ``tmp`` in cache.
+
+    Args:
+        u: local rows with one halo row above and below, shape ``(rows + 2, n)``.
+        unew: same shape; its interior ``[1:-1, 1:-1]`` is overwritten.
+        tmp: scratch of at least ``(chunk, n - 2)`` (its first dimension sets the chunk size).
+        residual: also compute ``max|unew - u|`` over the updated points.
+
+    Returns:
+        The local residual (0.0 when not requested).
+    """
+    rows = u.shape[0] - 2
+    chunk = tmp.shape[0]
+    res = 0.0
+    for r0 in range(1, rows + 1, chunk):
+        r1 = min(r0 + chunk, rows + 1)
+        t = tmp[: r1 - r0]
+        np.add(u[r0 - 1:r1 - 1, 1:-1], u[r0 + 1:r1 + 1, 1:-1], out=t)
+        t += u[r0:r1, :-2]
+        t += u[r0:r1, 2:]
+        np.multiply(t, 0.25, out=unew[r0:r1, 1:-1])
+        if residual:
+            np.subtract(unew[r0:r1, 1:-1], u[r0:r1, 1:-1], out=t)
+            np.abs(t, out=t)
+            res = max(res, float(t.max()))
+    return res
+
+
+@dataclass
+class JacobiBlock:
+    """The data block: this rank's rows (with halos) and what the phases need; owned by the phases."""
+
+    n: int
+    iters: int
+    check_every: int
+    tol: float | None
+    out: str | None
+    incoming: np.ndarray | None = None  # owned interior rows waiting for setup() to add halos
+    u: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    unew: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    tmp: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    cart: Any = None
+    up: int = -1
+    down: int = -1
+    lo: int = 0
+    residual: float = float("nan")
+    iterations: int = 0
+
+    @property
+    def rows(self) -> int:
+        """Interior rows this rank owns."""
+        return max(0, self.u.shape[0] - 2)
+
+
+def _block_rows(d: JacobiBlock, size: int, rank: int) -> tuple[int, int]:
+    from malleable.runtime import block_range
+
+    return block_range(d.n - 2, size, rank)
+
+
+def _init(ctx: Any) -> None:
+    d: JacobiBlock = ctx.data
+    if ctx.status.name == "JOINING":
+        return  # rows arrive in the adaptation block
+    lo, hi = _block_rows(d, ctx.size, ctx.rank)
+    d.incoming = np.zeros((hi - lo, d.n))
+
+
+def _setup(ctx: Any) -> None:
+    from mpi4py import MPI
+
+    d: JacobiBlock = ctx.data
+    size, rank = ctx.size, ctx.rank
+    d.cart = ctx.comm.Create_cart([size], periods=[False], reorder=False)  # freed by the driver
+    up, down = d.cart.Shift(0, 1)
+    active = min(size, d.n - 2)  # ranks beyond n - 2 own no rows
+    d.up = up if rank < active else MPI.PROC_NULL
+    d.down = down if rank + 1 < active else MPI.PROC_NULL
+    lo, hi = _block_rows(d, size, rank)
+    d.lo = lo
+    if d.incoming is not None:
+        rows = d.incoming
+        d.u = np.zeros((rows.shape[0] + 2, d.n))
+        d.u[1:-1] = rows
+        if lo == 0:
+            d.u[0, :] = 1.0
+        d.unew = d.u.copy()
+        d.incoming = None
+    chunk = max(1, min(hi - lo, CACHE_BYTES // (8 * d.n)))
+    if d.tmp.shape != (chunk, d.n - 2):
+        d.tmp = np.empty((chunk, d.n - 2))
+
+
+def _step(ctx: Any, i: int) -> bool:
+    from mpi4py import MPI
+
+    d: JacobiBlock = ctx.data
+    check = (i + 1) % d.check_every == 0 or i + 1 == d.iters
+    res = 0.0
+    if d.rows:
+        u = d.u
+        d.cart.Sendrecv(u[1], dest=d.up, sendtag=1, recvbuf=u[-1], source=d.down, recvtag=1)
+        d.cart.Sendrecv(u[-2], dest=d.down, sendtag=2, recvbuf=u[0], source=d.up, recvtag=2)
+        res = sweep(u, d.unew, d.tmp, residual=check)
+        d.u, d.unew = d.unew, u
+    d.iterations = i + 1
+    if not check:
+        return False
+    buf = np.array([res])
+    ctx.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.MAX)
+    d.residual = float(buf[0])
+    return d.tol is not None and d.residual < d.tol
+
+
+def _move(ctx: Any, a: Any) -> None:
+    d: JacobiBlock = ctx.data
+    old = d.u[1:-1] if d.u.shape[0] else None
+    d.incoming = a.move(old, (d.n - 2, d.n), np.float64)
+    d.u = d.unew = np.zeros((0, 0))
+
+
+def _output(ctx: Any) -> str:
+    return "write" if ctx.data.out else "summary"
+
+
+def _write(ctx: Any) -> None:
+    from malleable.runtime import block_counts
+
+    d: JacobiBlock = ctx.data
+    counts = [c * d.n for c in block_counts(d.n - 2, ctx.size)]
+    full = initial_grid(d.n) if ctx.rank == 0 else None
+    mine = np.ascontiguousarray(d.u[1:-1]) if d.rows else np.zeros((0, d.n))
+    recv = [full[1:-1], counts] if full is not None else None
+    ctx.comm.Gatherv(mine, recv, root=0)
+    if full is not None:
+        np.save(d.out, full)
+
+
+def _summary(ctx: Any) -> None:
+    d: JacobiBlock = ctx.data
+    if ctx.rank == 0:
+        solve = [s for s in ctx.stats if s.phase == "solve"]
+        seconds = sum(s.seconds for s in solve)
+        sys.stdout.write(f"jacobi: n={d.n} iterations={d.iterations} procs={ctx.size} "
+                         f"residual={d.residual:.6e} "
+                         f"solve_seconds={seconds:.4f} adaptations={len(ctx.adaptations)}\n")
+        sys.stdout.flush()
+
+
+def build_program(probe_every: int = 1) -> Any:
+    """The Jacobi EPOP program (phases init, solve, output, write, summary)."""
+    from malleable.runtime import epop
+
+    return epop.Program([
+        epop.Init("init", _init),
+        epop.Elastic("solve", body=_step, iters=lambda ctx: ctx.data.iters, setup=_setup, adapt=_move,
+                     probe_every=probe_every),
+        epop.Branch("output", _output),
+        epop.Rigid("write", _write),
+        epop.Rigid("summary", _summary),
+    ])
+
+
+def _positive(kind: type, minimum: float) -> Any:
+    def conv(text: str) -> Any:
+        try:
+            v = kind(text)
+        except ValueError:
+            what = "an integer" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
+        if v < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {text}")
+        return v
+    return conv
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Command-line options (argparse exits with a usage error on bad values)."""
+    p = argparse.ArgumentParser(
+        prog="python -m malleable.apps.jacobi",
+        description="Malleable 2-D Jacobi heat equation (top row 1.0, other boundaries 0.0), block rows over "
+                    "the job's processes; adapts between iterations when the runtime (MALLEABLE_PLAN or a "
+                    "controller) asks.",
+        epilog="example: mpiexec -n 2 python -m malleable.apps.jacobi --n 512 --iters 200 --out u.npy")
+    p.add_argument("--n", type=_positive(int, 3), default=256, help="grid size including the boundary (>= 3)")
+    p.add_argument("--iters", type=_positive(int, 0), default=100, help="iterations (default 100)")
+    p.add_argument("--check-every", type=_positive(int, 1), default=100,
+                   help="compute the residual every K iterations (and at the last one)")
+    p.add_argument("--tol", type=_positive(float, 0.0), help="stop once the residual is below TOL")
+    p.add_argument("--probe-every", type=_positive(int, 1), default=1,
+                   help="probe for adaptations every K iterations (default 1)")
+    p.add_argument("--out", help="write the final n×n grid (boundary included) to this .npy file")
+    p.add_argument("--stats", help="write per-phase stats and adaptations as JSON to this file (rank 0)")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv for debug)")
+    args = p.parse_args(argv)
+    if args.tol is not None and args.tol <= 0:
+        p.error("argument --tol: must be > 0")
+    return args
+
+
+def run(args: argparse.Namespace) -> Any:
+    """Run the app with parsed options; returns the driver's RunResult."""
+    from malleable.runtime import epop
+
+    block = JacobiBlock(args.n, args.iters, args.check_every, args.tol, args.out)
+    return epop.run_program(build_program(args.probe_every), block)
+
+
+def write_stats(path: str, result: Any, extra: dict[str, Any]) -> None:
+    """Write a RunResult summary (plus ``extra``) as JSON."""
+    with open(path, "w") as f:
+        json.dump(dict(result.as_dict(), **extra), f, indent=1)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m malleable.apps.jacobi``; returns the exit code."""
+    args = parse_args(argv)
+    from malleable._log import configure
+
+    configure(args.verbose)
+    result = run(args)
+    if not result.left and result.rank == 0 and args.stats:
+        d = result.data
+        write_stats(args.stats, result, {"app": "jacobi", "n": args.n, "iters": args.iters,
+                                         "iterations": d.iterations, "residual": d.residual})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
