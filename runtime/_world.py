@@ -11,6 +11,7 @@ if it is split, and finalizes MPI) must return from the application.
 from __future__ import annotations
 
 import atexit
+import ctypes
 import logging
 import os
 import socket
@@ -507,7 +508,18 @@ def _group_exit_barrier(timeout: float | None) -> None:
 
 def _at_exit() -> None:
     rt = _STATE
-    if rt is None or rt.finished or MPI.Is_finalized():
+    if rt is not None and rt.finished:
+        # A leaver: its host is free only once the process is gone, and the interpreter's teardown
+        # (hundreds of ms with numpy loaded, on a busy node) is of no use to anybody: end here with
+        # the C library's exit(), which still runs the MPI library's own exit handlers (os._exit
+        # would skip them, and hydra then takes the process for a crashed one).
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        ctypes.CDLL(None).exit(0)
+    if rt is None or MPI.Is_finalized():
         return
     try:
         _group_exit_barrier(timeout=rt.timeout * 10)
