@@ -1,0 +1,49 @@
+"""`malleable run`: command line building and refusals (no MPI needed), plus one real local run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from malleable.cli import main
+from tests.runtime._helpers import MPI_ENV, PROG
+
+
+def test_dry_run_builds_one_anchor_with_the_job_in_its_environment(capsys, tmp_path):
+    hf = tmp_path / "hosts"
+    hf.write_text("# cluster\nnode1:2\nnode2\n")
+    assert main(["run", "-n", "4", "--hostfile", str(hf), "--plan", '[{"at_probe": 2, "procs": 2}]',
+                 "--timeout", "9", "--launcher-exec", "/x/netns-launch", "--dry-run", "--", "python", "app.py"]) == 0
+    out = capsys.readouterr().out.split()
+    assert out[out.index("-n") + 1] == "1" and out[-2:] == ["python", "app.py"]
+    assert out[out.index("-hosts") + 1] == "node1"
+    genv = {out[i + 1]: out[i + 2] for i, w in enumerate(out) if w == "-genv"}
+    assert genv["MALLEABLE_INITIAL_PROCS"] == "4" and genv["MALLEABLE_HOSTS"] == "node1,node1,node2"
+    assert genv["MALLEABLE_ADAPT_TIMEOUT"] == "9.0" and genv["MPIR_CVAR_CH4_NETMOD"] == "ofi"
+    assert "-launcher-exec" in out and "-localhost" in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "-n", "0", "--", "python", "a.py"], "-n must be >= 1"),
+    (["run", "-n", "2"], "no command to run"),
+    (["run", "-n", "2", "--plan", "[{]", "--", "python", "a.py"], "not valid JSON"),
+    (["run", "-n", "2", "--timeout", "-1", "--", "python", "a.py"], "--timeout must be > 0"),
+    (["run", "-n", "2", "--hostfile", "/nonexistent/hosts", "--", "python", "a.py"], "cannot read hostfile"),
+])
+def test_refusals_are_clear(args, message, capsys):
+    assert main(args) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_run_starts_anchor_and_spawns_the_rest_locally():
+    plan = [{"at_probe": 2, "procs": 1}]
+    env = dict(os.environ, **MPI_ENV, PROG_ITERS="3")
+    proc = subprocess.run([sys.executable, "-m", "malleable", "run", "-n", "3", "--plan", json.dumps(plan), "--",
+                           sys.executable, str(PROG)], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith('{"probe"')]
+    assert [r["size"] for r in rows] == [3, 1, 1] and all(r["ok"] for r in rows)
