@@ -10,9 +10,10 @@ import shlex
 import subprocess
 import sys
 
-from malleable.errors import ConfigError
 from malleable.launch import mpiexec_argv, read_hostfile
 from malleable.runtime._plan import parse_plan
+
+from malleable.errors import ConfigError
 
 __all__ = ["build_run_argv", "register"]
 
@@ -41,8 +42,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     where = p.add_mutually_exclusive_group()
     where.add_argument("--hosts", help="comma-separated hosts; the anchor runs on the first")
     where.add_argument("--hostfile", help="file with one host (or host:slots) per line")
-    p.add_argument("--plan", help="JSON adaptation plan (sets MALLEABLE_PLAN), e.g. '[{\"at_probe\": 3, \"procs\": 4}]'")
-    p.add_argument("--timeout", type=float, help="seconds an adaptation step may wait (MALLEABLE_ADAPT_TIMEOUT, default 60)")
+    p.add_argument("--plan",
+                   help="JSON adaptation plan (sets MALLEABLE_PLAN), e.g. '[{\"at_probe\": 3, \"procs\": 4}]'")
+    p.add_argument("--timeout", type=float,
+                   help="seconds an adaptation step may wait (MALLEABLE_ADAPT_TIMEOUT, default 60)")
     p.add_argument("--launcher-exec", help="ssh stand-in hydra uses to reach other hosts (MALLEABLE_LAUNCHER_EXEC)")
     p.add_argument("--no-auto-cleanup", action="store_true",
                    help="pass -disable-auto-cleanup to mpiexec: a joiner that dies does not kill the job "

@@ -20,9 +20,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from mpi4py import MPI
-
-from malleable.errors import AdaptError, AdaptTimeout, ConfigError, PlanError
 from malleable.runtime import _spawn
 from malleable.runtime._layout import (
     ExpandPlan,
@@ -37,6 +34,9 @@ from malleable.runtime._plan import PlanStep, parse_plan, validate_plan
 from malleable.runtime._sources import NullSource, PlanSource, choose_hosts
 from malleable.runtime._types import AdaptWindow, Decision, ProbeResult, Status
 from malleable.runtime._waits import wait_request
+from mpi4py import MPI
+
+from malleable.errors import AdaptError, AdaptTimeout, ConfigError
 
 __all__ = [
     "AdaptReport",
@@ -250,7 +250,7 @@ def _joiner_init(timeout: float) -> Status:
     try:
         parent, ctx = _spawn.child_connect(timeout)
     except AdaptTimeout as e:
-        log.error("joiner gives up: %s", e)
+        log.error("joiner gives up: %s", e)  # noqa: TRY400 - the timeout is the whole story
         os._exit(0)  # a clean give-up; the parents report the failed expansion
     if ctx.get("kind") == "abort":
         log.warning("expansion was cancelled by the parents; joiner exits")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from malleable.runtime import block_range, redistribute
 
 
@@ -20,7 +19,8 @@ def _cases(seed, count, max_parts):
         shape = [int(rng.integers(0, 9)) for _ in range(ndim)]
         shape[axis] = int(rng.integers(0, 60))
         dtype = [np.float64, np.int32, np.complex128, np.uint8][int(rng.integers(0, 4))]
-        yield tuple(shape), axis, np.dtype(dtype), int(rng.integers(1, max_parts + 1)), int(rng.integers(1, max_parts + 1))
+        old, new = int(rng.integers(1, max_parts + 1)), int(rng.integers(1, max_parts + 1))
+        yield tuple(shape), axis, np.dtype(dtype), old, new
 
 
 @pytest.mark.mpi(min_size=2)
