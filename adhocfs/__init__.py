@@ -3,5 +3,13 @@
 from malleable.adhocfs._client import AdhocFile, FileSystem, connect
 from malleable.adhocfs._deploy import Deployment, MetaClient, start_data_servers, start_fs, stop_fs
 
-__all__ = ["AdhocFile", "Deployment", "FileSystem", "MetaClient", "connect", "start_data_servers", "start_fs",
-           "stop_fs"]
+__all__ = [
+    "AdhocFile",
+    "Deployment",
+    "FileSystem",
+    "MetaClient",
+    "connect",
+    "start_data_servers",
+    "start_fs",
+    "stop_fs",
+]

@@ -12,6 +12,7 @@ from typing import Any
 
 from malleable.adhocfs._deploy import MetaClient, start_data_servers
 from malleable.adhocfs._protocol import Change, Expand, Shrink
+
 from malleable.errors import ConfigError, FsError
 
 __all__ = ["expand_fs", "resolve_servers", "shrink_fs", "wait_change"]
@@ -41,8 +42,13 @@ def resolve_servers(addr: str, specs: Sequence[str], token: bytes | None = None)
     return out
 
 
-def wait_change(addr: str, change_id: int | None, timeout: float = 600.0, token: bytes | None = None,
-                progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+def wait_change(
+    addr: str,
+    change_id: int | None,
+    timeout: float = 600.0,
+    token: bytes | None = None,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
     """Poll the metadata server until change ``change_id`` is no longer running; returns its final info.
 
     Raises:
@@ -61,10 +67,17 @@ def wait_change(addr: str, change_id: int | None, timeout: float = 600.0, token:
             time.sleep(0.05)
 
 
-def expand_fs(addr: str, hosts: Sequence[str], dir: str | None = None, rebalance: bool = False,
-              rate: float = 0.0, state: str | None = None, launcher: str | None = None,
-              token: bytes | None = None, wait: bool = True) -> tuple[dict[int, tuple[str, str]], dict[str, Any],
-                                                                       dict[str, Any]]:
+def expand_fs(
+    addr: str,
+    hosts: Sequence[str],
+    dir: str | None = None,
+    rebalance: bool = False,
+    rate: float = 0.0,
+    state: str | None = None,
+    launcher: str | None = None,
+    token: bytes | None = None,
+    wait: bool = True,
+) -> tuple[dict[int, tuple[str, str]], dict[str, Any], dict[str, Any]]:
     """Start data servers on ``hosts`` and commission them (a new placement epoch; nothing moves unless
     ``rebalance``). I/O continues meanwhile; files show ``commissioning``.
 
@@ -88,9 +101,16 @@ def expand_fs(addr: str, hosts: Sequence[str], dir: str | None = None, rebalance
     return servers, procs, info
 
 
-def shrink_fs(addr: str, sids: Sequence[int], mode: str = "partial", rate: float = 0.0, wait: bool = True,
-              timeout: float = 600.0, token: bytes | None = None,
-              progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+def shrink_fs(
+    addr: str,
+    sids: Sequence[int],
+    mode: str = "partial",
+    rate: float = 0.0,
+    wait: bool = True,
+    timeout: float = 600.0,
+    token: bytes | None = None,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
     """Decommission data servers ``sids`` with ``partial`` or ``total`` redistribution.
 
     Returns:

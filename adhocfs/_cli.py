@@ -1,4 +1,4 @@
-"""Subcommands of the adhocfs part (registered by malleable.cli): ``malleable fs start|stop|status|put|get|ls``
+"""Subcommands of the adhocfs part: ``malleable fs start|stop|status|put|get|ls``
 and the elasticity commands ``expand|shrink|watch``.
 """
 
@@ -20,19 +20,34 @@ def _hosts(text: str) -> list[str]:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this part's subcommands to the malleable command."""
-    fs = sub.add_parser("fs", help="the elastic ad-hoc file system (adhocfs)",
-                        description="Start, inspect, resize and use an adhocfs instance.")
+    fs = sub.add_parser(
+        "fs",
+        help="the elastic ad-hoc file system (adhocfs)",
+        description="Start, inspect, resize and use an adhocfs instance.",
+    )
     fsub = fs.add_subparsers(dest="fs_command", metavar="FS_COMMAND")
     fs.set_defaults(func=lambda args: (fs.print_help(sys.stderr), 2)[1])
 
-    p = fsub.add_parser("start", help="start a metadata server and data servers",
-                        description="Start the servers and return once all answer; the last line printed is "
-                                    "the metadata address.")
-    p.add_argument("--meta", required=True, metavar="HOST[:PORT]", help="host (and port) of the metadata server")
-    p.add_argument("--data", required=True, type=_hosts, metavar="HOST,...",
-                   help="data server hosts; repeat a host for several servers on it")
+    p = fsub.add_parser(
+        "start",
+        help="start a metadata server and data servers",
+        description="Start the servers and return once all answer; the last line printed is "
+        "the metadata address.",
+    )
+    p.add_argument(
+        "--meta", required=True, metavar="HOST[:PORT]", help="host (and port) of the metadata server"
+    )
+    p.add_argument(
+        "--data",
+        required=True,
+        type=_hosts,
+        metavar="HOST,...",
+        help="data server hosts; repeat a host for several servers on it",
+    )
     p.add_argument("--dir", default=None, help="backing directory root: blocks survive a data server restart")
-    p.add_argument("--state", default=None, help="directory for the metadata database and logs (default: temp)")
+    p.add_argument(
+        "--state", default=None, help="directory for the metadata database and logs (default: temp)"
+    )
     p.add_argument("--block-size", type=int, default=0, help="default block size in bytes (default 512 KiB)")
     p.set_defaults(func=_start)
 
@@ -107,20 +122,40 @@ def _status(args: argparse.Namespace) -> int:
     with MetaClient(args.meta) as mc:
         st = mc.status()
     if args.json:
-        print(json.dumps({"servers": st.servers, "epoch": st.epoch, "epochs": st.epochs, "files": st.files,
-                          "change": st.change, "rio": st.rio, "history": st.history}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "servers": st.servers,
+                    "epoch": st.epoch,
+                    "epochs": st.epochs,
+                    "files": st.files,
+                    "change": st.change,
+                    "rio": st.rio,
+                    "history": st.history,
+                },
+                indent=2,
+            )
+        )
         return 0
-    print(f"adhocfs {args.meta}: {st.files} files, epoch {st.epoch} = servers "
-          f"{st.epochs.get(str(st.epoch), [])}, requested I/O (RIO) {st.rio:.1f} MB/s")
-    print(f"{'sid':>4} {'host':<10} {'state':<9} {'blocks':>7} {'bytes':>10} {'reads':>7} {'writes':>7} "
-          f"{'req/s':>7} {'AIO MB/s':>9}  address")
+    print(
+        f"adhocfs {args.meta}: {st.files} files, epoch {st.epoch} = servers "
+        f"{st.epochs.get(str(st.epoch), [])}, requested I/O (RIO) {st.rio:.1f} MB/s"
+    )
+    print(
+        f"{'sid':>4} {'host':<10} {'state':<9} {'blocks':>7} {'bytes':>10} {'reads':>7} {'writes':>7} "
+        f"{'req/s':>7} {'AIO MB/s':>9}  address"
+    )
     for s in st.servers:
         if not s.get("reachable"):
-            print(f"{s['sid']:>4} {s['host']:<10} {s['state']:<9} {'-':>7} {'-':>10} {'-':>7} {'-':>7} "
-                  f"{'-':>7} {'-':>9}  {s['addr'] or '-'} (not answering)")
+            print(
+                f"{s['sid']:>4} {s['host']:<10} {s['state']:<9} {'-':>7} {'-':>10} {'-':>7} {'-':>7} "
+                f"{'-':>7} {'-':>9}  {s['addr'] or '-'} (not answering)"
+            )
             continue
-        print(f"{s['sid']:>4} {s['host']:<10} {s['state']:<9} {s['blocks']:>7} {_fmt_bytes(s['bytes']):>10} "
-              f"{s['reads']:>7} {s['writes']:>7} {s['req_rate']:>7.1f} {s['aio']:>9.1f}  {s['addr']}")
+        print(
+            f"{s['sid']:>4} {s['host']:<10} {s['state']:<9} {s['blocks']:>7} {_fmt_bytes(s['bytes']):>10} "
+            f"{s['reads']:>7} {s['writes']:>7} {s['req_rate']:>7.1f} {s['aio']:>9.1f}  {s['addr']}"
+        )
     if st.change:
         _print_change(st.change)
     return 0
@@ -129,15 +164,20 @@ def _status(args: argparse.Namespace) -> int:
 def _print_change(ch: dict[str, Any]) -> None:
     done, total = ch.get("moved", 0), ch.get("planned", 0)
     pct = f" {100 * done / total:.0f}%" if total else ""
-    print(f"change in progress: {ch.get('kind')} {ch.get('state')} servers {ch.get('sids')} "
-          f"mode {ch.get('mode', '-')}: {done}/{total} blocks moved{pct}")
+    print(
+        f"change in progress: {ch.get('kind')} {ch.get('state')} servers {ch.get('sids')} "
+        f"mode {ch.get('mode', '-')}: {done}/{total} blocks moved{pct}"
+    )
 
 
 def _put(args: argparse.Namespace) -> int:
     from malleable.adhocfs._client import connect
 
-    with connect(args.meta) as fs, open(args.local, "rb") as src, \
-            fs.open(args.remote, "wb", block_size=args.block_size) as dst:
+    with (
+        connect(args.meta) as fs,
+        open(args.local, "rb") as src,
+        fs.open(args.remote, "wb", block_size=args.block_size) as dst,
+    ):
         total = 0
         while chunk := src.read(CHUNK):
             total += dst.write(chunk)

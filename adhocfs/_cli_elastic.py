@@ -16,9 +16,12 @@ def _hosts(text: str) -> list[str]:
 
 def register(fsub: argparse._SubParsersAction) -> None:
     """Add expand, shrink and watch to the ``fs`` subcommands."""
-    p = fsub.add_parser("expand", help="start and commission new data servers while files are in use",
-                        description="New servers join a new placement epoch: new files and new blocks use "
-                                    "them, existing blocks stay (unless --rebalance).")
+    p = fsub.add_parser(
+        "expand",
+        help="start and commission new data servers while files are in use",
+        description="New servers join a new placement epoch: new files and new blocks use "
+        "them, existing blocks stay (unless --rebalance).",
+    )
     p.add_argument("--meta", required=True, metavar="ADDR")
     p.add_argument("--data", required=True, type=_hosts, metavar="HOST,...", help="hosts of the new servers")
     p.add_argument("--dir", default=None, help="backing directory root of the new servers")
@@ -27,23 +30,40 @@ def register(fsub: argparse._SubParsersAction) -> None:
     p.add_argument("--rate", type=float, default=0.0, help="cap of the rebalance bandwidth in MB/s")
     p.set_defaults(func=_expand)
 
-    p = fsub.add_parser("shrink", help="decommission data servers; their blocks move to the others",
-                        description="Files with blocks on the leaving servers wait for writes while their "
-                                    "blocks move; others are not disturbed. The servers exit at the end.")
+    p = fsub.add_parser(
+        "shrink",
+        help="decommission data servers; their blocks move to the others",
+        description="Files with blocks on the leaving servers wait for writes while their "
+        "blocks move; others are not disturbed. The servers exit at the end.",
+    )
     p.add_argument("--meta", required=True, metavar="ADDR")
-    p.add_argument("--data", required=True, type=_hosts, metavar="HOST[:PORT],...",
-                   help="servers to remove: HOST (all on it), HOST:PORT, or a server id")
-    p.add_argument("--mode", choices=["partial", "total"], default="partial",
-                   help="partial: move only the leaving servers' blocks; total: re-place affected files")
+    p.add_argument(
+        "--data",
+        required=True,
+        type=_hosts,
+        metavar="HOST[:PORT],...",
+        help="servers to remove: HOST (all on it), HOST:PORT, or a server id",
+    )
+    p.add_argument(
+        "--mode",
+        choices=["partial", "total"],
+        default="partial",
+        help="partial: move only the leaving servers' blocks; total: re-place affected files",
+    )
     p.add_argument("--rate", type=float, default=0.0, help="cap of the move bandwidth in MB/s")
     p.add_argument("--no-wait", action="store_true", help="return once the shrink has started")
     p.set_defaults(func=_shrink)
 
-    p = fsub.add_parser("watch", help="apply the RIO/AIO rule and expand or shrink accordingly",
-                        description="Every interval: measure AIO, compare the mean of the last k samples with "
-                                    "RIO +- T, and expand (onto --pool hosts) or shrink; one line per decision.")
+    p = fsub.add_parser(
+        "watch",
+        help="apply the RIO/AIO rule and expand or shrink accordingly",
+        description="Every interval: measure AIO, compare the mean of the last k samples with "
+        "RIO +- T, and expand (onto --pool hosts) or shrink; one line per decision.",
+    )
     p.add_argument("--meta", required=True, metavar="ADDR")
-    p.add_argument("--rio", type=float, default=0.0, help="requested MB/s (default: the rates clients declared)")
+    p.add_argument(
+        "--rio", type=float, default=0.0, help="requested MB/s (default: the rates clients declared)"
+    )
     p.add_argument("--tolerance", type=float, default=10.0, help="T_io in MB/s")
     p.add_argument("--k", type=int, default=3, help="window length (samples)")
     p.add_argument("--interval", type=float, default=1.0, help="seconds per sample")
@@ -63,21 +83,23 @@ def register(fsub: argparse._SubParsersAction) -> None:
 def _expand(args: argparse.Namespace) -> int:
     from malleable.adhocfs._admin import expand_fs
 
-    servers, procs, info = expand_fs(args.meta, args.data, dir=args.dir, state=args.state,
-                                     rebalance=args.rebalance, rate=args.rate)
+    servers, procs, info = expand_fs(
+        args.meta, args.data, dir=args.dir, state=args.state, rebalance=args.rebalance, rate=args.rate
+    )
     for sid, (host, addr) in sorted(servers.items()):
         print(f"data server {sid} on {host}: {addr}")
-    print(f"{info.get('kind', 'expand')} {info.get('state')}: epoch servers {info.get('servers', '-')}"
-          + (f", {info.get('moved', 0)} blocks moved" if info.get("kind") == "rebalance" else ""))
+    print(
+        f"{info.get('kind', 'expand')} {info.get('state')}: epoch servers {info.get('servers', '-')}"
+        + (f", {info.get('moved', 0)} blocks moved" if info.get("kind") == "rebalance" else "")
+    )
     for p in procs.values():  # the servers outlive this command
         p.returncode = 0
     return 0
 
 
 def _shrink(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     from malleable.adhocfs._admin import resolve_servers, shrink_fs
+    from tqdm import tqdm
 
     sids = resolve_servers(args.meta, args.data)
     bar: Any = None
@@ -97,23 +119,36 @@ def _shrink(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.close()
-    print(f"shrink of servers {sids} ({args.mode}) {info.get('state')}: {info.get('moved', 0)} of "
-          f"{info.get('planned', 0)} blocks moved ({info.get('on_leaving', 0)} were on the leaving servers)"
-          + (f" in {info['elapsed']:.2f} s" if "elapsed" in info else ""))
+    print(
+        f"shrink of servers {sids} ({args.mode}) {info.get('state')}: {info.get('moved', 0)} of "
+        f"{info.get('planned', 0)} blocks moved ({info.get('on_leaving', 0)} were on the leaving servers)"
+        + (f" in {info['elapsed']:.2f} s" if "elapsed" in info else "")
+    )
     return 0
 
 
 def _watch(args: argparse.Namespace) -> int:
-    import logging
-
     from malleable.adhocfs._monitor import Watcher
     from malleable.adhocfs._rule import RuleConfig
 
-    cfg = RuleConfig(rio=args.rio, tolerance=args.tolerance, k=args.k, n_min=args.n_min, n_max=args.n_max,
-                     cooldown=args.cooldown)
-    logging.getLogger("malleable.adhocfs._monitor").setLevel(logging.INFO)
-    w = Watcher(args.meta, cfg, pool=args.pool, interval=args.interval, mode=args.mode, rate=args.rate,
-                dir=args.dir, act=not args.dry_run)
+    cfg = RuleConfig(
+        rio=args.rio,
+        tolerance=args.tolerance,
+        k=args.k,
+        n_min=args.n_min,
+        n_max=args.n_max,
+        cooldown=args.cooldown,
+    )
+    w = Watcher(
+        args.meta,
+        cfg,
+        pool=args.pool,
+        interval=args.interval,
+        mode=args.mode,
+        rate=args.rate,
+        dir=args.dir,
+        act=not args.dry_run,
+    )
     try:
         n = 0
         while args.duration is None or n == 0 or w.decisions[-1]["t"] - w.decisions[0]["t"] < args.duration:
@@ -123,8 +158,11 @@ def _watch(args: argparse.Namespace) -> int:
                 print(json.dumps({k: v for k, v in rec.items()}, default=str), flush=True)
             else:
                 aio = "-" if rec["aio"] is None else f"{rec['aio']:.1f}"
-                print(f"{rec['action']:<6} x{rec['count']} servers={rec['servers']} AIO={aio} MB/s "
-                      f"RIO={rec['rio']:g}: {rec['reason']}", flush=True)
+                print(
+                    f"{rec['action']:<6} x{rec['count']} servers={rec['servers']} AIO={aio} MB/s "
+                    f"RIO={rec['rio']:g}: {rec['reason']}",
+                    flush=True,
+                )
             n += 1
     except KeyboardInterrupt:
         pass

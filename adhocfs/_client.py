@@ -56,8 +56,15 @@ __all__ = ["AdhocFile", "FileSystem", "connect"]
 log = logging.getLogger(__name__)
 
 
-def connect(addr: str, token: bytes | None = None, timeout: float = 5.0, window: int = 64,
-            reserve: int = 16, wait: float = 300.0, readahead: int = 16) -> FileSystem:
+def connect(
+    addr: str,
+    token: bytes | None = None,
+    timeout: float = 5.0,
+    window: int = 64,
+    reserve: int = 16,
+    wait: float = 300.0,
+    readahead: int = 16,
+) -> FileSystem:
     """Connect to the metadata server at ``addr`` (``tcp://host:port``).
 
     Args:
@@ -72,27 +79,36 @@ def connect(addr: str, token: bytes | None = None, timeout: float = 5.0, window:
     Raises:
         AuthError: no shared secret available.
     """
-    return FileSystem(addr, token if token is not None else load_token(), timeout, window, reserve, wait,
-                      readahead)
+    return FileSystem(
+        addr, token if token is not None else load_token(), timeout, window, reserve, wait, readahead
+    )
 
 
 @dataclass
 class _Pending:
     """A block request sent and not yet answered."""
 
-    key: tuple[int, int]       # (sid, request id)
+    key: tuple[int, int]  # (sid, request id)
     block: int
     offset: int
     length: int
     data: bytes | memoryview | None  # for puts
-    dest: int = 0              # for gets: offset in the caller's buffer
+    dest: int = 0  # for gets: offset in the caller's buffer
 
 
 class FileSystem:
     """A connection to one adhocfs instance. Use as a context manager or call :meth:`close`."""
 
-    def __init__(self, addr: str, token: bytes, timeout: float, window: int, reserve: int, wait: float,
-                 readahead: int = 16) -> None:
+    def __init__(
+        self,
+        addr: str,
+        token: bytes,
+        timeout: float,
+        window: int,
+        reserve: int,
+        wait: float,
+        readahead: int = 16,
+    ) -> None:
         self.addr, self.token, self.timeout, self.readahead = addr, token, timeout, max(0, readahead)
         self.window, self.reserve, self.wait = max(1, window), max(0, reserve), wait
         self.ctx: zmq.Context[Any] = zmq.Context()
@@ -121,7 +137,9 @@ class FileSystem:
         if p is None:
             if not addr:
                 raise ServerUnavailable(f"data server {sid} has no address (not registered)")
-            p = self._peers[key] = Peer(self.ctx, addr, self.token, f"data server {sid} ({addr})", self.timeout)
+            p = self._peers[key] = Peer(
+                self.ctx, addr, self.token, f"data server {sid} ({addr})", self.timeout
+            )
         return p
 
     def close(self) -> None:
@@ -231,13 +249,18 @@ class AdhocFile(io.RawIOBase):
         self._pos = 0
         self._meta_size = info.size
         self._pending: dict[tuple[int, int], _Pending] = {}
-        self._ra = bytearray()      # read-ahead buffer (read-only files): bytes at [_ra_pos, _ra_pos + len)
+        self._ra = bytearray()  # read-ahead buffer (read-only files): bytes at [_ra_pos, _ra_pos + len)
         self._ra_pos = 0
         self._last_end = 0
 
     # ------------------------------------------------------------ layout
     def _set_info(self, info: FileInfo) -> None:
-        self.fid, self.block_size, self.version, self.status = info.fid, info.block_size, info.version, info.status
+        self.fid, self.block_size, self.version, self.status = (
+            info.fid,
+            info.block_size,
+            info.version,
+            info.status,
+        )
         self._hw = info.hw
         self._size = max(getattr(self, "_size", 0), info.size)
         self._layout = Layout.from_pairs(info.layout)
@@ -315,7 +338,7 @@ class AdhocFile(io.RawIOBase):
             return
         if self._ra_pos <= pos and pos + n <= self._ra_pos + len(ra):
             start = pos - self._ra_pos
-            out[:] = memoryview(ra)[start:start + n]
+            out[:] = memoryview(ra)[start : start + n]
             return
         span = self.fs.readahead * self.block_size
         if pos != self._last_end or n >= span:
@@ -354,7 +377,7 @@ class AdhocFile(io.RawIOBase):
         # write-behind keeps the pieces until acknowledged: immutable input is sent without a copy
         frozen = isinstance(b, bytes)
         for block, off, ln in block_range(self._pos, n, self.block_size):
-            self._send_put(block, off, data[pos:pos + ln] if frozen else bytes(data[pos:pos + ln]))
+            self._send_put(block, off, data[pos : pos + ln] if frozen else bytes(data[pos : pos + ln]))
             pos += ln
             if len(self._pending) >= self.fs.window:
                 self._drain(self.fs.window // 2)
@@ -412,8 +435,9 @@ class AdhocFile(io.RawIOBase):
                 time.sleep(0.05)
 
     def _extend(self, size: int, blocks: int, first: int = 0) -> None:
-        info = self._with_wait(lambda: self.fs.call(Extend(self.fid, size, blocks, first),
-                                                     what=f"writing {self.name}"))
+        info = self._with_wait(
+            lambda: self.fs.call(Extend(self.fid, size, blocks, first), what=f"writing {self.name}")
+        )
         assert isinstance(info, FileInfo)
         self._set_info(info)
         self._meta_size = info.size
@@ -425,7 +449,7 @@ class AdhocFile(io.RawIOBase):
         self._pending[(sid, rid)] = _Pending((sid, rid), block, off, len(data), data)
 
     def _drain(self, keep: int) -> None:
-        """Collect write acknowledgements until at most ``keep`` remain; retry stale ones on a fresh layout."""
+        """Collect write acknowledgements until ``keep`` remain; retry stale ones on a fresh layout."""
         retry: list[_Pending] = []
         while len(self._pending) > keep:
             for rec, reply in self._collect(self._pending, f"writing {self.name}"):
@@ -441,12 +465,16 @@ class AdhocFile(io.RawIOBase):
                 self._send_put(rec.block, rec.offset, rec.data)
             self._drain(keep)
 
-    def _collect(self, pending: dict[tuple[int, int], _Pending], what: str
-                 ) -> Iterable[tuple[_Pending, Message]]:
+    def _collect(
+        self, pending: dict[tuple[int, int], _Pending], what: str
+    ) -> Iterable[tuple[_Pending, Message]]:
         """Wait for at least one reply among ``pending`` (removing answered entries) and yield them."""
         sids = {k[0] for k in pending}
-        peers = {sid: p for (sid, addr), p in self.fs._peers.items() if sid in sids and
-                 any(k[0] == sid and k[1] in p.pending for k in pending)}
+        peers = {
+            sid: p
+            for (sid, addr), p in self.fs._peers.items()
+            if sid in sids and any(k[0] == sid and k[1] in p.pending for k in pending)
+        }
         poller = zmq.Poller()
         by_sock = {}
         for sid, p in peers.items():
@@ -464,8 +492,8 @@ class AdhocFile(io.RawIOBase):
         out = []
         for sock in ready:
             sid, p = by_sock[sock]
-            while p.sock.poll(0, zmq.POLLIN):
-                msg, rid = p.recv(0.001)
+            while (got := p.try_recv()) is not None:
+                msg, rid = got
                 rec = pending.pop((sid, rid), None)
                 if rec is not None:
                     out.append((rec, msg))
@@ -482,8 +510,8 @@ class AdhocFile(io.RawIOBase):
             if self._layout.allocated(b):
                 todo.append((b, off, ln, dest))
             else:  # never written: a hole
-                out[dest:dest + ln] = bytes(ln)
-        for attempt in range(5):
+                out[dest : dest + ln] = bytes(ln)
+        for _attempt in range(5):
             pending: dict[tuple[int, int], _Pending] = {}
             failed: list[tuple[int, int, int, int]] = []
             queue = list(todo)
@@ -499,8 +527,8 @@ class AdhocFile(io.RawIOBase):
                         if isinstance(reply, Data):
                             got = len(reply.data)
                             if got:
-                                out[rec.dest:rec.dest + got] = reply.data
-                            out[rec.dest + got:rec.dest + rec.length] = bytes(rec.length - got)
+                                out[rec.dest : rec.dest + got] = reply.data
+                            out[rec.dest + got : rec.dest + rec.length] = bytes(rec.length - got)
                         elif isinstance(reply, Error) and reply.kind == "stale":
                             failed.append((rec.block, rec.offset, rec.length, rec.dest))
                         elif isinstance(reply, Error):
@@ -525,4 +553,3 @@ def _offsets(pieces: list[tuple[int, int, int]]) -> list[int]:
         out.append(acc)
         acc += ln
     return out
-

@@ -45,7 +45,7 @@ from malleable.adhocfs._serve import announce, bind_socket, setup_logging
 from malleable.adhocfs._store import BlockStore, MemoryStore
 
 from malleable._secret import load_token
-from malleable.errors import AuthError, ProtocolError
+from malleable.errors import AuthError, ProtocolError, ServerUnavailable
 
 __all__ = ["DataServer", "main"]
 
@@ -157,9 +157,18 @@ class DataServer:
     def stats(self) -> StatsReply:
         """Current counters."""
         c = self.counts
-        return StatsReply(self.sid, len(self.store), self.store.nbytes, c["reads"], c["writes"],
-                          c["read_bytes"], c["write_bytes"], self.samples[-1] if self.samples else 0.0,
-                          self.req_rate, list(self.samples))
+        return StatsReply(
+            self.sid,
+            len(self.store),
+            self.store.nbytes,
+            c["reads"],
+            c["writes"],
+            c["read_bytes"],
+            c["write_bytes"],
+            self.samples[-1] if self.samples else 0.0,
+            self.req_rate,
+            list(self.samples),
+        )
 
     # ------------------------------------------------------------ the shell
     def serve(self, sock: zmq.Socket[Any]) -> None:
@@ -195,8 +204,9 @@ class DataServer:
         sock.send_multipart([ident, b"", *encode(reply, self.token, rid)], copy=False)
 
 
-def register(ctx: zmq.Context[Any], meta: str, token: bytes, sid: int, addr: str, host: str,
-             timeout: float = 30.0) -> list[list[int]]:
+def register(
+    ctx: zmq.Context[Any], meta: str, token: bytes, sid: int, addr: str, host: str, timeout: float = 30.0
+) -> list[list[int]]:
     """Tell the metadata server that data server ``sid`` listens on ``addr``; returns fences to apply."""
     peer = Peer(ctx, meta, token, f"metadata server {meta}", timeout=2.0)
     deadline = time.monotonic() + timeout
@@ -204,18 +214,19 @@ def register(ctx: zmq.Context[Any], meta: str, token: bytes, sid: int, addr: str
         while True:
             try:
                 reply = peer.call(Register(sid, addr, host, os.getpid()), what=f"registering server {sid}")
-                assert isinstance(reply, Registered)
-                return reply.fences
-            except Exception:
+            except ServerUnavailable:  # the metadata server may still be starting
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
+            else:
+                assert isinstance(reply, Registered)
+                return reply.fences
     finally:
         peer.close()
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: ``python -m malleable.adhocfs._data --meta ADDR --sid N --host H [--port P] [--dir D]``."""
+    """Entry point: ``python -m malleable.adhocfs._data --meta ADDR --sid N --host H [--dir D]``."""
     p = argparse.ArgumentParser(prog="malleable.adhocfs._data", description="adhocfs data server")
     p.add_argument("--meta", required=True, help="metadata server address tcp://host:port")
     p.add_argument("--sid", type=int, required=True, help="stable server id reserved by the metadata server")
@@ -223,9 +234,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=0, help="port (0: a random free port)")
     p.add_argument("--dir", default=None, help="backing directory: blocks survive a restart")
     p.add_argument("--log", default=None, help="log file (default stderr)")
-    p.add_argument("--max-rate", type=float, default=float(os.environ.get("MALLEABLE_ADHOCFS_MAX_RATE", 0) or 0),
-                   help="cap this server's bandwidth in MB/s to emulate a node's link or device "
-                        "(default $MALLEABLE_ADHOCFS_MAX_RATE, else none)")
+    p.add_argument(
+        "--max-rate",
+        type=float,
+        default=float(os.environ.get("MALLEABLE_ADHOCFS_MAX_RATE", 0) or 0),
+        help="cap this server's bandwidth in MB/s to emulate a node's link or device "
+        "(default $MALLEABLE_ADHOCFS_MAX_RATE, else none)",
+    )
     args = p.parse_args(argv)
     setup_logging(args.log, f"data{args.sid}")
     token = load_token()

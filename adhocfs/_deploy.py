@@ -24,7 +24,15 @@ from malleable.launch import spawn_on
 from malleable._secret import load_token
 from malleable.errors import ConfigError, FsError
 
-__all__ = ["Deployment", "MetaClient", "parse_hostport", "start_data_servers", "start_fs", "start_meta", "stop_fs"]
+__all__ = [
+    "Deployment",
+    "MetaClient",
+    "parse_hostport",
+    "start_data_servers",
+    "start_fs",
+    "start_meta",
+    "stop_fs",
+]
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +62,9 @@ class MetaClient:
 
     def __init__(self, addr: str, token: bytes | None = None, timeout: float = 10.0) -> None:
         self.ctx: zmq.Context[Any] = zmq.Context()
-        self.peer = Peer(self.ctx, addr, token if token is not None else load_token(),
-                         f"metadata server {addr}", timeout)
+        self.peer = Peer(
+            self.ctx, addr, token if token is not None else load_token(), f"metadata server {addr}", timeout
+        )
 
     def call(self, msg: Any, timeout: float | None = None) -> Any:
         """One request; error replies are raised."""
@@ -131,8 +140,15 @@ def _python_cmd(module: str, *args: str) -> list[str]:
 
 
 def _spawn(host: str, cmd: list[str], launcher: str | None) -> subprocess.Popen:
-    return spawn_on(host, cmd, launcher, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                    stderr=subprocess.DEVNULL, start_new_session=True)
+    return spawn_on(
+        host,
+        cmd,
+        launcher,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def _wait_ready(procs: dict[str, subprocess.Popen], logs: dict[str, str], timeout: float) -> dict[str, str]:
@@ -153,7 +169,9 @@ def _wait_ready(procs: dict[str, subprocess.Popen], logs: dict[str, str], timeou
             events = sel.select(max(0.0, left)) if left > 0 else []
             if not events:
                 missing = [n for n in procs if n not in out]
-                raise FsError(f"{', '.join(missing)} did not start within {timeout:g} s{_tail(logs, missing)}")
+                raise FsError(
+                    f"{', '.join(missing)} did not start within {timeout:g} s{_tail(logs, missing)}"
+                )
             for key, _ in events:
                 name = key.data
                 line = key.fileobj.readline().decode(errors="replace")  # type: ignore[union-attr]
@@ -182,9 +200,15 @@ def _tail(logs: dict[str, str], names: Sequence[str]) -> str:
     return "".join(parts)
 
 
-def start_data_servers(meta: str, hosts: Sequence[str], state: str, dir: str | None = None,
-                       launcher: str | None = None, token: bytes | None = None,
-                       sids: Sequence[int] | None = None) -> tuple[dict[int, tuple[str, str]], dict[str, subprocess.Popen]]:
+def start_data_servers(
+    meta: str,
+    hosts: Sequence[str],
+    state: str,
+    dir: str | None = None,
+    launcher: str | None = None,
+    token: bytes | None = None,
+    sids: Sequence[int] | None = None,
+) -> tuple[dict[int, tuple[str, str]], dict[str, subprocess.Popen]]:
     """Start data servers on ``hosts`` for the metadata server ``meta`` and wait until they registered.
 
     Args:
@@ -210,7 +234,7 @@ def start_data_servers(meta: str, hosts: Sequence[str], state: str, dir: str | N
     procs: dict[str, subprocess.Popen] = {}
     logs: dict[str, str] = {}
     try:
-        for sid, host in zip(sids, hosts):
+        for sid, host in zip(sids, hosts, strict=True):
             name = f"data server {sid}"
             logs[name] = os.path.join(state, f"data{sid}.log")
             args = ["--meta", meta, "--sid", str(sid), "--host", host, "--log", logs[name]]
@@ -223,11 +247,12 @@ def start_data_servers(meta: str, hosts: Sequence[str], state: str, dir: str | N
             p.kill()
             p.wait()
         raise
-    return {sid: (host, addrs[f"data server {sid}"]) for sid, host in zip(sids, hosts)}, procs
+    return {sid: (host, addrs[f"data server {sid}"]) for sid, host in zip(sids, hosts, strict=True)}, procs
 
 
-def start_meta(meta: str, state: str, block_size: int = 0, launcher: str | None = None
-               ) -> tuple[str, subprocess.Popen]:
+def start_meta(
+    meta: str, state: str, block_size: int = 0, launcher: str | None = None
+) -> tuple[str, subprocess.Popen]:
     """Start (or restart, on the same ``state`` directory) a metadata server on ``HOST[:PORT]``.
 
     Returns:
@@ -243,7 +268,8 @@ def start_meta(meta: str, state: str, block_size: int = 0, launcher: str | None 
     proc = _spawn(host, _python_cmd("malleable.adhocfs._meta", *args), launcher)
     try:
         addr = _wait_ready({"metadata server": proc}, {"metadata server": log_path}, START_TIMEOUT)[
-            "metadata server"]
+            "metadata server"
+        ]
     except BaseException:
         proc.kill()
         proc.wait()
@@ -251,8 +277,15 @@ def start_meta(meta: str, state: str, block_size: int = 0, launcher: str | None 
     return addr, proc
 
 
-def start_fs(meta: str, data: Sequence[str], dir: str | None = None, state: str | None = None,
-             block_size: int = 0, launcher: str | None = None, token: bytes | None = None) -> Deployment:
+def start_fs(
+    meta: str,
+    data: Sequence[str],
+    dir: str | None = None,
+    state: str | None = None,
+    block_size: int = 0,
+    launcher: str | None = None,
+    token: bytes | None = None,
+) -> Deployment:
     """Start a metadata server on ``meta`` (``HOST[:PORT]``) and one data server per entry of ``data``.
 
     Returns once every server answers.
@@ -302,4 +335,3 @@ def stop_fs(addr: str, timeout: float = 10.0, token: bytes | None = None) -> Non
     with MetaClient(addr, token, timeout) as mc:
         mc.call(Shutdown(everything=True))
     log.info("adhocfs at %s stopped", addr)
-

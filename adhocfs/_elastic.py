@@ -31,17 +31,29 @@ from typing import Any
 from malleable.adhocfs._namespace import BLOCKING
 from malleable.adhocfs._placement import UNALLOCATED, Layout, intern_epoch
 from malleable.adhocfs._protocol import (
-    Change, Copy, Data, DropBlocks, Expand, Fence, Get, Inventory, InventoryReply, Message, Shrink, Shutdown,
+    Change,
+    Copy,
+    Data,
+    DropBlocks,
+    Expand,
+    Fence,
+    Get,
+    Inventory,
+    InventoryReply,
+    Message,
+    Shrink,
+    Shutdown,
 )
 from malleable.adhocfs._redistribute import FileState, Plan, plan_rebalance, plan_shrink
+
 from malleable.errors import FsError, PlacementError
 
 __all__ = ["ElasticMixin"]
 
 log = logging.getLogger(__name__)
 
-BATCH = 16                 # blocks per move step
-ANY_VERSION = 1 << 62      # the metadata server's own reads pass every fence
+BATCH = 16  # blocks per move step
+ANY_VERSION = 1 << 62  # the metadata server's own reads pass every fence
 
 
 class _Job:
@@ -86,18 +98,38 @@ class ElasticMixin:
             return self.last_change
         j = self.job.journal
         elapsed = time.monotonic() - self.job.t0
-        return {"id": j["id"], "kind": j["kind"], "state": "running", "phase": j["state"], "mode": j.get("mode"),
-                "sids": j["sids"], "planned": len(self.job.moves), "moved": self.job.done,
-                "bytes_moved": self.job.bytes, "on_leaving": j.get("on_leaving", 0),
-                "blocked_files": len(j.get("affected", {})), "elapsed": round(elapsed, 3)}
+        return {
+            "id": j["id"],
+            "kind": j["kind"],
+            "state": "running",
+            "phase": j["state"],
+            "mode": j.get("mode"),
+            "sids": j["sids"],
+            "planned": len(self.job.moves),
+            "moved": self.job.done,
+            "bytes_moved": self.job.bytes,
+            "on_leaving": j.get("on_leaving", 0),
+            "blocked_files": len(j.get("affected", {})),
+            "elapsed": round(elapsed, 3),
+        }
 
     def _finish(self, journal: dict[str, Any], state: str, **extra: Any) -> dict[str, Any]:
-        info = {"id": journal["id"], "kind": journal["kind"], "state": state, "mode": journal.get("mode"),
-                "sids": journal["sids"], "planned": len(journal.get("moves", [])),
-                "on_leaving": journal.get("on_leaving", 0), **extra}
+        info = {
+            "id": journal["id"],
+            "kind": journal["kind"],
+            "state": state,
+            "mode": journal.get("mode"),
+            "sids": journal["sids"],
+            "planned": len(journal.get("moves", [])),
+            "on_leaving": journal.get("on_leaving", 0),
+            **extra,
+        }
         if self.job is not None:
-            info.update(moved=self.job.done, bytes_moved=self.job.bytes,
-                        elapsed=round(time.monotonic() - self.job.t0, 3))
+            info.update(
+                moved=self.job.done,
+                bytes_moved=self.job.bytes,
+                elapsed=round(time.monotonic() - self.job.t0, 3),
+            )
         self.last_change = info
         self.job = None
         return info
@@ -112,8 +144,9 @@ class ElasticMixin:
         for sid in msg.sids:
             r = rows.get(sid)
             if r is None or r["state"] not in ("up", "active"):
-                raise FsError(f"data server {sid} is not registered and idle "
-                              f"(state {r['state'] if r else 'unknown'})")
+                raise FsError(
+                    f"data server {sid} is not registered and idle (state {r['state'] if r else 'unknown'})"
+                )
         with _txn(ns):
             ns.db.execute("UPDATE files SET status='ready' WHERE status='commissioning'")
             ns.kv_set("commissioning", None)
@@ -126,8 +159,10 @@ class ElasticMixin:
             ns.set_epochs(epochs, eid)
             for sid in msg.sids:
                 ns.db.execute("UPDATE servers SET state='active' WHERE sid=?", (sid,))
-            ns.history({"kind": "expand", "sids": list(msg.sids), "epoch": eid, "servers": list(epochs[eid])},
-                       time.time())
+            ns.history(
+                {"kind": "expand", "sids": list(msg.sids), "epoch": eid, "servers": list(epochs[eid])},
+                time.time(),
+            )
         log.info("commissioned servers %s: epoch %d = %s", msg.sids, eid, epochs[eid])
         info = {"kind": "expand", "state": "done", "epoch": eid, "servers": list(epochs[eid])}
         if msg.rebalance and cur is not None:
@@ -155,17 +190,29 @@ class ElasticMixin:
         gone = set(sids) if kind == "shrink" else set()
         cur = ns.current_epoch()
         epochs = ns.epochs()
-        journal: dict[str, Any] = {"id": int(ns.kv_get("change_seq", 0)) + 1, "kind": kind, "mode": mode,
-                                   "sids": sids, "state": "fencing", "prev_epoch": cur, "rate": rate,
-                                   "t0": time.time(), "moves": [], "affected": {}}
+        journal: dict[str, Any] = {
+            "id": int(ns.kv_get("change_seq", 0)) + 1,
+            "kind": kind,
+            "mode": mode,
+            "sids": sids,
+            "state": "fencing",
+            "prev_epoch": cur,
+            "rate": rate,
+            "t0": time.time(),
+            "moves": [],
+            "affected": {},
+        }
         status = "decommissioning" if kind == "shrink" else "rebalancing"
         with _txn(ns):
             ns.kv_set("change_seq", journal["id"])
             candidates = {}
             for row in ns.files():
                 lay = ns.layout(row)
-                touches = (lay.servers(epochs) & gone) if gone else any(
-                    iv.epoch not in (cur, UNALLOCATED) for iv in lay.intervals)
+                touches = (
+                    (lay.servers(epochs) & gone)
+                    if gone
+                    else any(iv.epoch not in (cur, UNALLOCATED) for iv in lay.intervals)
+                )
                 if touches and row["status"] not in BLOCKING:
                     candidates[row["fid"]] = row["version"] + 1
                     self._set_file(row["fid"], status=status, version=row["version"] + 1)
@@ -190,11 +237,21 @@ class ElasticMixin:
             return self._rollback(journal, str(e))
         return self.change_info() or {}
 
-    def _plan(self, kind: str, gone: set[int], prev: int, epochs: dict[int, tuple[int, ...]], mode: str,
-              inventory: dict[int, dict[int, list[int]]]) -> Plan:
+    def _plan(
+        self,
+        kind: str,
+        gone: set[int],
+        prev: int,
+        epochs: dict[int, tuple[int, ...]],
+        mode: str,
+        inventory: dict[int, dict[int, list[int]]],
+    ) -> Plan:
         old_epochs = self.ns.epochs()
-        files = [FileState(r["fid"], self.ns.layout(r), r["hw"]) for r in self.ns.files()
-                 if r["status"] in BLOCKING]
+        files = [
+            FileState(r["fid"], self.ns.layout(r), r["hw"])
+            for r in self.ns.files()
+            if r["status"] in BLOCKING
+        ]
         if kind == "shrink":
             return plan_shrink(files, old_epochs, prev, gone, inventory, mode)
         return plan_rebalance(files, old_epochs, self.ns.current_epoch(), inventory)
@@ -206,7 +263,7 @@ class ElasticMixin:
             ns.set_epochs(plan.epochs)
             for fid, v1 in candidates.items():
                 fp = plan.files.get(fid)
-                if fp is None or not fp.affected:   # nothing of it moves: switch now, do not block it
+                if fp is None or not fp.affected:  # nothing of it moves: switch now, do not block it
                     layout = fp.layout if fp else ns.layout(ns.file_row(fid))
                     self._set_file(fid, status="ready", version=v1 + 1, layout=layout)
                     self._fence(fid, v1 + 1, v1 + 1)
@@ -218,8 +275,14 @@ class ElasticMixin:
             journal["state"] = "moving"
             ns.kv_set("change", journal)
         self._send_fences(switched, strict=False)
-        log.info("%s plan: %d files blocked, %d switched, %d blocks to move (%d were on leaving servers)",
-                 journal["kind"], len(journal["affected"]), len(switched), len(journal["moves"]), plan.on_leaving)
+        log.info(
+            "%s plan: %d files blocked, %d switched, %d blocks to move (%d were on leaving servers)",
+            journal["kind"],
+            len(journal["affected"]),
+            len(switched),
+            len(journal["moves"]),
+            plan.on_leaving,
+        )
 
     def step_job(self) -> None:
         """Move the next batch of blocks; commit when all are moved; roll back if a server fails."""
@@ -229,7 +292,7 @@ class ElasticMixin:
         if job.rate > 0 and job.bytes > job.rate * 1e6 * (time.monotonic() - job.t0):
             time.sleep(0.005)
             return
-        batch = job.moves[job.done:job.done + BATCH]
+        batch = job.moves[job.done : job.done + BATCH]
         if batch:
             try:
                 job.bytes += self._move(batch)
@@ -270,15 +333,25 @@ class ElasticMixin:
         with _txn(ns):
             for fid_s, a in journal["affected"].items():
                 fid = int(fid_s)
-                self._set_file(fid, status="ready", version=a["version"], layout=Layout.from_pairs(a["layout"]))
+                self._set_file(
+                    fid, status="ready", version=a["version"], layout=Layout.from_pairs(a["layout"])
+                )
                 self._fence(fid, a["version"], a["version"])
             for sid in gone:
                 ns.db.execute("UPDATE servers SET state='gone' WHERE sid=?", (sid,))
             journal["state"] = "cleanup"
             journal["drops"] = [[s, f, bl] for (s, f), bl in drops.items()]
             ns.kv_set("change", journal)
-            ns.history({"kind": journal["kind"], "sids": journal["sids"], "mode": journal.get("mode"),
-                        "moved": len(journal["moves"]), "on_leaving": journal.get("on_leaving", 0)}, time.time())
+            ns.history(
+                {
+                    "kind": journal["kind"],
+                    "sids": journal["sids"],
+                    "mode": journal.get("mode"),
+                    "moved": len(journal["moves"]),
+                    "on_leaving": journal.get("on_leaving", 0),
+                },
+                time.time(),
+            )
         self._cleanup(journal)
 
     def _cleanup(self, journal: dict[str, Any]) -> None:
@@ -312,11 +385,13 @@ class ElasticMixin:
                 if journal.get("prev_epoch") is not None:
                     ns.kv_set("epoch", journal["prev_epoch"])
             ns.kv_set("change", None)
-            ns.history({"kind": journal["kind"], "sids": journal["sids"], "state": "rolled_back", "why": why},
-                       time.time())
+            ns.history(
+                {"kind": journal["kind"], "sids": journal["sids"], "state": "rolled_back", "why": why},
+                time.time(),
+            )
         self._send_fences(rolled, strict=False)
         copies: dict[tuple[int, int], list[int]] = {}
-        for fid, b, _, dst in journal.get("moves", [])[:max(done, 0) + BATCH]:
+        for fid, b, _, dst in journal.get("moves", [])[: max(done, 0) + BATCH]:
             copies.setdefault((dst, fid), []).append(b)
         self.run_actions([(d, DropBlocks(f, bl)) for (d, f), bl in copies.items()])
         return self._finish(journal, "rolled_back", error=why)
@@ -330,8 +405,12 @@ class ElasticMixin:
             log.warning("finishing the cleanup of interrupted %s %s", journal["kind"], journal["sids"])
             self._cleanup(journal)
         else:
-            log.warning("rolling back interrupted %s %s (state %s)", journal["kind"], journal["sids"],
-                        journal["state"])
+            log.warning(
+                "rolling back interrupted %s %s (state %s)",
+                journal["kind"],
+                journal["sids"],
+                journal["state"],
+            )
             self._rollback(journal, "metadata server restarted during the change")
 
     # ------------------------------------------------------------ helpers
@@ -339,8 +418,10 @@ class ElasticMixin:
         if layout is None:
             self.ns.db.execute("UPDATE files SET status=?, version=? WHERE fid=?", (status, version, fid))
         else:
-            self.ns.db.execute("UPDATE files SET status=?, version=?, layout=? WHERE fid=?",
-                               (status, version, json.dumps(layout.to_pairs()), fid))
+            self.ns.db.execute(
+                "UPDATE files SET status=?, version=?, layout=? WHERE fid=?",
+                (status, version, json.dumps(layout.to_pairs()), fid),
+            )
 
     def _fence(self, fid: int, wmin: int, rmin: int | None) -> None:
         row = self.ns._row("SELECT rmin FROM fences WHERE fid=?", (fid,))
@@ -348,20 +429,27 @@ class ElasticMixin:
         self.ns.db.execute("INSERT OR REPLACE INTO fences(fid, wmin, rmin) VALUES(?, ?, ?)", (fid, wmin, r))
 
     def _live_sids(self) -> list[int]:
-        return [r["sid"] for r in self.ns.servers() if r["state"] in ("active", "leaving", "up") and r["addr"]]
+        return [
+            r["sid"] for r in self.ns.servers() if r["state"] in ("active", "leaving", "up") and r["addr"]
+        ]
 
     def _send_fences(self, fids: list[int], strict: bool) -> None:
         if not fids:
             return
         rows = {r["fid"]: r for r in self.ns._rows("SELECT * FROM fences")}
-        calls = [(s, Fence(f, rows[f]["wmin"], rows[f]["rmin"])) for s in self._live_sids() for f in fids
-                 if f in rows]
+        calls = [
+            (s, Fence(f, rows[f]["wmin"], rows[f]["rmin"]))
+            for s in self._live_sids()
+            for f in fids
+            if f in rows
+        ]
         for i, rep in self.call_many(calls).items():
             if isinstance(rep, BaseException) or rep.TYPE != "ok":
                 if strict:
                     raise FsError(f"data server {calls[i][0]} did not accept a fence: {rep}")
-                log.warning("fence on data server %d failed (applied when it registers again): %s",
-                            calls[i][0], rep)
+                log.warning(
+                    "fence on data server %d failed (applied when it registers again): %s", calls[i][0], rep
+                )
 
     def _inventory(self) -> dict[int, dict[int, list[int]]]:
         sids = self._live_sids()

@@ -76,11 +76,14 @@ class MetaServer(ElasticMixin):
         if p is None or p.addr != addr:
             if p is not None:
                 p.close()
-            p = self.peers[sid] = Peer(self.ctx, addr, self.token, f"data server {sid} ({addr})", ACTION_TIMEOUT)
+            p = self.peers[sid] = Peer(
+                self.ctx, addr, self.token, f"data server {sid} ({addr})", ACTION_TIMEOUT
+            )
         return p
 
-    def call_many(self, calls: Sequence[tuple[int, Message]], timeout: float = ACTION_TIMEOUT
-                  ) -> dict[int, Message | BaseException]:
+    def call_many(
+        self, calls: Sequence[tuple[int, Message]], timeout: float = ACTION_TIMEOUT
+    ) -> dict[int, Message | BaseException]:
         """Send each ``(sid, message)`` and wait for every reply; returns ``{index: reply or exception}``."""
         out: dict[int, Message | BaseException] = {}
         sent: dict[tuple[int, int], int] = {}
@@ -151,16 +154,32 @@ class MetaServer(ElasticMixin):
             d = dict(r)
             rep = stats.get(r["sid"])
             if isinstance(rep, StatsReply):
-                d.update(blocks=rep.blocks, bytes=rep.bytes, reads=rep.reads, writes=rep.writes,
-                         read_bytes=rep.read_bytes, write_bytes=rep.write_bytes, aio=rep.aio,
-                         req_rate=rep.req_rate, samples=rep.samples[-10:], reachable=True)
+                d.update(
+                    blocks=rep.blocks,
+                    bytes=rep.bytes,
+                    reads=rep.reads,
+                    writes=rep.writes,
+                    read_bytes=rep.read_bytes,
+                    write_bytes=rep.write_bytes,
+                    aio=rep.aio,
+                    req_rate=rep.req_rate,
+                    samples=rep.samples[-10:],
+                    reachable=True,
+                )
             else:
                 d.update(reachable=False)
             servers.append(d)
         epochs = {str(k): list(v) for k, v in self.ns.epochs().items()}
         cur = self.ns.current_epoch()
-        return FsStatus(servers, -1 if cur is None else cur, epochs, len(self.ns.files()), self.change_info(),
-                        self.ns.rio(), self.ns.recent_history())
+        return FsStatus(
+            servers,
+            -1 if cur is None else cur,
+            epochs,
+            len(self.ns.files()),
+            self.change_info(),
+            self.ns.rio(),
+            self.ns.recent_history(),
+        )
 
     # ------------------------------------------------------------ loop
     def serve(self, sock: zmq.Socket[Any]) -> None:
@@ -204,7 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", default="127.0.0.1", help="host name clients use to reach this server")
     p.add_argument("--port", type=int, default=0, help="port (0: a random free port)")
     p.add_argument("--state", required=True, help="directory for the SQLite database")
-    p.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE, help="default block size of new files")
+    p.add_argument(
+        "--block-size", type=int, default=DEFAULT_BLOCK_SIZE, help="default block size of new files"
+    )
     p.add_argument("--log", default=None, help="log file (default stderr)")
     args = p.parse_args(argv)
     setup_logging(args.log, "meta")

@@ -68,8 +68,9 @@ class Watcher:
 
     def sample(self, servers: list[dict[str, Any]], now: float) -> float | None:
         """Record the AIO since the previous call (MB/s), or None when there was no I/O."""
-        counts = {s["sid"]: s.get("read_bytes", 0) + s.get("write_bytes", 0) for s in servers
-                  if s.get("reachable")}
+        counts = {
+            s["sid"]: s.get("read_bytes", 0) + s.get("write_bytes", 0) for s in servers if s.get("reachable")
+        }
         prev, self._prev = self._prev, (now, counts)
         if prev is None or now <= prev[0]:
             return None
@@ -92,10 +93,24 @@ class Watcher:
             d = Decision(Action.KEEP, 0, None, "no RIO configured or declared")
         else:
             d = decide(self.samples, len(active), cfg, now, self.last_change, self.since_change)
-        record = {"t": now, "aio": aio, "servers": len(active), "rio": cfg.rio, "action": d.action.value,
-                  "count": d.count, "avg_d": d.avg_d, "reason": d.reason}
-        log.info("rule: %s x%d with %d servers, AIO %s MB/s: %s", d.action.value, d.count, len(active),
-                 "-" if aio is None else f"{aio:.1f}", d.reason)
+        record = {
+            "t": now,
+            "aio": aio,
+            "servers": len(active),
+            "rio": cfg.rio,
+            "action": d.action.value,
+            "count": d.count,
+            "avg_d": d.avg_d,
+            "reason": d.reason,
+        }
+        log.info(
+            "rule: %s x%d with %d servers, AIO %s MB/s: %s",
+            d.action.value,
+            d.count,
+            len(active),
+            "-" if aio is None else f"{aio:.1f}",
+            d.reason,
+        )
         if self.act and d.action is not Action.KEEP:
             record["result"] = self._carry_out(d, active)
             self.last_change = self.clock()
@@ -111,15 +126,17 @@ class Watcher:
                 log.warning("expand wanted but no pool hosts were given")
                 return {"error": "no pool hosts"}
             hosts = [pool[i % len(pool)] for i in range(d.count)]
-            servers, procs, info = expand_fs(self.addr, hosts, dir=self.dir, state=self.state, token=self.token)
+            servers, procs, info = expand_fs(
+                self.addr, hosts, dir=self.dir, state=self.state, token=self.token
+            )
             self.procs.update(procs)
             return {"added": sorted(servers), **info}
-        victims = [s["sid"] for s in sorted(active, key=lambda s: (s.get("blocks", 0), -s["sid"]))][:d.count]
+        victims = [s["sid"] for s in sorted(active, key=lambda s: (s.get("blocks", 0), -s["sid"]))][: d.count]
         info = shrink_fs(self.addr, victims, self.mode, self.rate, token=self.token)
         return {"removed": victims, **info}
 
     def run(self, duration: float | None = None, steps: int | None = None) -> list[dict[str, Any]]:
-        """Step every ``interval`` seconds for ``duration`` seconds or ``steps`` steps (forever if neither)."""
+        """Step every ``interval`` seconds for ``duration`` seconds or ``steps`` steps (else forever)."""
         end = None if duration is None else self.clock() + duration
         n = 0
         while (end is None or self.clock() < end) and (steps is None or n < steps):

@@ -58,12 +58,15 @@ Action = tuple[int, Message]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS kv(k TEXT PRIMARY KEY, v TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS servers(sid INTEGER PRIMARY KEY AUTOINCREMENT, host TEXT NOT NULL, addr TEXT NOT NULL DEFAULT '',
+CREATE TABLE IF NOT EXISTS servers(sid INTEGER PRIMARY KEY AUTOINCREMENT, host TEXT NOT NULL,
+    addr TEXT NOT NULL DEFAULT '',
     state TEXT NOT NULL, pid INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS epochs(eid INTEGER PRIMARY KEY, sids TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS files(fid INTEGER PRIMARY KEY AUTOINCREMENT, path TEXT UNIQUE NOT NULL, is_dir INTEGER NOT NULL,
+CREATE TABLE IF NOT EXISTS files(fid INTEGER PRIMARY KEY AUTOINCREMENT, path TEXT UNIQUE NOT NULL,
+    is_dir INTEGER NOT NULL,
     size INTEGER NOT NULL DEFAULT 0, block_size INTEGER NOT NULL DEFAULT 0, hw INTEGER NOT NULL DEFAULT 0,
-    layout TEXT NOT NULL DEFAULT '[]', status TEXT NOT NULL DEFAULT 'ready', version INTEGER NOT NULL DEFAULT 1);
+    layout TEXT NOT NULL DEFAULT '[]', status TEXT NOT NULL DEFAULT 'ready',
+    version INTEGER NOT NULL DEFAULT 1);
 CREATE TABLE IF NOT EXISTS fences(fid INTEGER PRIMARY KEY, wmin INTEGER NOT NULL, rmin INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS rio(job TEXT PRIMARY KEY, rate REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS history(n INTEGER PRIMARY KEY AUTOINCREMENT, t REAL NOT NULL, info TEXT NOT NULL);
@@ -77,7 +80,7 @@ def normalize(path: Any) -> str:
         ValueError: not a string, empty, too long, or containing NUL.
     """
     if not isinstance(path, str):
-        raise ValueError(f"path must be a string, got {type(path).__name__}")
+        raise ValueError(f"path must be a string, got {type(path).__name__}")  # noqa: TRY004 - bad path
     if not path or "\0" in path or len(path) > 4096:
         raise ValueError(f"invalid path {path!r}")
     p = posixpath.normpath("/" + path.lstrip("/"))
@@ -112,12 +115,12 @@ class Namespace:
         row = cur.fetchone()
         if row is None:
             return None
-        return dict(zip([d[0] for d in cur.description], row))  # type: ignore[return-value]
+        return dict(zip([d[0] for d in cur.description], row, strict=True))  # type: ignore[return-value]
 
     def _rows(self, sql: str, args: Iterable[Any] = ()) -> list[dict[str, Any]]:
         cur = self.db.execute(sql, tuple(args))
         names = [d[0] for d in cur.description]
-        return [dict(zip(names, r)) for r in cur.fetchall()]
+        return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
     def kv_get(self, key: str, default: Any = None) -> Any:
         """A JSON value of the key-value table."""
@@ -142,7 +145,9 @@ class Namespace:
     def set_epochs(self, epochs: Epochs, current: int | None = None) -> None:
         """Store every epoch of ``epochs`` (and the current one)."""
         for eid, sids in epochs.items():
-            self.db.execute("INSERT OR REPLACE INTO epochs(eid, sids) VALUES(?, ?)", (eid, json.dumps(list(sids))))
+            self.db.execute(
+                "INSERT OR REPLACE INTO epochs(eid, sids) VALUES(?, ?)", (eid, json.dumps(list(sids)))
+            )
         if current is not None:
             self.kv_set("epoch", current)
 
@@ -180,8 +185,18 @@ class Namespace:
         epochs = {str(i.epoch): list(all_epochs[i.epoch]) for i in layout.intervals if i.epoch != UNALLOCATED}
         addrs = self.server_addrs()
         servers = {str(s): addrs.get(s, "") for sids in epochs.values() for s in sids}
-        return FileInfo(row["fid"], row["path"], row["size"], row["block_size"], row["hw"], layout.to_pairs(),
-                        row["status"], row["version"], epochs, servers)
+        return FileInfo(
+            row["fid"],
+            row["path"],
+            row["size"],
+            row["block_size"],
+            row["hw"],
+            layout.to_pairs(),
+            row["status"],
+            row["version"],
+            epochs,
+            servers,
+        )
 
     def history(self, info: dict[str, Any], t: float) -> None:
         """Append an event (expand, shrink, rule decision, ...) to the history table."""
@@ -226,8 +241,10 @@ class Namespace:
         if bs < 4096 or bs > 64 << 20:
             raise ValueError(f"block size must be between 4 KiB and 64 MiB, got {bs}")
         self._check_parent(path)
-        cur = self.db.execute("INSERT INTO files(path, is_dir, block_size, layout) VALUES(?, 0, ?, ?)",
-                              (path, bs, json.dumps(Layout.empty().to_pairs())))
+        cur = self.db.execute(
+            "INSERT INTO files(path, is_dir, block_size, layout) VALUES(?, 0, ?, ?)",
+            (path, bs, json.dumps(Layout.empty().to_pairs())),
+        )
         return self.file_row(int(cur.lastrowid or 0))
 
     # ------------------------------------------------------------ requests
@@ -322,8 +339,10 @@ class Namespace:
             layout = layout.allocate(msg.first, msg.blocks, eid)
         hw = max(row["hw"], msg.blocks)
         size = max(row["size"], msg.size)
-        self.db.execute("UPDATE files SET hw=?, size=?, layout=? WHERE fid=?",
-                        (hw, size, json.dumps(layout.to_pairs()), msg.fid))
+        self.db.execute(
+            "UPDATE files SET hw=?, size=?, layout=? WHERE fid=?",
+            (hw, size, json.dumps(layout.to_pairs()), msg.fid),
+        )
         return self.info(self.file_row(msg.fid))
 
     def _set_size(self, msg: SetSize) -> tuple[Message, list[Action]]:
@@ -350,9 +369,11 @@ class Namespace:
 
     def _children(self, path: str) -> list[dict[str, Any]]:
         prefix = path.rstrip("/") + "/"
-        return self._rows("SELECT path, is_dir FROM files WHERE substr(path, 1, ?) = ? AND path != '/' "
-                          "AND instr(substr(path, ?), '/') = 0 ORDER BY path",
-                          (len(prefix), prefix, len(prefix) + 1))
+        return self._rows(
+            "SELECT path, is_dir FROM files WHERE substr(path, 1, ?) = ? AND path != '/' "
+            "AND instr(substr(path, ?), '/') = 0 ORDER BY path",
+            (len(prefix), prefix, len(prefix) + 1),
+        )
 
     def _listdir(self, path: str) -> Names:
         row = self._lookup(path)
@@ -405,8 +426,10 @@ class Namespace:
         self.db.execute("UPDATE files SET path=? WHERE fid=?", (dst, row["fid"]))
         if row["is_dir"]:
             prefix = src.rstrip("/") + "/"
-            self.db.execute("UPDATE files SET path = ? || substr(path, ?) WHERE substr(path, 1, ?) = ?",
-                            (dst.rstrip("/") + "/", len(prefix) + 1, len(prefix), prefix))
+            self.db.execute(
+                "UPDATE files SET path = ? || substr(path, ?) WHERE substr(path, 1, ?) = ?",
+                (dst.rstrip("/") + "/", len(prefix) + 1, len(prefix), prefix),
+            )
         return Ok(), actions
 
     def _register(self, msg: Register) -> Registered:
@@ -414,7 +437,9 @@ class Namespace:
         if row is None or row["state"] == "gone":
             raise ValueError(f"unknown or removed data server id {msg.sid}")
         state = "up" if row["state"] == "reserved" else row["state"]
-        self.db.execute("UPDATE servers SET addr=?, host=?, pid=?, state=? WHERE sid=?",
-                        (msg.addr, msg.host, msg.pid, state, msg.sid))
+        self.db.execute(
+            "UPDATE servers SET addr=?, host=?, pid=?, state=? WHERE sid=?",
+            (msg.addr, msg.host, msg.pid, state, msg.sid),
+        )
         fences = [[r["fid"], r["wmin"], r["rmin"]] for r in self._rows("SELECT * FROM fences")]
         return Registered(fences)

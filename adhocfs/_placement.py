@@ -109,7 +109,7 @@ class Layout:
         iv = self.intervals
         if not iv or iv[0].start != 0:
             raise PlacementError("a layout must have an interval starting at block 0")
-        for a, b in zip(iv, iv[1:]):
+        for a, b in zip(iv, iv[1:], strict=False):
             if b.start <= a.start:
                 raise PlacementError(f"layout interval starts must increase: {a.start} then {b.start}")
             if a.epoch == b.epoch:
@@ -159,8 +159,11 @@ class Layout:
         segs: list[list[int]] = []
         for k, iv in enumerate(self.intervals):
             stop = self.intervals[k + 1].start if k + 1 < len(self.intervals) else 1 << 62
-            for a, b in ((iv.start, min(stop, first)), (max(iv.start, first), min(stop, end)),
-                         (max(iv.start, end), stop)):
+            for a, b in (
+                (iv.start, min(stop, first)),
+                (max(iv.start, first), min(stop, end)),
+                (max(iv.start, end), stop),
+            ):
                 if a < b:
                     inside = first <= a and b <= end
                     segs.append([a, epoch if inside and iv.epoch == UNALLOCATED else iv.epoch])
@@ -168,8 +171,9 @@ class Layout:
 
     def remap(self, fn: Callable[[int], int]) -> Layout:
         """Layout with every allocated interval's epoch replaced by ``fn(epoch)``."""
-        return Layout.from_pairs([[iv.start, iv.epoch if iv.epoch == UNALLOCATED else fn(iv.epoch)]
-                                  for iv in self.intervals])
+        return Layout.from_pairs(
+            [[iv.start, iv.epoch if iv.epoch == UNALLOCATED else fn(iv.epoch)] for iv in self.intervals]
+        )
 
     def epoch_of(self, block: int) -> int:
         """Epoch of the interval holding ``block``."""
@@ -194,7 +198,7 @@ class Layout:
         return owner(sids, fid, block)
 
     def extend(self, hw: int, epoch: int) -> Layout:
-        """Layout after the file's blocks from ``hw`` on are placed in ``epoch`` (no block below ``hw`` moves)."""
+        """Layout after the blocks from ``hw`` on are placed in ``epoch`` (no block below ``hw`` moves)."""
         last = self.intervals[-1]
         if last.epoch == epoch:
             return self

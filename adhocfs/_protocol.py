@@ -155,7 +155,7 @@ class Data(Message):
 
 @_msg("copy")
 class Copy(Message):
-    """Store a whole block as moved by a redistribution (bypasses fences; only the metadata server sends it)."""
+    """Store a whole block moved by a redistribution (bypasses fences; sent by the metadata server)."""
 
     fid: int
     block: int
@@ -473,7 +473,9 @@ def encode(msg: Message, token: bytes, rid: int = 0) -> list[Any]:
     return pack(header, token, payloads)
 
 
-def decode(frames: Sequence[Any], token: bytes, expect: tuple[type[Message], ...] = ()) -> tuple[Message, int]:
+def decode(
+    frames: Sequence[Any], token: bytes, expect: tuple[type[Message], ...] = ()
+) -> tuple[Message, int]:
     """Check, authenticate and decode frames into ``(message, request id)``.
 
     Args:
@@ -493,8 +495,9 @@ def decode(frames: Sequence[Any], token: bytes, expect: tuple[type[Message], ...
     rid = header.get("id", 0)
     if type(rid) is not int:
         raise ProtocolError(f"{cls.TYPE}: request id must be an int")
-    defaults = {f.name for f in dataclasses.fields(cls)
-                if f.default is not dataclasses.MISSING and f.name != "data"}
+    defaults = {
+        f.name for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING and f.name != "data"
+    }
     for name in defaults:  # optional fields may be omitted by older senders
         if name not in header:
             header[name] = cls.__dataclass_fields__[name].default
@@ -540,4 +543,3 @@ def _check_list(where: str, name: str, ann: str, val: list[Any]) -> None:
 def field_names(cls: type[Message]) -> list[str]:
     """Names of the JSON fields of a message class (for tests and docs)."""
     return list(_spec(cls)[0])
-

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from malleable.adhocfs._placement import UNALLOCATED, Epochs, Layout, intern_epoch
+
 from malleable.errors import PlacementError
 
 __all__ = ["FilePlan", "FileState", "Move", "Plan", "plan_rebalance", "plan_shrink"]
@@ -89,8 +90,12 @@ def _held(inventory: Inventory) -> dict[tuple[int, int], set[int]]:
     return out
 
 
-def _existing(f: FileState, layout_epochs: Epochs, held: Mapping[tuple[int, int], set[int]],
-              blocks_by_file: Mapping[int, list[int]]) -> list[tuple[int, int]]:
+def _existing(
+    f: FileState,
+    layout_epochs: Epochs,
+    held: Mapping[tuple[int, int], set[int]],
+    blocks_by_file: Mapping[int, list[int]],
+) -> list[tuple[int, int]]:
     """``(block, owner)`` of the file's blocks that exist on their owner (orphan copies ignored)."""
     out = []
     for b in blocks_by_file.get(f.fid, ()):
@@ -118,8 +123,14 @@ def _blocks_by_file(held: Mapping[tuple[int, int], set[int]]) -> dict[int, list[
     return out
 
 
-def plan_shrink(files: Iterable[FileState], epochs: Epochs, current: int, leaving: Iterable[int],
-                inventory: Inventory, mode: str = "partial") -> Plan:
+def plan_shrink(
+    files: Iterable[FileState],
+    epochs: Epochs,
+    current: int,
+    leaving: Iterable[int],
+    inventory: Inventory,
+    mode: str = "partial",
+) -> Plan:
     """Plan the decommissioning of ``leaving`` servers.
 
     Args:
@@ -139,7 +150,9 @@ def plan_shrink(files: Iterable[FileState], epochs: Epochs, current: int, leavin
     gone = set(leaving)
     cur_list = set(epochs[current])
     if not gone or not gone <= cur_list:
-        raise PlacementError(f"servers {sorted(gone - cur_list) or '[]'} are not in the current epoch {current}")
+        raise PlacementError(
+            f"servers {sorted(gone - cur_list) or '[]'} are not in the current epoch {current}"
+        )
     remaining = sorted(cur_list - gone)
     if not remaining:
         raise PlacementError("cannot remove every data server")

@@ -69,8 +69,13 @@ def raise_remote(err: Error, where: str) -> None:
 def _errno(cls: type[BaseException]) -> int:
     import errno
 
-    return {FileNotFoundError: errno.ENOENT, FileExistsError: errno.EEXIST, IsADirectoryError: errno.EISDIR,
-            NotADirectoryError: errno.ENOTDIR, PermissionError: errno.EACCES}.get(cls, errno.EIO)
+    return {
+        FileNotFoundError: errno.ENOENT,
+        FileExistsError: errno.EEXIST,
+        IsADirectoryError: errno.EISDIR,
+        NotADirectoryError: errno.ENOTDIR,
+        PermissionError: errno.EACCES,
+    }.get(cls, errno.EIO)
 
 
 class Peer:
@@ -88,7 +93,9 @@ class Peer:
         timeout: default seconds to wait for a reply.
     """
 
-    def __init__(self, ctx: zmq.Context[Any], addr: str, token: bytes, name: str, timeout: float = 5.0) -> None:
+    def __init__(
+        self, ctx: zmq.Context[Any], addr: str, token: bytes, name: str, timeout: float = 5.0
+    ) -> None:
         self.ctx, self.addr, self.token, self.name, self.timeout = ctx, addr, token, name, timeout
         self._ids = itertools.count(1)
         self.sock: zmq.Socket[Any] = self._open()
@@ -129,13 +136,23 @@ class Peer:
         wait = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + wait
         while True:
+            got = self.try_recv()  # a reply already queued is taken even if the deadline has passed
+            if got is not None:
+                return got
             left = deadline - time.monotonic()
-            if left <= 0 or not self.sock.poll(int(left * 1000) + 1, zmq.POLLIN):
-                if time.monotonic() >= deadline or not self.sock.poll(0, zmq.POLLIN):
-                    self.reset()
-                    for_ = f" for {what}" if what else ""
-                    raise ServerUnavailable(f"{self.name} did not answer within {wait:g} s{for_}")
-            frames = self.sock.recv_multipart(copy=False)
+            if left <= 0:
+                self.reset()
+                for_ = f" for {what}" if what else ""
+                raise ServerUnavailable(f"{self.name} did not answer within {wait:g} s{for_}")
+            self.sock.poll(int(left * 1000) + 1, zmq.POLLIN)
+
+    def try_recv(self) -> tuple[Message, int] | None:
+        """A reply already received, as ``(message, request id)``, or None (never waits)."""
+        while True:
+            try:
+                frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return None
             msg, rid = self._decode(frames[1:] if frames and len(frames[0]) == 0 else frames)
             if rid in self.pending:
                 self.pending.discard(rid)
@@ -145,8 +162,10 @@ class Peer:
         try:
             return decode(frames, self.token)
         except AuthError:
-            raise AuthError(f"{self.name} refused the request or answered with another shared secret: "
-                            "set the same MALLEABLE_TOKEN (or key file) on clients and servers") from None
+            raise AuthError(
+                f"{self.name} refused the request or answered with another shared secret: "
+                "set the same MALLEABLE_TOKEN (or key file) on clients and servers"
+            ) from None
 
     def call(self, msg: Message, timeout: float | None = None, what: str = "") -> Message:
         """Send ``msg`` and wait for its reply; :class:`Error` replies are raised as local exceptions."""

@@ -76,8 +76,14 @@ class Decision:
     reason: str
 
 
-def decide(samples: Sequence[float], n: int, cfg: RuleConfig, now: float = 0.0,
-           last_change: float | None = None, samples_since_change: int | None = None) -> Decision:
+def decide(
+    samples: Sequence[float],
+    n: int,
+    cfg: RuleConfig,
+    now: float = 0.0,
+    last_change: float | None = None,
+    samples_since_change: int | None = None,
+) -> Decision:
     """Apply the rule to the AIO samples (oldest first) of a file system with ``n`` data servers.
 
     Args:
@@ -98,17 +104,21 @@ def decide(samples: Sequence[float], n: int, cfg: RuleConfig, now: float = 0.0,
     fresh = len(samples) if samples_since_change is None else min(samples_since_change, len(samples))
     if fresh < cfg.k:
         return Decision(Action.KEEP, 0, None, f"window not full: {fresh} of {cfg.k} samples")
-    window = list(samples[-cfg.k:])
+    window = list(samples[-cfg.k :])
     avg_aio = sum(window) / cfg.k
     avg_d = avg_aio - cfg.rio
-    inputs = f"window {[round(x, 1) for x in window]}, RIO {cfg.rio:g}, T {cfg.tolerance:g}, avg_d {avg_d:+.1f}"
+    inputs = (
+        f"window {[round(x, 1) for x in window]}, RIO {cfg.rio:g}, T {cfg.tolerance:g}, avg_d {avg_d:+.1f}"
+    )
     if abs(avg_d) <= cfg.tolerance:
         return Decision(Action.KEEP, 0, avg_d, f"keep: |avg_d| <= T ({inputs})")
     per_server = avg_aio / n if avg_aio > 0 else 0.0
     if avg_d < -cfg.tolerance:
         room = cfg.n_max - n
         if room <= 0:
-            return Decision(Action.KEEP, 0, avg_d, f"expand wanted but already at n_max={cfg.n_max} ({inputs})")
+            return Decision(
+                Action.KEEP, 0, avg_d, f"expand wanted but already at n_max={cfg.n_max} ({inputs})"
+            )
         want = math.ceil(-avg_d / per_server) if per_server > 0 else room
         count = max(1, min(room, want))
         return Decision(Action.EXPAND, count, avg_d, f"expand by {count}: avg_d < -T ({inputs})")

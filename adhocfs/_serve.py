@@ -51,8 +51,9 @@ def setup_logging(path: str | None, tag: str) -> None:
     """Log to ``path`` (or stderr) at ``MALLEABLE_LOG`` level (default INFO) with a server tag."""
     level = getattr(logging, os.environ.get("MALLEABLE_LOG", "INFO").upper(), logging.INFO)
     handler: logging.Handler = logging.FileHandler(path) if path else logging.StreamHandler()
-    handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s [{tag}@{socket.gethostname()}] "
-                                           "%(name)s: %(message)s"))
+    handler.setFormatter(
+        logging.Formatter(f"%(asctime)s %(levelname)s [{tag}@{socket.gethostname()}] %(name)s: %(message)s")
+    )
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

@@ -81,7 +81,7 @@ class BlockStore(MutableMapping[Key, Any]):
             buf = bytearray(cur)
         if len(buf) < offset + n:
             buf.extend(bytes(offset + n - len(buf)))
-        buf[offset:offset + n] = data
+        buf[offset : offset + n] = data
         self._data[key] = buf
         self.nbytes += len(buf) - old_len
         self._index.setdefault(key[0], set()).add(key[1])
@@ -92,7 +92,7 @@ class BlockStore(MutableMapping[Key, Any]):
         cur = self._data.get(key)
         if cur is None:
             return None
-        return memoryview(cur)[offset:offset + length]
+        return memoryview(cur)[offset : offset + length]
 
     def cut(self, key: Key, length: int) -> None:
         """Shorten block ``key`` to ``length`` bytes (no-op when absent or already shorter)."""

@@ -96,8 +96,14 @@ def scaling_run(n0: int, malleable: bool, clients: int, per: int, n_max: int, se
             f.truncate(per * clients)
         watcher, stop = None, threading.Event()
         if malleable:  # RIO above what n_max capped servers give: the rule grows the file system to n_max
-            cfg = RuleConfig(rio=server_rate * n_max * 2, tolerance=server_rate / 4, k=2, n_min=1, n_max=n_max,
-                             cooldown=1.0)
+            cfg = RuleConfig(
+                rio=server_rate * n_max * 2,
+                tolerance=server_rate / 4,
+                k=2,
+                n_min=1,
+                n_max=n_max,
+                cooldown=1.0,
+            )
             watcher = Watcher(dep.address, cfg, pool=["127.0.0.1"], interval=0.25, state=st)
 
             def watch() -> None:
@@ -118,8 +124,12 @@ def scaling_run(n0: int, malleable: bool, clients: int, per: int, n_max: int, se
         with connect(dep.address) as fs:
             n_end = len([s for s in fs.status().servers if s["state"] == "active"])
         changes = [d for d in (watcher.decisions if watcher else []) if d["action"] != "keep"]
-    return {"write": w, "read": r, "servers_end": n_end,
-            "changes": [{"action": c["action"], "count": c["count"], "avg_d": c["avg_d"]} for c in changes]}
+    return {
+        "write": w,
+        "read": r,
+        "servers_end": n_end,
+        "changes": [{"action": c["action"], "count": c["count"], "avg_d": c["avg_d"]} for c in changes],
+    }
 
 
 def redistribution_costs(n: int = 4, nfiles: int = 8, blocks_per_file: int = 64) -> dict:
@@ -130,9 +140,12 @@ def redistribution_costs(n: int = 4, nfiles: int = 8, blocks_per_file: int = 64)
     out: dict = {}
     bs = 64 * 1024
     for mode in ("partial", "total"):
-        with tempfile.TemporaryDirectory() as st, start_fs("127.0.0.1", ["127.0.0.1"] * (n - 1), state=st) as dep:
+        with (
+            tempfile.TemporaryDirectory() as st,
+            start_fs("127.0.0.1", ["127.0.0.1"] * (n - 1), state=st) as dep,
+        ):
             with connect(dep.address, reserve=0) as fs:
-                for i in range(nfiles):   # half of each file before an expansion, half after
+                for i in range(nfiles):  # half of each file before an expansion, half after
                     with fs.open(f"/f{i}", "wb", block_size=bs) as f:
                         f.write(random.Random(i).randbytes(blocks_per_file // 2 * bs))
                 _, procs, _ = expand_fs(dep.address, ["127.0.0.1"], state=st)
@@ -143,10 +156,12 @@ def redistribution_costs(n: int = 4, nfiles: int = 8, blocks_per_file: int = 64)
                 t = time.monotonic()
                 info = shrink_fs(dep.address, [2], mode)
                 out[f"shrink_{n}_to_{n - 1}_{mode}"] = {
-                    "moved_blocks": info["moved"], "ideal_blocks": info["on_leaving"],
+                    "moved_blocks": info["moved"],
+                    "ideal_blocks": info["on_leaving"],
                     "moved_MiB": round(info.get("bytes_moved", 0) / 2**20, 2),
                     "ratio_to_ideal": round(info["moved"] / max(1, info["on_leaving"]), 3),
-                    "seconds": round(time.monotonic() - t, 3)}
+                    "seconds": round(time.monotonic() - t, 3),
+                }
     with tempfile.TemporaryDirectory() as st, start_fs("127.0.0.1", ["127.0.0.1"] * n, state=st) as dep:
         with connect(dep.address, reserve=0) as fs:
             for i in range(nfiles):
@@ -155,9 +170,12 @@ def redistribution_costs(n: int = 4, nfiles: int = 8, blocks_per_file: int = 64)
         total = nfiles * blocks_per_file
         _, procs, info = expand_fs(dep.address, ["127.0.0.1"], rebalance=True, state=st)
         dep.procs.update({f"x{k}": p for k, p in procs.items()})
-        out[f"rebalance_{n}_to_{n + 1}"] = {"moved_blocks": info["moved"], "ideal_blocks": round(total / (n + 1), 1),
-                                            "ratio_to_ideal": round(info["moved"] / (total / (n + 1)), 3),
-                                            "modulo_would_move": sum(b % n != b % (n + 1) for b in range(total))}
+        out[f"rebalance_{n}_to_{n + 1}"] = {
+            "moved_blocks": info["moved"],
+            "ideal_blocks": round(total / (n + 1), 1),
+            "ratio_to_ideal": round(info["moved"] / (total / (n + 1)), 3),
+            "modulo_would_move": sum(b % n != b % (n + 1) for b in range(total)),
+        }
     return out
 
 
@@ -180,11 +198,14 @@ def shrink_stall(n: int = 4, mib: int = 128) -> dict:
         t_end = time.time()
         lat = json.loads(p.communicate(timeout=120)[0])
     during = [d for s, d in lat if s + d >= t and s <= t_end]
-    return {"shrink_seconds": round(t_end - t, 3), "moved_blocks": info["moved"],
-            "moved_MiB": round(info.get("bytes_moved", 0) / 2**20, 1),
-            "max_write_stall_s": round(max(during, default=0.0), 3),
-            "max_write_latency_without_shrink_s": round(max(d for _, d in lat0), 4),
-            "median_write_latency_without_shrink_s": round(statistics.median(d for _, d in lat0), 4)}
+    return {
+        "shrink_seconds": round(t_end - t, 3),
+        "moved_blocks": info["moved"],
+        "moved_MiB": round(info.get("bytes_moved", 0) / 2**20, 1),
+        "max_write_stall_s": round(max(during, default=0.0), 3),
+        "max_write_latency_without_shrink_s": round(max(d for _, d in lat0), 4),
+        "median_write_latency_without_shrink_s": round(statistics.median(d for _, d in lat0), 4),
+    }
 
 
 def main() -> int:
@@ -199,45 +220,73 @@ def main() -> int:
     os.environ.setdefault("MALLEABLE_TOKEN", "benchmark-token")
     os.environ["MALLEABLE_ADHOCFS_MAX_RATE"] = str(args.server_rate)
     rows = []
-    for scaling, per in (("weak", args.weak_per_client << 20),
-                         ("strong", (args.strong_total << 20) // args.clients)):
+    for scaling, per in (
+        ("weak", args.weak_per_client << 20),
+        ("strong", (args.strong_total << 20) // args.clients),
+    ):
         per = per // XFER * XFER
         for n0 in (1, 2, 4):
             res = {"static": [], "malleable": []}
             for _ in range(args.reps):
                 for kind in ("static", "malleable"):
-                    res[kind].append(scaling_run(n0, kind == "malleable", args.clients, per, 4, args.server_rate))
+                    res[kind].append(
+                        scaling_run(n0, kind == "malleable", args.clients, per, 4, args.server_rate)
+                    )
             s_w = statistics.median(r["write"] for r in res["static"])
             m_w = statistics.median(r["write"] for r in res["malleable"])
             s_r = statistics.median(r["read"] for r in res["static"])
             m_r = statistics.median(r["read"] for r in res["malleable"])
-            row = {"scaling": scaling, "start_servers": n0, "bytes": per * args.clients,
-                   "static_write_MBps": round(s_w, 1), "malleable_write_MBps": round(m_w, 1),
-                   "write_gain_pct": round(100 * (m_w / s_w - 1), 2),
-                   "static_read_MBps": round(s_r, 1), "malleable_read_MBps": round(m_r, 1),
-                   "read_gain_pct": round(100 * (m_r / s_r - 1), 2),
-                   "malleable_servers_end": [r["servers_end"] for r in res["malleable"]],
-                   "malleable_changes": res["malleable"][0]["changes"]}
+            row = {
+                "scaling": scaling,
+                "start_servers": n0,
+                "bytes": per * args.clients,
+                "static_write_MBps": round(s_w, 1),
+                "malleable_write_MBps": round(m_w, 1),
+                "write_gain_pct": round(100 * (m_w / s_w - 1), 2),
+                "static_read_MBps": round(s_r, 1),
+                "malleable_read_MBps": round(m_r, 1),
+                "read_gain_pct": round(100 * (m_r / s_r - 1), 2),
+                "malleable_servers_end": [r["servers_end"] for r in res["malleable"]],
+                "malleable_changes": res["malleable"][0]["changes"],
+            }
             rows.append(row)
-            print(f"{scaling:>6} start {n0}: write static {s_w:.0f} malleable {m_w:.0f} MB/s "
-                  f"({row['write_gain_pct']:+.1f}%), read {s_r:.0f} vs {m_r:.0f} ({row['read_gain_pct']:+.1f}%)",
-                  file=sys.stderr)
+            print(
+                f"{scaling:>6} start {n0}: write static {s_w:.0f} malleable {m_w:.0f} MB/s "
+                f"({row['write_gain_pct']:+.1f}%), read {s_r:.0f} vs {m_r:.0f} ({row['read_gain_pct']:+.1f}%)",
+                file=sys.stderr,
+            )
     redis = redistribution_costs()
     stall = shrink_stall()
     os.environ.pop("MALLEABLE_ADHOCFS_MAX_RATE", None)
-    result = {"benchmark": "adhocfs_elastic", "clients": args.clients, "server_rate_MBps": args.server_rate,
-              "transfer": XFER, "block_size": BS, "reps": args.reps, "scaling": rows,
-              "redistribution": redis, "shrink_stall": stall,
-              "published_reference": {"weak_256k_write_2DN_gain_pct": 57.54, "weak_256k_write_16of16_pct": -1.10,
-                                      "weak_1M_write_16of16_pct": -3.87, "strong_256k_write_2DN_gain_pct": 57.83},
-              "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
-              "when": time.strftime("%Y-%m-%d %H:%M:%S")}
-    print(f"{'scaling':>7} {'start':>5} {'static W':>9} {'mall. W':>8} {'gain W':>7} {'static R':>9} "
-          f"{'mall. R':>8} {'gain R':>7}  (MB/s; {args.clients} clients, {args.server_rate:g} MB/s per server)")
+    result = {
+        "benchmark": "adhocfs_elastic",
+        "clients": args.clients,
+        "server_rate_MBps": args.server_rate,
+        "transfer": XFER,
+        "block_size": BS,
+        "reps": args.reps,
+        "scaling": rows,
+        "redistribution": redis,
+        "shrink_stall": stall,
+        "published_reference": {
+            "weak_256k_write_2DN_gain_pct": 57.54,
+            "weak_256k_write_16of16_pct": -1.10,
+            "weak_1M_write_16of16_pct": -3.87,
+            "strong_256k_write_2DN_gain_pct": 57.83,
+        },
+        "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
+        "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    print(
+        f"{'scaling':>7} {'start':>5} {'static W':>9} {'mall. W':>8} {'gain W':>7} {'static R':>9} "
+        f"{'mall. R':>8} {'gain R':>7}  (MB/s; {args.clients} clients, {args.server_rate:g} MB/s per server)"
+    )
     for r in rows:
-        print(f"{r['scaling']:>7} {r['start_servers']:>5} {r['static_write_MBps']:>9.0f} "
-              f"{r['malleable_write_MBps']:>8.0f} {r['write_gain_pct']:>+6.1f}% {r['static_read_MBps']:>9.0f} "
-              f"{r['malleable_read_MBps']:>8.0f} {r['read_gain_pct']:>+6.1f}%")
+        print(
+            f"{r['scaling']:>7} {r['start_servers']:>5} {r['static_write_MBps']:>9.0f} "
+            f"{r['malleable_write_MBps']:>8.0f} {r['write_gain_pct']:>+6.1f}% {r['static_read_MBps']:>9.0f} "
+            f"{r['malleable_read_MBps']:>8.0f} {r['read_gain_pct']:>+6.1f}%"
+        )
     print("redistribution (blocks moved vs ideal minimum):")
     for k, v in redis.items():
         print(f"  {k}: {v}")

@@ -118,11 +118,15 @@ def fs_run(nservers: int, nclients: int, total: int) -> dict[str, float]:
 
     per = total // nclients // XFER * XFER
     res = {}
-    with tempfile.TemporaryDirectory() as st, start_fs("127.0.0.1", ["127.0.0.1"] * nservers, state=st) as dep:
+    with (
+        tempfile.TemporaryDirectory() as st,
+        start_fs("127.0.0.1", ["127.0.0.1"] * nservers, state=st) as dep,
+    ):
         for op in ("write", "read"):
             start_at = time.time() + 1.0
-            procs = [_spawn("fs", dep.address, f"/f{i}", str(per), op, str(start_at))
-                     for i in range(nclients)]
+            procs = [
+                _spawn("fs", dep.address, f"/f{i}", str(per), op, str(start_at)) for i in range(nclients)
+            ]
             times = [json.loads(p.communicate(timeout=600)[0]) for p in procs]
             t0, t1 = min(t["t0"] for t in times), max(t["t1"] for t in times)
             res[op] = per * nclients / (t1 - t0) / 1e6
@@ -148,31 +152,55 @@ def main() -> int:
             res = fs_run(n, args.clients, total)
             res["raw"] = base
             runs[n].append(res)
-            print(f"rep {rep + 1}/{args.reps}, {n} servers: raw {base:.0f} MB/s, write {res['write']:.0f}, "
-                  f"read {res['read']:.0f}", file=sys.stderr)
+            print(
+                f"rep {rep + 1}/{args.reps}, {n} servers: raw {base:.0f} MB/s, write {res['write']:.0f}, "
+                f"read {res['read']:.0f}",
+                file=sys.stderr,
+            )
     raw_mbs = statistics.median(raw)
     rows = []
     for n in counts:
         w = statistics.median(r["write"] for r in runs[n])
         r = statistics.median(r["read"] for r in runs[n])
-        rows.append({"servers": n, "write_MBps": round(w, 1), "read_MBps": round(r, 1),
-                     "write_vs_raw": round(statistics.median(x["write"] / x["raw"] for x in runs[n]), 3),
-                     "read_vs_raw": round(statistics.median(x["read"] / x["raw"] for x in runs[n]), 3),
-                     "raw_paired_MBps": [round(x["raw"], 1) for x in runs[n]],
-                     "write_all": [round(x["write"], 1) for x in runs[n]],
-                     "read_all": [round(x["read"], 1) for x in runs[n]]})
-    result = {"benchmark": "adhocfs_io", "total_bytes": total, "clients": args.clients, "transfer": XFER,
-              "reps": args.reps, "raw_zmq_MBps": round(raw_mbs, 1), "raw_zmq_all": [round(x, 1) for x in raw],
-              "rows": rows, "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                          "loadavg_at_end": [round(x, 2) for x in os.getloadavg()]},
-              "when": time.strftime("%Y-%m-%d %H:%M:%S")}
-    print(f"raw pyzmq stream (same run): {raw_mbs:.0f} MB/s; {args.clients} clients, "
-          f"{total / 2**20:.0f} MiB file set, {XFER // 1024} KiB transfers")
+        rows.append(
+            {
+                "servers": n,
+                "write_MBps": round(w, 1),
+                "read_MBps": round(r, 1),
+                "write_vs_raw": round(statistics.median(x["write"] / x["raw"] for x in runs[n]), 3),
+                "read_vs_raw": round(statistics.median(x["read"] / x["raw"] for x in runs[n]), 3),
+                "raw_paired_MBps": [round(x["raw"], 1) for x in runs[n]],
+                "write_all": [round(x["write"], 1) for x in runs[n]],
+                "read_all": [round(x["read"], 1) for x in runs[n]],
+            }
+        )
+    result = {
+        "benchmark": "adhocfs_io",
+        "total_bytes": total,
+        "clients": args.clients,
+        "transfer": XFER,
+        "reps": args.reps,
+        "raw_zmq_MBps": round(raw_mbs, 1),
+        "raw_zmq_all": [round(x, 1) for x in raw],
+        "rows": rows,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
+        },
+        "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    print(
+        f"raw pyzmq stream (same run): {raw_mbs:.0f} MB/s; {args.clients} clients, "
+        f"{total / 2**20:.0f} MiB file set, {XFER // 1024} KiB transfers"
+    )
     print("ratios are medians of (fs run / raw run measured just before it)")
     print(f"{'servers':>7} {'write MB/s':>11} {'read MB/s':>10} {'write/raw':>10} {'read/raw':>9}")
     for row in rows:
-        print(f"{row['servers']:>7} {row['write_MBps']:>11.0f} {row['read_MBps']:>10.0f} "
-              f"{row['write_vs_raw']:>10.0%} {row['read_vs_raw']:>9.0%}")
+        print(
+            f"{row['servers']:>7} {row['write_MBps']:>11.0f} {row['read_MBps']:>10.0f} "
+            f"{row['write_vs_raw']:>10.0%} {row['read_vs_raw']:>9.0%}"
+        )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(result, indent=2))

@@ -40,6 +40,8 @@ def remote_argv(host: str, cmd: Sequence[str], launcher_exec: str | None = None)
     return [exe, host, shlex.join(cmd)]
 
 
-def spawn_on(host: str, cmd: Sequence[str], launcher_exec: str | None = None, **popen: Any) -> subprocess.Popen:
+def spawn_on(
+    host: str, cmd: Sequence[str], launcher_exec: str | None = None, **popen: Any
+) -> subprocess.Popen:
     """Start ``cmd`` on ``host`` (see :func:`remote_argv`) and return the local process handle."""
     return subprocess.Popen(remote_argv(host, cmd, launcher_exec), **popen)

@@ -26,8 +26,9 @@ def _pids_of(addr):
 
 
 def test_start_put_get_ls_status_stop(tmp_path):
-    start = run("fs", "start", "--meta", "127.0.0.1", "--data", "127.0.0.1,127.0.0.1",
-                "--state", str(tmp_path / "st"))
+    start = run(
+        "fs", "start", "--meta", "127.0.0.1", "--data", "127.0.0.1,127.0.0.1", "--state", str(tmp_path / "st")
+    )
     addr = start.stdout.strip().splitlines()[-1]
     assert addr.startswith("tcp://127.0.0.1:")
     pids = []
@@ -72,8 +73,16 @@ def test_expand_shrink_status_commands(tmp_path):
         assert [h["kind"] for h in st["history"]][-1] == "expand"
         pids = [s["pid"] for s in st["servers"]]
         leaving = next(s for s in st["servers"] if s["sid"] == 1)
-        out = run("fs", "shrink", "--meta", addr, "--data", leaving["addr"].removeprefix("tcp://"),
-                  "--mode", "total").stdout
+        out = run(
+            "fs",
+            "shrink",
+            "--meta",
+            addr,
+            "--data",
+            leaving["addr"].removeprefix("tcp://"),
+            "--mode",
+            "total",
+        ).stdout
         assert "done" in out and "blocks moved" in out
         status = run("fs", "status", "--meta", addr).stdout
         assert "shrink done" in status or "shrink" in status
@@ -81,8 +90,19 @@ def test_expand_shrink_status_commands(tmp_path):
         assert (tmp_path / "out.bin").read_bytes() == src.read_bytes()
         bad = run("fs", "shrink", "--meta", addr, "--data", "nohost", check=False)
         assert bad.returncode == 1 and "nohost" in bad.stderr
-        watch = run("fs", "watch", "--meta", addr, "--rio", "50", "--interval", "0.2", "--duration", "0.5",
-                    "--dry-run").stdout
+        watch = run(
+            "fs",
+            "watch",
+            "--meta",
+            addr,
+            "--rio",
+            "50",
+            "--interval",
+            "0.2",
+            "--duration",
+            "0.5",
+            "--dry-run",
+        ).stdout
         assert "keep" in watch and "RIO=50" in watch
     finally:
         run("fs", "stop", "--meta", addr)

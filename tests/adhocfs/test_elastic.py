@@ -10,10 +10,8 @@ import threading
 import time
 
 import pytest
-
 from conftest import close_checked
 from elastic_util import MIRROR_WRITER, blocks_on_servers, expected_owners, layout_of
-
 from malleable.adhocfs._placement import UNALLOCATED
 
 BS = 64 * 1024
@@ -61,21 +59,21 @@ def test_expand_without_migration(dep, fs):
     before = blocks_on_servers(fs, "/old")
     new_sids, info = _expand(dep, 2)
     assert info["state"] == "done" and len(info["servers"]) == 5
-    assert blocks_on_servers(fs, "/old") == {**before, **{s: [] for s in new_sids}}   # nothing moved
-    with fs.open("/old", "ab") as f:                                            # blocks 8.. after expand
+    assert blocks_on_servers(fs, "/old") == {**before, **{s: [] for s in new_sids}}  # nothing moved
+    with fs.open("/old", "ab") as f:  # blocks 8.. after expand
         f.write(random.Random(2).randbytes(600 * BS))
     lay = [iv for iv in layout_of(fs, "/old").layout if iv[1] != UNALLOCATED]
-    assert len(lay) == 2 and lay[1][0] == 8                                    # two intervals
+    assert len(lay) == 2 and lay[1][0] == 8  # two intervals
     owners = expected_owners(fs, "/old")
     held = blocks_on_servers(fs, "/old")
     assert all(b in held[s] for b, s in owners.items())
     later = {owners[b] for b in range(8, 608)}
-    assert set(new_sids) <= later and len(later) == 5                          # spread over the enlarged list
+    assert set(new_sids) <= later and len(later) == 5  # spread over the enlarged list
     assert all(owners[b] in before and b in before[owners[b]] for b in range(8))
     _write(fs, "/created-later", b"x" * BS)
     info2 = layout_of(fs, "/created-later")
-    assert len(info2.epochs[str(info2.layout[0][1])]) == 5                      # records the new count
-    assert _read(fs, "/old")[:8 * BS] == old
+    assert len(info2.epochs[str(info2.layout[0][1])]) == 5  # records the new count
+    assert _read(fs, "/old")[: 8 * BS] == old
 
 
 def test_io_goes_on_while_commissioning(dep, fs):
@@ -112,11 +110,11 @@ def test_shrink_moves_expected_blocks_and_loses_nothing(dep, fs, mode):
 
     files = {f"/s{i}": random.Random(i).randbytes(random.Random(i).randrange(BS, 40 * BS)) for i in range(8)}
     for p, d in files.items():  # half written before an expansion, half after: two intervals per file
-        _write(fs, p, d[:len(d) // 2])
+        _write(fs, p, d[: len(d) // 2])
     _expand(dep, 1)
     for p, d in files.items():
         with fs.open(p, "ab") as f:
-            f.write(d[len(d) // 2:])
+            f.write(d[len(d) // 2 :])
     victim = 2
     on_victim = sum(len(blocks_on_servers(fs, p).get(victim, [])) for p in files)
     info = shrink_fs(dep.address, [victim], mode)
@@ -126,9 +124,9 @@ def test_shrink_moves_expected_blocks_and_loses_nothing(dep, fs, mode):
     else:  # old-interval blocks are re-placed over the enlarged list too
         assert info["moved"] > 1.2 * on_victim
     st = fs.status()
-    assert victim not in [s["sid"] for s in st.servers]                        # it left
+    assert victim not in [s["sid"] for s in st.servers]  # it left
     for p, d in files.items():
-        assert victim not in set(expected_owners(fs, p).values())              # no block maps to it
+        assert victim not in set(expected_owners(fs, p).values())  # no block maps to it
         assert _read(fs, p) == d
     held = {}
     for p in files:
@@ -155,7 +153,7 @@ def test_shrink_blocks_writers_of_affected_files_only(dep, fs):
     result = {}
 
     def shrink():
-        result["info"] = shrink_fs(dep.address, [victim], "partial", rate=1.5)   # ~1.7 s of moving
+        result["info"] = shrink_fs(dep.address, [victim], "partial", rate=1.5)  # ~1.7 s of moving
 
     t = threading.Thread(target=shrink)
     t.start()
@@ -163,21 +161,21 @@ def test_shrink_blocks_writers_of_affected_files_only(dep, fs):
     with connect(dep.address) as c:
         assert c.stat("/big").status == "decommissioning"
         t0 = time.monotonic()
-        with c.open(path, "r+b") as f:                                          # unaffected: no wait
+        with c.open(path, "r+b") as f:  # unaffected: no wait
             f.seek(100)
             f.write(b"more")
         assert time.monotonic() - t0 < 0.5
         assert c.stat(path).status == "ready"
-        with c.open("/big", "rb") as f:                                         # reads go on
+        with c.open("/big", "rb") as f:  # reads go on
             assert len(f.read(10 * BS)) == 10 * BS
-        with c.open("/big", "r+b") as f:                                        # writes wait
+        with c.open("/big", "r+b") as f:  # writes wait
             f.write(b"after")
             f.flush()
         waited_until = time.monotonic()
     t.join(30)
     info = result["info"]
     assert info["state"] == "done"
-    assert waited_until - t0 > 0.8                                              # it really waited
+    assert waited_until - t0 > 0.8  # it really waited
     data = _read(fs, "/big")
     assert data[:5] == b"after" and data[5:] == random.Random(5).randbytes(120 * BS)[5:]
     assert _read(fs, path) == b"s" * 100 + b"more"
@@ -206,7 +204,7 @@ def test_rebalance_moves_old_blocks_onto_new_servers(dep, fs):
     new_sids, info = _expand(dep, 1, rebalance=True)
     total = sum(-(-len(d) // BS) for d in data.values())
     assert info["kind"] == "rebalance" and info["state"] == "done"
-    assert 0.15 * total < info["moved"] < 0.35 * total                           # about 1/4, only onto the new one
+    assert 0.15 * total < info["moved"] < 0.35 * total  # about 1/4, only onto the new one
     on_new = sum(len(blocks_on_servers(fs, p).get(new_sids[0], [])) for p in data)
     assert on_new == info["moved"]
     for p, d in data.items():
@@ -221,8 +219,14 @@ def test_writers_and_readers_across_expand_and_shrink(dep, fs, tmp_path):
 
     fs.mkdir("/live")
     n = 3
-    procs = [subprocess.Popen([sys.executable, "-c", MIRROR_WRITER, dep.address, str(i), "4.0",
-                               str(tmp_path / f"m{i}")], stdout=subprocess.PIPE, text=True) for i in range(n)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", MIRROR_WRITER, dep.address, str(i), "4.0", str(tmp_path / f"m{i}")],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(n)
+    ]
     try:
         time.sleep(0.8)
         new_sids, _ = _expand(dep, 2)
@@ -240,7 +244,6 @@ def test_writers_and_readers_across_expand_and_shrink(dep, fs, tmp_path):
 def test_h5py_survives_changes(dep, fs):
     h5py = pytest.importorskip("h5py")
     import numpy as np
-
     from malleable.adhocfs._admin import shrink_fs
 
     arr = np.random.default_rng(1).random((400, 300))

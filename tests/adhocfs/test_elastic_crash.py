@@ -8,7 +8,6 @@ import signal
 import time
 
 import pytest
-
 from conftest import close_checked
 from elastic_util import expected_owners
 
@@ -65,11 +64,10 @@ def test_leaving_server_killed_mid_shrink_rolls_back_then_succeeds(dep):
         final = wait_change(dep.address, info["id"], timeout=30)
         assert final["state"] == "rolled_back" and "data server 2" in final["error"]
         st = {s["sid"]: s for s in fs.status().servers}
-        assert st[victim]["state"] == "active" and all(
-            fs.stat(p).status == "ready" for p in files)
+        assert st[victim]["state"] == "active" and all(fs.stat(p).status == "ready" for p in files)
         servers, procs = start_data_servers(dep.address, ["127.0.0.1"], dep.state, dep.dir, sids=[victim])
         dep.procs.update({f"restarted {k}": p for k, p in procs.items()})
-        _check(fs, files)                                          # nothing lost
+        _check(fs, files)  # nothing lost
         done = shrink_fs(dep.address, [victim], "partial")
         assert done["state"] == "done"
         _check(fs, files)
@@ -102,7 +100,7 @@ def test_metadata_server_killed_mid_shrink_rolls_back_on_restart(dep):
     try:
         _check(fs, files)
         assert all(fs.stat(p).status == "ready" for p in files)
-        with fs.open("/c0", "r+b") as f:                           # writes work again
+        with fs.open("/c0", "r+b") as f:  # writes work again
             f.write(b"new")
         files["/c0"] = b"new" + files["/c0"][3:]
         assert shrink_fs(dep.address, [3], "total")["state"] == "done"
@@ -129,8 +127,19 @@ def test_crash_after_commit_finishes_cleanup(dep, tmp_path):
         mc.call(Shutdown())
     meta.wait()
     ns = Namespace(os.path.join(dep.state, "meta.sqlite"))
-    ns.kv_set("change", {"id": 99, "kind": "shrink", "mode": "partial", "sids": [1], "state": "cleanup",
-                         "moves": [], "affected": {}, "drops": []})
+    ns.kv_set(
+        "change",
+        {
+            "id": 99,
+            "kind": "shrink",
+            "mode": "partial",
+            "sids": [1],
+            "state": "cleanup",
+            "moves": [],
+            "affected": {},
+            "drops": [],
+        },
+    )
     ns.close()
     addr, proc = start_meta(dep.address.removeprefix("tcp://"), dep.state)
     dep.procs["metadata server (restarted)"] = proc

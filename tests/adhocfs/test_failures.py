@@ -16,7 +16,9 @@ from conftest import close_checked
 def dep(tmp_path):
     from malleable.adhocfs import start_fs
 
-    d = start_fs("127.0.0.1", ["127.0.0.1", "127.0.0.1"], dir=str(tmp_path / "data"), state=str(tmp_path / "st"))
+    d = start_fs(
+        "127.0.0.1", ["127.0.0.1", "127.0.0.1"], dir=str(tmp_path / "data"), state=str(tmp_path / "st")
+    )
     yield d
     d.stop()
 
@@ -34,7 +36,9 @@ def test_down_server_gives_clear_error_then_restart_restores_everything(dep):
 
     fs = connect(dep.address, timeout=2.0)
     try:
-        files = {f"/f{i}": random.Random(i).randbytes(random.Random(i).randrange(1, 3 << 20)) for i in range(6)}
+        files = {
+            f"/f{i}": random.Random(i).randbytes(random.Random(i).randrange(1, 3 << 20)) for i in range(6)
+        }
         for path, data in files.items():
             with fs.open(path, "wb", block_size=64 * 1024) as f:
                 f.write(data)
@@ -96,8 +100,21 @@ def test_metadata_restart_keeps_namespace(tmp_path):
     meta.terminate()
     meta.wait()
     port = d.address.rsplit(":", 1)[1]
-    p = _spawn("127.0.0.1", [sys.executable, "-m", "malleable.adhocfs._meta", "--host", "127.0.0.1", "--port",
-                             port, "--state", d.state], None)
+    p = _spawn(
+        "127.0.0.1",
+        [
+            sys.executable,
+            "-m",
+            "malleable.adhocfs._meta",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            port,
+            "--state",
+            d.state,
+        ],
+        None,
+    )
     d.procs["metadata server 2"] = p
     try:
         assert _wait_ready({"m": p}, {}, 20)["m"] == d.address

@@ -1,11 +1,10 @@
-"""The watcher: real servers, real traffic; the rule expands a slow file system and shrinks an idle-rich one."""
+"""The watcher: real servers and traffic; the rule expands a slow file system and shrinks a fast one."""
 
 from __future__ import annotations
 
 import threading
 
 import pytest
-
 from conftest import close_checked
 
 
@@ -39,22 +38,31 @@ def test_watcher_expands_then_shrinks_with_cooldown(dep):
     t.start()
     try:
         # far more than this machine can do: the rule asks for more servers, up to n_max
-        w = Watcher(dep.address, RuleConfig(rio=1e6, tolerance=10, k=2, n_min=1, n_max=3, cooldown=1.0),
-                    pool=["127.0.0.1"], interval=0.25, state=dep.state)
+        w = Watcher(
+            dep.address,
+            RuleConfig(rio=1e6, tolerance=10, k=2, n_min=1, n_max=3, cooldown=1.0),
+            pool=["127.0.0.1"],
+            interval=0.25,
+            state=dep.state,
+        )
         w.run(steps=6)
         dep.procs.update({f"watch {k}": p for k, p in w.procs.items()})
         acts = [d["action"] for d in w.decisions]
-        assert acts[0] == "keep"                                     # no window yet
+        assert acts[0] == "keep"  # no window yet
         assert "expand" in acts
         first = acts.index("expand")
-        assert acts[first + 1] == "keep"                             # cool-down right after a change
+        assert acts[first + 1] == "keep"  # cool-down right after a change
         assert "cool-down" in w.decisions[first + 1]["reason"] or "window" in w.decisions[first + 1]["reason"]
         with connect(dep.address) as fs:
             n = len([s for s in fs.status().servers if s["state"] == "active"])
         assert 2 <= n <= 3
         # now ask for almost nothing: the rule gives servers back, never below n_min
-        w2 = Watcher(dep.address, RuleConfig(rio=0.001, tolerance=0.0001, k=2, n_min=1, n_max=3, cooldown=0.5),
-                     pool=["127.0.0.1"], interval=0.25)
+        w2 = Watcher(
+            dep.address,
+            RuleConfig(rio=0.001, tolerance=0.0001, k=2, n_min=1, n_max=3, cooldown=0.5),
+            pool=["127.0.0.1"],
+            interval=0.25,
+        )
         w2.run(steps=8)
         assert "shrink" in [d["action"] for d in w2.decisions]
         stop.set()

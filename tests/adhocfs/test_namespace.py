@@ -43,7 +43,7 @@ def test_open_modes(ns):
     assert h(ns, P.Open("/f", "r+")).fid == info.fid
     assert h(ns, P.Open("/f", "a")).fid == info.fid
     reply, actions = ns.handle(P.Open("/f", "w"))
-    assert reply.fid != info.fid                                    # truncation: a fresh file id
+    assert reply.fid != info.fid  # truncation: a fresh file id
     assert {a[1].fid for a in actions} == {info.fid} and all(isinstance(a[1], P.DropFile) for a in actions)
     with pytest.raises(ValueError):
         h(ns, P.Open("/f", "q"))
@@ -62,19 +62,19 @@ def test_extend_and_intervals(ns):
     info = h(ns, P.Open("/f", "w"))
     info = h(ns, P.Extend(info.fid, 5000, 2))
     assert info.hw == 2 and info.size == 5000 and info.layout == [[0, 0], [2, UNALLOCATED]]
-    info = h(ns, P.Extend(info.fid, 5000, 12, first=10))            # a far write allocates only its range
+    info = h(ns, P.Extend(info.fid, 5000, 12, first=10))  # a far write allocates only its range
     assert info.layout == [[0, 0], [2, UNALLOCATED], [10, 0], [12, UNALLOCATED]] and info.hw == 12
-    eid, ep = intern_epoch(ns.epochs(), [1, 2, 3])                  # an expansion
+    eid, ep = intern_epoch(ns.epochs(), [1, 2, 3])  # an expansion
     ns.set_epochs(ep, eid)
-    info = h(ns, P.Extend(info.fid, 9000, 14, first=2))             # the gap and the tail: new epoch
+    info = h(ns, P.Extend(info.fid, 9000, 14, first=2))  # the gap and the tail: new epoch
     assert info.layout == [[0, 0], [2, eid], [10, 0], [12, eid], [14, UNALLOCATED]]
     assert info.hw == 14 and info.size == 9000
     assert info.epochs == {"0": [1, 2], str(eid): [1, 2, 3]}
-    info = h(ns, P.Extend(info.fid, 100, 1))                        # never shrinks size or hw
+    info = h(ns, P.Extend(info.fid, 100, 1))  # never shrinks size or hw
     assert info.size == 9000 and info.hw == 14
     later = h(ns, P.Open("/g", "w"))
     later = h(ns, P.Extend(later.fid, 1, 1))
-    assert later.layout == [[0, eid], [1, UNALLOCATED]]             # a new file records the new count
+    assert later.layout == [[0, eid], [1, UNALLOCATED]]  # a new file records the new count
 
 
 def test_set_size_cuts_blocks(ns):
@@ -100,7 +100,7 @@ def test_directories(ns):
         h(ns, P.Mkdir("/a"))
     h(ns, P.Mkdir("/a", exist_ok=True))
     with pytest.raises(OSError):
-        h(ns, P.Remove("/a"))                                       # not empty
+        h(ns, P.Remove("/a"))  # not empty
     h(ns, P.Rename("/a", "/z"))
     assert h(ns, P.ListDir("/z/b")).names == ["g"]
     assert h(ns, P.Stat("/z/b/g")).is_dir is False
@@ -109,7 +109,7 @@ def test_directories(ns):
     with pytest.raises(ValueError):
         h(ns, P.Rename("/z", "/z/b/q"))
     h(ns, P.Extend(h(ns, P.Open("/z/h", "w")).fid, 10, 1))
-    reply, actions = ns.handle(P.Rename("/z/f", "/z/h"))           # replaces a file
+    reply, actions = ns.handle(P.Rename("/z/f", "/z/h"))  # replaces a file
     assert actions and h(ns, P.ListDir("/z")).names == ["b", "h"]
     h(ns, P.Remove("/z/h"))
     with pytest.raises(PermissionError):
@@ -129,13 +129,13 @@ def test_busy_while_decommissioning(ns):
     ns.db.execute("UPDATE files SET status='decommissioning' WHERE fid=?", (info.fid,))
     with pytest.raises(Busy):
         h(ns, P.Extend(info.fid, 10, 1))
-    assert h(ns, P.GetLayout(info.fid)).status == "decommissioning"   # reads go on
+    assert h(ns, P.GetLayout(info.fid)).status == "decommissioning"  # reads go on
 
 
 def test_servers_register_and_no_servers(tmp_path):
     n = Namespace(str(tmp_path / "x.sqlite"))
     with pytest.raises(FsError):
-        h(n, P.Open("/f", "w"))                                     # no data servers yet
+        h(n, P.Open("/f", "w"))  # no data servers yet
     sids = h(n, P.AddServers(["h1", "h2"])).sids
     assert sids == [1, 2]
     h(n, P.Register(1, "tcp://h1:5", "h1", 99))

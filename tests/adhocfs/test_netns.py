@@ -21,8 +21,9 @@ def cluster_fs(netns_cluster, tmp_path, monkeypatch):
     for k, v in netns_cluster.env().items():
         monkeypatch.setenv(k, v)
     hosts = netns_cluster.hosts
-    dep = start_fs(hosts[0], [hosts[1], hosts[1], *hosts[2:4]], dir=str(tmp_path / "data"),
-                   state=str(tmp_path / "st"))
+    dep = start_fs(
+        hosts[0], [hosts[1], hosts[1], *hosts[2:4]], dir=str(tmp_path / "data"), state=str(tmp_path / "st")
+    )
     yield dep, netns_cluster
     dep.stop()
 
@@ -36,7 +37,7 @@ def test_servers_run_on_their_hosts(cluster_fs):
         rows = fs.status().servers
     assert sorted(r["host"] for r in rows) == ["node2", "node2", "node3", "node4"]
     for r in rows:
-        assert r["pid"] in cluster.pids_on(r["host"])   # really inside that host's namespace
+        assert r["pid"] in cluster.pids_on(r["host"])  # really inside that host's namespace
 
 
 def test_roundtrip_h5py_and_down_server(cluster_fs):
@@ -49,8 +50,10 @@ def test_roundtrip_h5py_and_down_server(cluster_fs):
     dep, cluster = cluster_fs
     fs = connect(dep.address, timeout=2.0)
     try:
-        datas = {size: random.Random(size).randbytes(size) for size in (0, 1, 512 * 1024 - 1, 512 * 1024 + 1,
-                                                                          5 << 20)}
+        datas = {
+            size: random.Random(size).randbytes(size)
+            for size in (0, 1, 512 * 1024 - 1, 512 * 1024 + 1, 5 << 20)
+        }
         for size, data in datas.items():
             with fs.open(f"/r{size}", "wb") as f:
                 f.write(data)
@@ -76,7 +79,6 @@ def test_expand_and_shrink_across_hosts(netns_cluster, tmp_path, monkeypatch):
     """Grow onto node4 through the launcher, then decommission node2: its server exits, nothing is lost."""
     import h5py
     import numpy as np
-
     from malleable.adhocfs import connect, start_fs
     from malleable.adhocfs._admin import expand_fs, resolve_servers, shrink_fs
 
@@ -107,7 +109,7 @@ def test_expand_and_shrink_across_hosts(netns_cluster, tmp_path, monkeypatch):
                 if pid2 not in netns_cluster.pids_on("node2"):
                     break
                 time.sleep(0.1)
-            assert pid2 not in netns_cluster.pids_on("node2")          # the host is really freed
+            assert pid2 not in netns_cluster.pids_on("node2")  # the host is really freed
             assert sorted(s["host"] for s in fs.status().servers) == ["node3", "node4"]
             for p, d in files.items():
                 with fs.open(p, "rb") as f:

@@ -126,7 +126,7 @@ def test_allocate_fills_only_gaps():
     lay = lay.allocate(5, 8, 0)
     assert lay.to_pairs() == [[0, UNALLOCATED], [5, 0], [8, UNALLOCATED]]
     assert not lay.any_unallocated(5, 8) and lay.any_unallocated(4, 6)
-    lay = lay.allocate(0, 10, 1)                                    # allocated blocks keep their epoch
+    lay = lay.allocate(0, 10, 1)  # allocated blocks keep their epoch
     assert lay.to_pairs() == [[0, 1], [5, 0], [8, 1], [10, UNALLOCATED]]
     assert lay.allocate(3, 3, 2) is lay
     assert lay.remap(lambda e: 7).to_pairs() == [[0, 7], [10, UNALLOCATED]]

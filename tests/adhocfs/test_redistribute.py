@@ -5,9 +5,9 @@ from __future__ import annotations
 import collections
 
 import pytest
-
 from malleable.adhocfs._placement import Layout, intern_epoch
 from malleable.adhocfs._redistribute import FileState, plan_rebalance, plan_shrink
+
 from malleable.errors import PlacementError
 
 
@@ -26,13 +26,13 @@ def test_partial_moves_only_blocks_of_leaving_server():
     plan = plan_shrink(files, epochs, eid, [2], inv, "partial")
     moves = plan.moves
     on2 = sum(len(v) for v in inv[2].values())
-    assert plan.on_leaving == on2 and len(moves) == on2          # exactly the minimum (<= 1.1x)
+    assert plan.on_leaving == on2 and len(moves) == on2  # exactly the minimum (<= 1.1x)
     assert all(m.src == 2 and m.dst != 2 for m in moves)
     for fp in plan.files.values():
         assert 2 not in fp.layout.servers(plan.epochs)
     assert plan.epochs[plan.current] == (1, 3, 4)
     dst = collections.Counter(m.dst for m in moves)
-    assert set(dst) == {1, 3, 4}                                  # spread over the remaining servers
+    assert set(dst) == {1, 3, 4}  # spread over the remaining servers
 
 
 def test_total_moves_more_than_partial():
@@ -57,13 +57,13 @@ def test_total_after_expansion_moves_old_blocks_too():
     total = plan_shrink([f], epochs, e1, [4], inv, "total")
     assert all(m.src == 4 for m in partial.moves) and len(partial.moves) == len(inv[4][1])
     assert len(total.moves) > len(partial.moves)
-    assert any(m.block < 100 for m in total.moves)                # old-interval blocks re-placed too
-    assert partial.files[1].layout.intervals[0].epoch == e0       # old interval kept (no 4 in it)
+    assert any(m.block < 100 for m in total.moves)  # old-interval blocks re-placed too
+    assert partial.files[1].layout.intervals[0].epoch == e0  # old interval kept (no 4 in it)
 
 
 def test_unaffected_files_get_new_layout_without_moves():
     eid, epochs = intern_epoch({}, [1, 2, 3])
-    f = FileState(9, Layout.single(eid), 16)                      # reserved 16 blocks, wrote none
+    f = FileState(9, Layout.single(eid), 16)  # reserved 16 blocks, wrote none
     plan = plan_shrink([f], epochs, eid, [3], {}, "total")
     fp = plan.files[9]
     assert not fp.affected and fp.moves == () and 3 not in fp.layout.servers(plan.epochs)
@@ -73,7 +73,7 @@ def test_orphans_are_not_moved():
     epochs, eid, files, inv = _setup(nfiles=1, nblocks=10)
     owner0 = files[0].layout.server(epochs, 1, 0)
     other = next(s for s in (1, 2, 3, 4) if s != owner0)
-    inv[other][1].append(0)                                       # a stale copy on a non-owner
+    inv[other][1].append(0)  # a stale copy on a non-owner
     plan = plan_shrink(files, epochs, eid, [other], inv, "partial")
     assert all(not (m.block == 0 and m.src == other) for m in plan.moves)
 

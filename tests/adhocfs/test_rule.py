@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import pytest
-
 from malleable.adhocfs._rule import Action, RuleConfig, decide
 
 CFG = RuleConfig(rio=100, tolerance=10, k=3, n_min=1, n_max=8, cooldown=30)
 
 
-@pytest.mark.parametrize("window,expected,avg_d", [
-    ([80, 85, 75], Action.EXPAND, -20),
-    ([95, 105, 100], Action.KEEP, 0),
-    ([130, 120, 125], Action.SHRINK, 25),
-])
+@pytest.mark.parametrize(
+    "window,expected,avg_d",
+    [
+        ([80, 85, 75], Action.EXPAND, -20),
+        ([95, 105, 100], Action.KEEP, 0),
+        ([130, 120, 125], Action.SHRINK, 25),
+    ],
+)
 def test_decision_table(window, expected, avg_d):
     d = decide(window, n=4, cfg=CFG)
     assert d.action is expected and d.avg_d == pytest.approx(avg_d)
@@ -39,7 +41,7 @@ def test_expand_count_from_per_server_rate_and_cap():
     d = decide([40, 40, 40], 2, RuleConfig(rio=100, tolerance=10, k=3, n_max=8))
     assert d.action is Action.EXPAND and d.count == 3
     d = decide([40, 40, 40], 2, RuleConfig(rio=100, tolerance=10, k=3, n_max=4))
-    assert d.count == 2                                          # capped at n_max
+    assert d.count == 2  # capped at n_max
     d = decide([40, 40, 40], 4, RuleConfig(rio=100, tolerance=10, k=3, n_max=4))
     assert d.action is Action.KEEP and "n_max" in d.reason
 
@@ -56,7 +58,7 @@ def test_shrink_count_and_floor():
 
 def test_cooldown_and_fresh_samples_give_hysteresis():
     win = [80, 85, 75]
-    assert decide(win, 4, CFG, now=100, last_change=80).action is Action.KEEP        # within 30 s
+    assert decide(win, 4, CFG, now=100, last_change=80).action is Action.KEEP  # within 30 s
     assert decide(win, 4, CFG, now=100, last_change=60, samples_since_change=2).action is Action.KEEP
     assert decide(win, 4, CFG, now=100, last_change=60, samples_since_change=3).action is Action.EXPAND
 
