@@ -161,6 +161,10 @@ from ._registry import MALLEABLE_POLICIES  # noqa: E402 - after the rigid polici
 
 POLICIES.update(MALLEABLE_POLICIES)
 
+from ._fill import malleable_fill  # noqa: E402 - the live controller's simplest malleable policy (issue 10)
+
+POLICIES["malleable-fill"] = malleable_fill
+
 
 def get_policy(name: str) -> Policy:
     """The registered policy called ``name``.

@@ -1,0 +1,240 @@
+"""Host pools of the controller: where jobs run, how mpiexec reaches the hosts, and how to find a job's processes.
+
+Kinds:
+
+* ``local``: ``--local N``: N host slots ``local1..localN`` on this machine; hydra's ``fork`` launcher starts
+  every proxy here whatever the host name, so spawns onto a named slot work.
+* ``netns``: hosts that are network namespaces of the test cluster (``../shared/testbed``), reached with
+  ``netns-launch`` (hydra's rsh launcher, ``-localhost head``); jobs reach the daemon on the bridge.
+* ``ssh``: real hosts (``--hosts`` / ``--hostfile``), reached with ssh or ``--launcher-exec``.
+* ``slurm``: the hosts of the current Slurm allocation (``SLURM_JOB_NODELIST``); hydra starts its proxies
+  with ``srun`` (``-launcher slurm``).
+
+Every process of a job carries ``MALLEABLE_JOB_TAG=<controller id>.<job id>`` in its environment (hydra hands
+mpiexec's environment to every rank and spawned process), which is how the controller finds what is left of a
+job on a host: on ``local`` and ``netns`` pools by reading ``/proc`` here (a namespace host is told apart by the
+process's network namespace), on ``ssh``/``slurm`` pools by running a small scan on the host.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from malleable.launch import expand_hostlist, read_hostfile, remote_argv
+
+from malleable.errors import ConfigError
+
+__all__ = ["TAG_VAR", "HostPool", "ProcInfo", "scan_tagged"]
+
+log = logging.getLogger(__name__)
+
+TAG_VAR = "MALLEABLE_JOB_TAG"
+_TAG = TAG_VAR.encode() + b"="
+_RANK_PARENTS = ("hydra_pmi_proxy",)
+
+# runs on a remote host: print "pid ppid name" of processes carrying the tag given as argv[1]
+_REMOTE_SCAN = (
+    "import os,sys\n"
+    "t=('" + TAG_VAR + "='+sys.argv[1]).encode()+b'\\0'\n"
+    "for p in os.listdir('/proc'):\n"
+    " if p.isdigit():\n"
+    "  try:\n"
+    "   e=open('/proc/'+p+'/environ','rb').read()+b'\\0'\n"
+    "   if b'\\0'+t in b'\\0'+e: print(p)\n"
+    "  except OSError: pass\n"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcInfo:
+    """A process of a job: pid, parent pid, program name, network namespace inode (0 if unknown)."""
+
+    pid: int
+    ppid: int
+    name: str
+    netns: int
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def scan_tagged(prefix: str = "") -> dict[str, list[ProcInfo]]:
+    """Processes on this machine carrying a job tag (starting with ``prefix``), grouped by tag."""
+    out: dict[str, list[ProcInfo]] = {}
+    me = os.getpid()
+    want = _TAG + prefix.encode()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            env = _read(f"/proc/{name}/environ")
+            i = env.find(want)
+            if i < 0 or (i > 0 and env[i - 1] != 0):
+                continue
+            end = env.find(b"\0", i)
+            tag = env[i + len(_TAG): end if end >= 0 else len(env)].decode(errors="replace")
+            stat = _read(f"/proc/{name}/stat").decode(errors="replace")
+            rp = stat.rfind(")")
+            comm = stat[stat.find("(") + 1:rp]
+            fields = stat[rp + 2:].split()
+            if fields[0] == "Z":
+                continue
+            try:
+                ns = os.stat(f"/proc/{name}/ns/net").st_ino
+            except OSError:
+                ns = 0
+            out.setdefault(tag, []).append(ProcInfo(int(name), int(fields[1]), comm, ns))
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile, or not ours to read
+    return out
+
+
+@dataclass
+class HostPool:
+    """The hosts jobs may use and how to reach them.
+
+    Attributes:
+        kind: ``local``, ``netns``, ``ssh`` or ``slurm``.
+        nodes: host names (node ids of the policies), in allocation order.
+        launcher_exec: the ssh stand-in for ``ssh``/``netns`` pools (None: hydra's ssh).
+        advertise: the address jobs use to reach the daemon's host.
+    """
+
+    kind: str
+    nodes: tuple[str, ...]
+    launcher_exec: str | None = None
+    advertise: str = "127.0.0.1"
+
+    # -- construction ----------------------------------------------------------------------------------------
+    @classmethod
+    def local(cls, n: int) -> HostPool:
+        """``n`` host slots on this machine."""
+        if n < 1:
+            raise ConfigError(f"--local needs at least 1 host, got {n}")
+        return cls("local", tuple(f"local{i}" for i in range(1, n + 1)), None, "127.0.0.1")
+
+    @classmethod
+    def from_hosts(cls, hosts: Sequence[str], launcher_exec: str | None = None) -> HostPool:
+        """Named hosts (a host list, Slurm syntax allowed); namespace hosts are recognised by the launcher."""
+        names: list[str] = []
+        for item in hosts:
+            names.extend(expand_hostlist(item))
+        names = list(dict.fromkeys(names))  # repeated names (slots in a hostfile) count once
+        if not names:
+            raise ConfigError("no hosts given")
+        exe = launcher_exec or os.environ.get("MALLEABLE_LAUNCHER_EXEC") or None
+        if exe and Path(exe).name == "netns-launch":
+            missing = [h for h in names if not os.path.exists(f"/run/netns/{h}")]
+            if missing:
+                raise ConfigError(f"not namespace hosts of the test cluster: {','.join(missing)} "
+                                  "(netns-cluster up N)")
+            return cls("netns", tuple(names), exe, _resolve("head"))
+        return cls("ssh", tuple(names), exe, socket.getfqdn())
+
+    @classmethod
+    def from_hostfile(cls, path: str, launcher_exec: str | None = None) -> HostPool:
+        """Hosts of a hostfile (``host`` or ``host:slots`` lines)."""
+        return cls.from_hosts(read_hostfile(path), launcher_exec)
+
+    @classmethod
+    def from_slurm(cls, env: dict[str, str] | None = None) -> HostPool:
+        """The hosts of the current Slurm allocation.
+
+        Raises:
+            ConfigError: not inside an allocation (no ``SLURM_JOB_NODELIST``).
+        """
+        e = os.environ if env is None else env
+        nodelist = e.get("SLURM_JOB_NODELIST") or e.get("SLURM_NODELIST")
+        if not nodelist:
+            raise ConfigError("--slurm needs a Slurm allocation: SLURM_JOB_NODELIST is not set "
+                              "(run it inside salloc or sbatch)")
+        return cls("slurm", tuple(dict.fromkeys(expand_hostlist(nodelist))), None, socket.getfqdn())
+
+    # -- launching -------------------------------------------------------------------------------------------
+    def launch_args(self) -> list[str]:
+        """mpiexec (hydra) options that reach this pool's hosts."""
+        if self.kind == "local":
+            return ["-launcher", "fork"]
+        if self.kind == "slurm":
+            return ["-launcher", "slurm"]
+        if self.kind == "netns":
+            return ["-launcher", "rsh", "-launcher-exec", str(self.launcher_exec), "-localhost", "head"]
+        if self.launcher_exec:
+            return ["-launcher", "rsh", "-launcher-exec", self.launcher_exec]
+        return []
+
+    # -- finding a job's processes ---------------------------------------------------------------------------
+    def ns_inode(self, host: str) -> int:
+        """Network-namespace inode of a namespace host (0 when unknown)."""
+        try:
+            return os.stat(f"/run/netns/{host}").st_ino
+        except OSError:
+            return 0
+
+    def leftovers(self, tag: str, host: str, allowed: int = 0,
+                  scan: dict[str, list[ProcInfo]] | None = None) -> list[int]:
+        """Pids of the job tagged ``tag`` still on ``host``.
+
+        On a ``local`` pool every slot is this machine, so hosts cannot be told apart: there the job's rank
+        processes are counted instead, and up to ``allowed`` of them are not leftovers (the processes the job
+        keeps after a shrink).
+
+        Args:
+            tag: the job's tag.
+            host: the host to check.
+            allowed: local pools only: rank processes the job still has legitimately.
+            scan: a :func:`scan_tagged` result to reuse (local and netns pools).
+        """
+        if self.kind in ("local", "netns"):
+            procs = (scan if scan is not None else scan_tagged()).get(tag, [])
+            if self.kind == "netns":
+                ino = self.ns_inode(host)
+                return [p.pid for p in procs if ino and p.netns == ino]
+            names = {p.pid: p.name for p in procs}
+            ranks = [p.pid for p in procs if names.get(p.ppid, "") in _RANK_PARENTS]
+            return ranks[allowed:] if len(ranks) > allowed else []
+        return self._remote_leftovers(tag, host)
+
+    def _remote_leftovers(self, tag: str, host: str) -> list[int]:
+        argv = remote_argv(host, [sys.executable, "-c", _REMOTE_SCAN, tag],  # the same venv path on every host
+                           self.launcher_exec)
+        try:
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            log.warning("checking %s for job %s timed out", host, tag)
+            return [-1]
+        if out.returncode:
+            log.warning("checking %s for job %s failed: %s", host, tag, out.stderr.strip()[-300:])
+            return [-1]
+        return [int(x) for x in out.stdout.split() if x.isdigit()]
+
+    def kill(self, tag: str, host: str, pids: Sequence[int]) -> None:
+        """SIGKILL leftover processes of a job on a host."""
+        real = [p for p in pids if p > 0]
+        if not real:
+            return
+        if self.kind in ("local", "netns"):
+            for p in real:
+                try:
+                    os.kill(p, 9)
+                except OSError:
+                    pass
+            return
+        subprocess.run(remote_argv(host, ["kill", "-9", *map(str, real)], self.launcher_exec),
+                       capture_output=True, timeout=20, stdin=subprocess.DEVNULL, check=False)
+
+
+def _resolve(name: str) -> str:
+    try:
+        return socket.gethostbyname(name)
+    except OSError:
+        return name

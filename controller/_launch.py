@@ -1,0 +1,112 @@
+"""Starting and stopping jobs: the mpiexec command of a rigid or malleable job, run under a small shepherd.
+
+A job runs as ``sh -c SHEPHERD`` in its own session: the shell runs mpiexec, then writes mpiexec's exit code to
+``<state dir>/jobs/<id>.rc``. The shepherd outlives the daemon (``kill -9`` of the daemon leaves jobs alone),
+so a restarted daemon re-attaches to it by pid and learns the exit code from the file. The shell also touches
+``<id>.rc.started`` first, which tells a restarted daemon that the job did start.
+
+* Rigid job: ``mpiexec -hosts h1:S,h2:S -n N*S cmd`` (no code change in the program).
+* Malleable job: ``mpiexec -hosts h1 -n 1 cmd``: one anchor process, which spawns the rest per host
+  (``MALLEABLE_INITIAL_PROCS``, ``MALLEABLE_HOSTS``), like ``malleable run``; ``MALLEABLE_CONTROLLER`` and
+  ``MALLEABLE_JOB`` make its rank 0 open the runtime link.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from malleable.launch import find_mpiexec
+
+from ._hostpool import TAG_VAR, HostPool
+from ._store import JobRec
+
+__all__ = ["SHEPHERD", "job_argv", "job_env", "rc_path", "read_rc", "start_job", "stop_job"]
+
+DEFAULT_NETMOD = "ofi"  # MPICH's UCX netmod cannot spawn onto another host from a one-process job
+
+SHEPHERD = 'r=$1; shift; : > "$r.started"; "$@"; c=$?; echo "$c" > "$r.tmp" && mv "$r.tmp" "$r"; exit $c'
+
+
+def job_argv(job: JobRec, pool: HostPool, slots: int) -> list[str]:
+    """The mpiexec command line of ``job`` on its hosts."""
+    argv = [find_mpiexec(), *pool.launch_args()]
+    if job.malleable:
+        return [*argv, "-hosts", job.hosts[0], "-n", "1", *job.cmd]
+    hosts = ",".join(f"{h}:{slots}" if slots > 1 else h for h in job.hosts)
+    return [*argv, "-hosts", hosts, "-n", str(len(job.hosts) * slots), *job.cmd]
+
+
+def job_env(job: JobRec, pool: HostPool, slots: int, controller: str, token: bytes, tag: str) -> dict[str, str]:
+    """The job's environment: the submitter's, plus the controller link, the job id, tag and the secret."""
+    env = dict(job.env)
+    env.update({
+        "MALLEABLE_JOB": str(job.id),
+        "MALLEABLE_CONTROLLER": controller,
+        "MALLEABLE_TOKEN": token.decode(),
+        TAG_VAR: tag,
+        "MALLEABLE_JOB_NODELIST": ",".join(job.hosts),
+    })
+    if job.malleable:
+        # rank i of the initial job runs on MALLEABLE_HOSTS[i]: hosts in order, `slots` processes each, so the
+        # runtime's spawn groups follow the host order and a shrink frees the last hosts first
+        env["MALLEABLE_INITIAL_PROCS"] = str(len(job.hosts) * slots)
+        env["MALLEABLE_HOSTS"] = ",".join(h for h in job.hosts for _ in range(slots))
+        env.setdefault("MPIR_CVAR_CH4_NETMOD", DEFAULT_NETMOD)
+        if pool.launcher_exec:
+            env["MALLEABLE_LAUNCHER_EXEC"] = pool.launcher_exec
+    return env
+
+
+def rc_path(state_dir: Path, job_id: int) -> Path:
+    """Where the shepherd writes the job's exit code."""
+    return state_dir / "jobs" / f"{job_id}.rc"
+
+
+def read_rc(state_dir: Path, job_id: int) -> tuple[int | None, bool]:
+    """``(exit code or None, started)`` as the shepherd left them."""
+    p = rc_path(state_dir, job_id)
+    started = p.with_name(p.name + ".started").exists()
+    try:
+        return int(p.read_text().split()[0]), True
+    except (OSError, ValueError, IndexError):
+        return None, started
+
+
+def _open_out(path: str, cwd: str) -> int:
+    p = Path(cwd, path) if not os.path.isabs(path) else Path(path)
+    return os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+
+def start_job(job: JobRec, argv: list[str], env: dict[str, str], state_dir: Path) -> subprocess.Popen:
+    """Start the shepherd running ``argv`` with the job's output files and working directory.
+
+    Raises:
+        OSError: the working directory or an output file cannot be used, or sh is missing.
+    """
+    rc = rc_path(state_dir, job.id)
+    rc.parent.mkdir(parents=True, exist_ok=True)
+    for p in (rc, rc.with_name(rc.name + ".started")):
+        p.unlink(missing_ok=True)
+    out_fd = _open_out(job.out or f"malleable-{job.id}.out", job.cwd)
+    err_fd = _open_out(job.err, job.cwd) if job.err and job.err != job.out else None
+    try:
+        return subprocess.Popen(["sh", "-c", SHEPHERD, "shepherd", str(rc), *argv], stdin=subprocess.DEVNULL,
+                                stdout=out_fd, stderr=err_fd if err_fd is not None else subprocess.STDOUT,
+                                cwd=job.cwd, env=env, start_new_session=True, close_fds=True)
+    finally:
+        os.close(out_fd)
+        if err_fd is not None:
+            os.close(err_fd)
+
+
+def stop_job(pid: int, hard: bool = False) -> None:
+    """Signal the job's process group (SIGTERM, or SIGKILL when ``hard``); a gone group is not an error."""
+    if pid <= 0:
+        return
+    try:
+        os.killpg(pid, signal.SIGKILL if hard else signal.SIGTERM)
+    except OSError:
+        pass

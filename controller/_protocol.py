@@ -1,0 +1,334 @@
+"""The controller's wire protocol: one typed, versioned message class per request and reply.
+
+Messages travel on the authenticated envelope of :mod:`malleable._wire` (``[MAGIC, header, mac]``): the header
+holds ``v`` (the version), ``type``, a request id ``id`` and the fields of the class. :func:`decode` checks the
+MAC, the version, the type, that every field is present with the right JSON type and no unknown field is
+there, and the value limits (non-negative counts, bounded strings and lists), so a message that gets past it
+is well formed; whether it makes sense (a known job, the current order) is the daemon's business. Nothing
+received is unpickled.
+
+Three kinds of peers talk to the daemon, over one ROUTER socket: the command line (``submit``, ``queue``, ...),
+the runtime link inside rank 0 of a malleable job (``register``, ``poll``, ``committed``, ``refused``,
+``progress``), and the daemon's own ``controller stop`` (``shutdown``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from malleable._wire import check_fields, pack, unpack
+from malleable.errors import ProtocolError
+
+__all__ = [
+    "VERSION",
+    "Cancel",
+    "Committed",
+    "Error",
+    "History",
+    "Info",
+    "JobInfo",
+    "Message",
+    "Nodes",
+    "Ok",
+    "Order",
+    "Poll",
+    "Progress",
+    "Queue",
+    "Refused",
+    "Register",
+    "Shutdown",
+    "Status",
+    "StatusReply",
+    "Submit",
+    "Submitted",
+    "Table",
+    "decode",
+    "encode",
+]
+
+VERSION = 1
+VERSIONS = (VERSION,)
+
+MAX_INT = (1 << 31) - 1
+MAX_STR = 4096          # one string field (a command word, a path, a reason)
+MAX_LIST = 4096         # items of a list field (command words, hosts, rows)
+MAX_ENV = 1024          # entries of a job's environment
+
+_TYPES: dict[str, type[Message]] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """Base of all controller messages; subclasses set ``TYPE`` and declare their fields."""
+
+    TYPE: ClassVar[str] = ""
+
+
+def _msg(type_: str) -> Any:
+    def deco(cls: type) -> type:
+        cls.TYPE = type_
+        new = dataclass(frozen=True, slots=True)(cls)
+        if type_ in _TYPES:
+            raise TypeError(f"duplicate message type {type_!r}")
+        _TYPES[type_] = new
+        return new
+
+    return deco
+
+
+# ------------------------------------------------------------------------------------------- replies
+@_msg("ok")
+class Ok(Message):
+    """Success with nothing to return (also: no pending order for a ``poll``)."""
+
+
+@_msg("error")
+class Error(Message):
+    """A refused request: ``kind`` names the reason class (``ProtocolError``, ``UnknownJob``, ``Refused``...)."""
+
+    kind: str
+    msg: str
+
+
+@_msg("submitted")
+class Submitted(Message):
+    """A job was accepted and queued with this id."""
+
+    job_id: int
+
+
+@_msg("table")
+class Table(Message):
+    """Rows of ``queue``, ``history`` or ``nodes`` (JSON objects, one per job or node)."""
+
+    rows: list[dict]
+
+
+@_msg("job_info")
+class JobInfo(Message):
+    """One job: its record, its size history (one step per start or resize, with hosts) and its events."""
+
+    job: dict
+    steps: list[dict]
+    events: list[dict]
+
+
+@_msg("status_reply")
+class StatusReply(Message):
+    """The daemon's identity and counters."""
+
+    info: dict
+
+
+@_msg("order")
+class Order(Message):
+    """A resize order for a malleable job: go to ``procs`` processes; new ones on ``hosts``."""
+
+    seq: int
+    procs: int
+    hosts: list[str]
+
+
+# ------------------------------------------------------------------------------------------- command line
+@_msg("submit")
+class Submit(Message):
+    """Queue a job. Rigid: ``nodes`` hosts, ``min_nodes == max_nodes == nodes``. Malleable: starts between
+    ``min_nodes`` and ``max_nodes`` (preferring ``nodes``) and may be resized within those bounds."""
+
+    name: str
+    cmd: list[str]
+    nodes: int
+    min_nodes: int
+    max_nodes: int
+    malleable: bool
+    time_limit: float
+    out: str
+    err: str
+    cwd: str
+    env: dict
+
+
+@_msg("queue")
+class Queue(Message):
+    """Pending and running jobs."""
+
+
+@_msg("history")
+class History(Message):
+    """Jobs of every state, newest first, at most ``limit`` (0: all)."""
+
+    limit: int
+
+
+@_msg("cancel")
+class Cancel(Message):
+    """Cancel a pending or running job."""
+
+    job_id: int
+
+
+@_msg("nodes")
+class Nodes(Message):
+    """The hosts and who holds them."""
+
+
+@_msg("info")
+class Info(Message):
+    """One job's record, size history and events."""
+
+    job_id: int
+
+
+@_msg("status")
+class Status(Message):
+    """Is the daemon there, and what does it run."""
+
+
+@_msg("shutdown")
+class Shutdown(Message):
+    """Stop the daemon; running jobs keep running (they are re-attached at the next start) unless
+    ``cancel_jobs``."""
+
+    cancel_jobs: bool
+
+
+# ------------------------------------------------------------------------------------------- runtime link
+@_msg("register")
+class Register(Message):
+    """Rank 0 of a malleable job is up: its pid and host, and the host of every process."""
+
+    job_id: int
+    pid: int
+    host: str
+    size: int
+    hosts: list[str]
+
+
+@_msg("poll")
+class Poll(Message):
+    """Is there an order for the job (asked at a probe, never waited for)."""
+
+    job_id: int
+    probe: int
+
+
+@_msg("committed")
+class Committed(Message):
+    """Order ``seq`` was carried out: measured reconfiguration ``seconds``, new size, the hosts of every process
+    now, and ``freed`` = hosts the job's leaving processes have really left."""
+
+    job_id: int
+    seq: int
+    kind: str
+    old_size: int
+    new_size: int
+    seconds: float
+    freed: list[str]
+    hosts: list[str]
+    idle: int
+
+
+@_msg("refused")
+class Refused(Message):
+    """Order ``seq`` could not be carried out; the job goes on at its old size."""
+
+    job_id: int
+    seq: int
+    reason: str
+
+
+@_msg("progress")
+class Progress(Message):
+    """Per-phase performance data (MTCT, iteration time) from the EPOP driver."""
+
+    job_id: int
+    phase: str
+    data: dict
+
+
+# ------------------------------------------------------------------------------------------- codec
+_JSON = {"int": int, "str": str, "float": float, "bool": bool, "dict": dict, "list[str]": list, "list[dict]": list}
+
+
+def _spec(cls: type[Message]) -> dict[str, Any]:
+    return {f.name: _JSON[f.type] for f in dataclasses.fields(cls)}  # type: ignore[index]
+
+
+def _check_str(where: str, name: str, val: str) -> None:
+    if len(val) > MAX_STR:
+        raise ProtocolError(f"{where}: field {name!r} longer than {MAX_STR} characters")
+    if "\x00" in val:
+        raise ProtocolError(f"{where}: field {name!r} contains a NUL character")
+
+
+def _check_value(where: str, name: str, typ: str, val: Any) -> None:
+    if typ == "int":
+        if not 0 <= val <= MAX_INT:
+            raise ProtocolError(f"{where}: field {name!r} must be in 0..{MAX_INT}, got {val}")
+    elif typ == "float":
+        if not math.isfinite(val) or val < 0:
+            raise ProtocolError(f"{where}: field {name!r} must be a finite number >= 0, got {val}")
+    elif typ == "str":
+        _check_str(where, name, val)
+    elif typ in ("list[str]", "list[dict]"):
+        if len(val) > MAX_LIST:
+            raise ProtocolError(f"{where}: field {name!r} has more than {MAX_LIST} items")
+        want = str if typ == "list[str]" else dict
+        for x in val:
+            if not isinstance(x, want):
+                raise ProtocolError(f"{where}: field {name!r} must hold only {want.__name__}s")
+            if want is str:
+                _check_str(where, name, x)
+    elif typ == "dict" and len(val) > MAX_ENV:
+        raise ProtocolError(f"{where}: field {name!r} has more than {MAX_ENV} entries")
+
+
+def _check_submit(m: Submit) -> None:
+    if not m.cmd or not m.cmd[0]:
+        raise ProtocolError("submit: empty command")
+    for k, v in m.env.items():
+        if not isinstance(v, str) or not k or "=" in k or "\x00" in k:
+            raise ProtocolError("submit: env must map variable names to strings")
+        _check_str("submit", "env", v)
+
+
+def encode(msg: Message, token: bytes, rid: int = 0) -> list[Any]:
+    """Frames of ``msg`` with request id ``rid``."""
+    header: dict[str, Any] = {"v": VERSION, "type": msg.TYPE, "id": rid}
+    for f in dataclasses.fields(msg):
+        header[f.name] = getattr(msg, f.name)
+    return pack(header, token)
+
+
+def decode(frames: Sequence[Any], token: bytes) -> tuple[Message, int]:
+    """Authenticate, check and decode frames into ``(message, request id)``.
+
+    Raises:
+        AuthError: the message is not authenticated with ``token``.
+        ProtocolError: wrong magic, version, type, a missing, extra or ill-typed field, a value out of range,
+            or payload frames (the controller's messages have none).
+    """
+    header, payloads = unpack(frames, token, VERSIONS)
+    if payloads:
+        raise ProtocolError("controller messages carry no payload frames")
+    cls = _TYPES.get(header["type"])
+    if cls is None:
+        raise ProtocolError(f"unknown message type {header['type'][:64]!r}")
+    rid = header.get("id", 0)
+    if type(rid) is not int or not 0 <= rid < (1 << 63):
+        raise ProtocolError(f"{cls.TYPE}: request id must be a non-negative int")
+    spec = _spec(cls)
+    check_fields(header, spec, cls.TYPE)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        val = header[f.name]
+        _check_value(cls.TYPE, f.name, f.type, val)  # type: ignore[arg-type]
+        kwargs[f.name] = float(val) if f.type == "float" else val
+    msg = cls(**kwargs)
+    if isinstance(msg, Submit):
+        _check_submit(msg)
+    return msg, rid

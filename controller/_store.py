@@ -1,0 +1,251 @@
+"""The controller's state on disk: one SQLite file in WAL mode (hosts, jobs, size steps, events).
+
+Every change is committed before the daemon acts on it (starts a process, sends an order), so ``kill -9`` of
+the daemon loses nothing: a restart reloads the hosts, the queue in its order, the running jobs (which are
+re-attached) and the orders in flight. Only the daemon writes; other processes may read.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+__all__ = ["HostRec", "JobRec", "Store"]
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS hosts (
+    name TEXT PRIMARY KEY, idx INTEGER NOT NULL, owner INTEGER, drain INTEGER, drain_since REAL);
+CREATE TABLE IF NOT EXISTS jobs (
+    id INTEGER PRIMARY KEY, rec TEXT NOT NULL, state TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
+CREATE TABLE IF NOT EXISTS steps (
+    job_id INTEGER NOT NULL, n INTEGER NOT NULL, t REAL NOT NULL, kind TEXT NOT NULL, size INTEGER NOT NULL,
+    hosts TEXT NOT NULL, decided REAL, seconds REAL, PRIMARY KEY (job_id, n));
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, t REAL NOT NULL, job_id INTEGER, kind TEXT NOT NULL, text TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS events_job ON events(job_id);
+"""
+
+ACTIVE = ("PENDING", "STARTING", "RUNNING")
+"""Job states that hold a place in the queue or on hosts (the others are final)."""
+
+
+@dataclass
+class JobRec:
+    """A job as the controller knows it; mutated only by the controller core, saved whole on each change.
+
+    ``hosts`` are in allocation order (the anchor's host first, then in the order they were added), which is
+    also the order in which a shrink of the runtime frees them (newest spawn groups first).
+    """
+
+    id: int
+    name: str
+    cmd: list[str]
+    nodes: int
+    min_nodes: int
+    max_nodes: int
+    malleable: bool
+    time_limit: float
+    out: str
+    err: str
+    cwd: str
+    env: dict[str, str]
+    submit: float
+    state: str = "PENDING"
+    priority: int = 0
+    hosts: list[str] = field(default_factory=list)
+    order: dict[str, Any] | None = None      # resize in flight: seq, kind, target, procs, decided, sent
+    seq: int = 0                             # last order number
+    launched: bool = False                   # the launch was attempted (the shepherd may exist)
+    pid: int = 0                             # the shepherd's pid
+    pid_ctime: float = 0.0                   # its create time (guards against pid reuse)
+    start: float = 0.0
+    since: float = 0.0                       # start of the current size
+    end: float = 0.0
+    exit_code: int | None = None
+    reason: str = ""                         # why pending / how it ended
+    registered: bool = False                 # the runtime link said hello
+    link_pid: int = 0
+    unresponsive: bool = False               # an order was not acknowledged in time
+    progress: dict[str, Any] = field(default_factory=dict)   # last data per phase
+    cancel: bool = False                     # cancel requested; the processes are being stopped
+
+    @property
+    def size(self) -> int:
+        """Hosts held now."""
+        return len(self.hosts)
+
+    def to_json(self) -> str:
+        """The record as JSON (the stored form)."""
+        return json.dumps({f.name: getattr(self, f.name) for f in fields(self)}, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> JobRec:
+        """Inverse of :meth:`to_json` (unknown keys of newer versions are ignored)."""
+        data = json.loads(text)
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    def public(self) -> dict[str, Any]:
+        """The fields shown by ``queue``/``info``/``history`` (no environment: it holds the secret)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("env",)}
+        out["size"] = self.size
+        return out
+
+
+@dataclass
+class HostRec:
+    """A host: ``owner`` is the job holding (or about to hold) it; ``drain`` the job whose processes may still
+    be on it (checked before the host is given to anyone)."""
+
+    name: str
+    idx: int
+    owner: int | None = None
+    drain: int | None = None
+    drain_since: float = 0.0
+
+    @property
+    def free(self) -> bool:
+        """Neither held nor waiting to be checked empty."""
+        return self.owner is None and self.drain is None
+
+
+class Store:
+    """SQLite persistence (WAL, synchronous=NORMAL: a committed transaction survives a process crash).
+
+    Args:
+        path: the database file (``":memory:"`` for tests of the core).
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10.0)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.executescript(_SCHEMA)
+        self._depth = 0
+        if self.get_meta("schema") is None:
+            self.set_meta("schema", str(SCHEMA_VERSION))
+
+    def close(self) -> None:
+        """Close the database."""
+        self.db.close()
+
+    @contextmanager
+    def tx(self) -> Iterator[None]:
+        """One transaction (nested uses join the outer one); committed on exit, rolled back on error."""
+        if self._depth:
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+            return
+        self.db.execute("BEGIN IMMEDIATE")
+        self._depth = 1
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        else:
+            self.db.execute("COMMIT")
+        finally:
+            self._depth = 0
+
+    # -- meta ------------------------------------------------------------------------------------------------
+    def get_meta(self, key: str) -> str | None:
+        """A stored setting, or None."""
+        row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return None if row is None else row[0]
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Store a setting."""
+        self.db.execute("INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                        (key, value))
+
+    # -- hosts -----------------------------------------------------------------------------------------------
+    def load_hosts(self) -> list[HostRec]:
+        """All hosts in pool order."""
+        rows = self.db.execute("SELECT name, idx, owner, drain, drain_since FROM hosts ORDER BY idx").fetchall()
+        return [HostRec(n, i, o, d, ds or 0.0) for n, i, o, d, ds in rows]
+
+    def save_host(self, h: HostRec) -> None:
+        """Insert or update one host."""
+        self.db.execute(
+            "INSERT INTO hosts(name, idx, owner, drain, drain_since) VALUES(?,?,?,?,?) ON CONFLICT(name) DO UPDATE "
+            "SET idx=excluded.idx, owner=excluded.owner, drain=excluded.drain, drain_since=excluded.drain_since",
+            (h.name, h.idx, h.owner, h.drain, h.drain_since))
+
+    def delete_host(self, name: str) -> None:
+        """Forget a host (it left the pool between two starts)."""
+        self.db.execute("DELETE FROM hosts WHERE name=?", (name,))
+
+    # -- jobs ------------------------------------------------------------------------------------------------
+    def next_job_id(self) -> int:
+        """One more than the largest job id ever used."""
+        row = self.db.execute("SELECT MAX(id) FROM jobs").fetchone()
+        return (row[0] or 0) + 1
+
+    def save_job(self, j: JobRec) -> None:
+        """Insert or update one job."""
+        self.db.execute("INSERT INTO jobs(id, rec, state) VALUES(?,?,?) ON CONFLICT(id) DO UPDATE "
+                        "SET rec=excluded.rec, state=excluded.state", (j.id, j.to_json(), j.state))
+
+    def load_jobs(self, active_only: bool = True) -> list[JobRec]:
+        """Jobs by id (submission order); only those not finished unless ``active_only`` is False."""
+        if active_only:
+            q = f"SELECT rec FROM jobs WHERE state IN ({','.join('?' * len(ACTIVE))}) ORDER BY id"  # noqa: S608
+            rows = self.db.execute(q, ACTIVE).fetchall()
+        else:
+            rows = self.db.execute("SELECT rec FROM jobs ORDER BY id").fetchall()
+        return [JobRec.from_json(r[0]) for r in rows]
+
+    def load_job(self, job_id: int) -> JobRec | None:
+        """One job, or None."""
+        row = self.db.execute("SELECT rec FROM jobs WHERE id=?", (job_id,)).fetchone()
+        return None if row is None else JobRec.from_json(row[0])
+
+    def finished_jobs(self, limit: int = 0) -> list[JobRec]:
+        """Jobs of every state, newest first (``limit`` 0: all)."""
+        q = "SELECT rec FROM jobs ORDER BY id DESC" + (" LIMIT ?" if limit else "")  # noqa: S608 - constant text
+        rows = self.db.execute(q, (limit,) if limit else ()).fetchall()
+        return [JobRec.from_json(r[0]) for r in rows]
+
+    # -- steps and events ------------------------------------------------------------------------------------
+    def add_step(self, job_id: int, t: float, kind: str, hosts: list[str], decided: float | None = None,
+                 seconds: float | None = None) -> None:
+        """Record that the job runs on ``hosts`` from ``t`` on (after a start or a resize)."""
+        n = self.db.execute("SELECT COUNT(*) FROM steps WHERE job_id=?", (job_id,)).fetchone()[0]
+        self.db.execute("INSERT INTO steps(job_id, n, t, kind, size, hosts, decided, seconds) VALUES(?,?,?,?,?,?,?,?)",
+                        (job_id, n, t, kind, len(hosts), json.dumps(hosts), decided, seconds))
+
+    def steps(self, job_id: int) -> list[dict[str, Any]]:
+        """The job's size history, oldest first."""
+        rows = self.db.execute("SELECT n, t, kind, size, hosts, decided, seconds FROM steps WHERE job_id=? "
+                               "ORDER BY n", (job_id,)).fetchall()
+        return [{"n": n, "t": t, "kind": k, "size": s, "hosts": json.loads(h), "decided": d, "seconds": sec}
+                for n, t, k, s, h, d, sec in rows]
+
+    def add_event(self, job_id: int | None, kind: str, text: str, t: float | None = None) -> None:
+        """Append to the event log."""
+        self.db.execute("INSERT INTO events(t, job_id, kind, text) VALUES(?,?,?,?)",
+                        (time.time() if t is None else t, job_id, kind, text))
+
+    def events(self, job_id: int | None = None, limit: int = 200) -> list[dict[str, Any]]:
+        """The last ``limit`` events (of one job, or all), oldest first."""
+        if job_id is None:
+            rows = self.db.execute("SELECT t, job_id, kind, text FROM events ORDER BY id DESC LIMIT ?",
+                                   (limit,)).fetchall()
+        else:
+            rows = self.db.execute("SELECT t, job_id, kind, text FROM events WHERE job_id=? ORDER BY id DESC "
+                                   "LIMIT ?", (job_id, limit)).fetchall()
+        return [{"t": t, "job_id": j, "kind": k, "text": x} for t, j, k, x in reversed(rows)]

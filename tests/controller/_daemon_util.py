@@ -1,0 +1,86 @@
+"""Helpers for daemon tests: a controller daemon in a thread (always stopped), waits with deadlines."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from malleable.controller import _protocol as P
+from malleable.controller._client import Client
+from malleable.controller._core import CoreConfig
+from malleable.controller._daemon import Daemon, DaemonConfig
+from malleable.controller._hostpool import HostPool
+
+TOKEN = "controller-test-token"  # noqa: S105 - a test secret
+HEAT = str(Path(__file__).parent / "progs" / "heat_prog.py")
+FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
+
+
+def wait_for(pred: Callable[[], Any], timeout: float, what: str, every: float = 0.1) -> Any:
+    """Poll ``pred`` until it returns something truthy; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(every)
+
+
+@contextlib.contextmanager
+def daemon_thread(state: Path, pool: HostPool, policy: str = "easy", tick: float = 0.2,
+                  **core: Any) -> Iterator[tuple[Daemon, Client]]:
+    """A daemon serving in a thread, and a client. On exit every job is cancelled and waited for (bounded)."""
+    d = Daemon(DaemonConfig(str(state), pool, policy, tick=tick, core=CoreConfig(**core)), token=TOKEN.encode())
+    addr = d.start()
+    stop = threading.Event()
+    t = threading.Thread(target=d.serve, args=(stop,), daemon=True)
+    t.start()
+    c = Client(addr, token=TOKEN.encode(), timeout=10)
+    try:
+        yield d, c
+    finally:
+        try:
+            for row in c.rows(P.Queue()):
+                with contextlib.suppress(Exception):
+                    c.call(P.Cancel(row["id"]))
+            wait_for(lambda: not d.procs, 20, "jobs to stop at teardown")
+        finally:
+            c.close()
+            stop.set()
+            t.join(10)
+            d.close()
+
+
+def states(c: Client) -> dict[int, str]:
+    return {r["id"]: r["state"] for r in c.rows(P.History(0))}
+
+
+def wait_final(c: Client, ids: list[int], timeout: float) -> dict[int, str]:
+    def done():
+        st = states(c)
+        return st if all(st.get(i) in FINAL for i in ids) else None
+    return wait_for(done, timeout, f"jobs {ids} to end")
+
+
+def cli(*argv: str) -> tuple[int, str, str]:
+    """Run ``malleable ARGV`` in this process; returns (exit code, stdout, stderr)."""
+    from malleable.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    old = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = out, err
+    try:
+        code = main(list(argv))
+    except SystemExit as e:
+        code = int(e.code or 0)
+    finally:
+        sys.stdout, sys.stderr = old
+    return code, out.getvalue(), err.getvalue()

@@ -1,0 +1,119 @@
+"""Test program for the controller: a malleable 1-D Jacobi heat solver that probes every iteration.
+
+Rank 0 prints JSON lines: {"it", "size", "hosts"} per iteration where the size changed, and at the end
+{"done": true, "ok": <equal to the serial reference, bit for bit>, "sizes": [...]}. Env: PROG_N (cells,
+default 4096), PROG_ITERS (default 60), PROG_SLEEP (seconds per iteration, default 0.05), PROG_OUT (write the
+result as .npy), PROG_CRASH_ON_ORDER=1 (rank 0 dies abruptly at the first resize order).
+"""
+
+import json
+import os
+import socket
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from malleable import runtime as mr
+
+N = int(os.environ.get("PROG_N", "4096"))
+ITERS = int(os.environ.get("PROG_ITERS", "60"))
+SLEEP = float(os.environ.get("PROG_SLEEP", "0.05"))
+
+
+def initial():
+    x = np.linspace(0.0, 1.0, N)
+    return np.sin(7 * np.pi * x) + x * x
+
+
+def step_serial(u):
+    v = u.copy()
+    v[1:-1] = 0.5 * (u[:-2] + u[2:])
+    return v
+
+
+def step(local, comm, lo, hi):
+    """One Jacobi sweep of the block [lo, hi) with halo exchange (fixed boundary values)."""
+    r, s = comm.rank, comm.size
+    left = np.empty(1) if r > 0 else None
+    right = np.empty(1) if r < s - 1 else None
+    reqs = []
+    if r > 0:
+        reqs += [comm.Isend(local[:1].copy(), r - 1, 1), comm.Irecv(left, r - 1, 2)]
+    if r < s - 1:
+        reqs += [comm.Isend(local[-1:].copy(), r + 1, 2), comm.Irecv(right, r + 1, 1)]
+    MPI.Request.Waitall(reqs)
+    ext = np.concatenate([left if left is not None else local[:1], local, right if right is not None else local[-1:]])
+    new = 0.5 * (ext[:-2] + ext[2:])
+    if lo == 0:
+        new[0] = local[0]
+    if hi == N:
+        new[-1] = local[-1]
+    return new
+
+
+def emit(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+status = mr.init_adapt()
+local = None
+if status is mr.Status.NEW:
+    w = mr.world()
+    lo, hi = mr.block_range(N, w.size, w.rank)
+    local = initial()[lo:hi].copy()
+joined = status is mr.Status.JOINING
+left = False
+sizes = []
+t_last = time.perf_counter()
+while True:
+    if joined:
+        win = mr.adapt_begin()
+        local = mr.redistribute(None, (N,), np.float64, win.staying + win.leaving, win.staying + win.joining,
+                                win.new_world)
+        mr.adapt_commit()
+        joined = False
+    else:
+        pending, st, info = mr.probe_adapt()
+        if pending:
+            if os.environ.get("PROG_CRASH_ON_ORDER") == "1" and mr.world().rank == 0:
+                os._exit(17)
+            win = mr.adapt_begin()
+            local = mr.redistribute(local, (N,), np.float64, win.staying + win.leaving, win.staying + win.joining,
+                                    mr.span_comm(win))
+            mr.adapt_commit()
+            if st is mr.Status.LEAVING:
+                left = True
+                break
+    it = mr.probe_count()
+    if it > ITERS:
+        break
+    w = mr.world()
+    lo, hi = mr.block_range(N, w.size, w.rank)
+    assert local.shape == (hi - lo,)
+    local = step(local, w, lo, hi)
+    time.sleep(SLEEP)
+    hosts = w.gather(socket.gethostname())
+    if w.rank == 0:
+        if not sizes or sizes[-1] != w.size:
+            sizes.append(w.size)
+            emit({"it": it, "size": w.size, "hosts": hosts})
+        now = time.perf_counter()
+        if it % 5 == 0:
+            mr.report_progress("elastic", {"iter_time": now - t_last, "mtct": 0.1, "iter": it})
+        t_last = now
+
+if not left:
+    w = mr.world()
+    parts = w.gather(local)
+    if w.rank == 0:
+        u = np.concatenate(parts)
+        ref = initial()
+        for _ in range(ITERS):
+            ref = step_serial(ref)
+        ok = bool(np.array_equal(u, ref))
+        if os.environ.get("PROG_OUT"):
+            np.save(os.environ["PROG_OUT"], u)
+        emit({"done": True, "ok": ok, "sizes": sizes, "size": w.size})
