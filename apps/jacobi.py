@@ -113,6 +113,7 @@ class JacobiBlock:
     lo: int = 0
     residual: float = float("nan")
     iterations: int = 0
+    hosts: list[str] = field(default_factory=list)  # hosts of the final world's ranks (rank 0 only)
 
     @property
     def rows(self) -> int:
@@ -128,8 +129,8 @@ def _block_rows(d: JacobiBlock, size: int, rank: int) -> tuple[int, int]:
 
 def _init(ctx: Any) -> None:
     d: JacobiBlock = ctx.data
-    if ctx.status.name == "JOINING":
-        return  # rows arrive in the adaptation block
+    if ctx.status.name == "JOINING":  # rows arrive in the adaptation block
+        return
     lo, hi = _block_rows(d, ctx.size, ctx.rank)
     d.incoming = np.zeros((hi - lo, d.n))
 
@@ -205,7 +206,10 @@ def _write(ctx: Any) -> None:
 
 
 def _summary(ctx: Any) -> None:
+    import socket
+
     d: JacobiBlock = ctx.data
+    d.hosts = ctx.comm.gather(socket.gethostname(), root=0) or []
     if ctx.rank == 0:
         solve = [s for s in ctx.stats if s.phase == "solve"]
         seconds = sum(s.seconds for s in solve)
@@ -290,7 +294,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not result.left and result.rank == 0 and args.stats:
         d = result.data
         write_stats(args.stats, result, {"app": "jacobi", "n": args.n, "iters": args.iters,
-                                         "iterations": d.iterations, "residual": d.residual})
+                                         "iterations": d.iterations, "residual": d.residual,
+                                         "hosts": d.hosts})
     return 0
 
 
