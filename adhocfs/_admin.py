@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from malleable.adhocfs._deploy import MetaClient, start_data_servers
-from malleable.adhocfs._protocol import Change, Expand, Shrink
+from malleable.adhocfs._protocol import Change, Expand, Shrink, StopServers
 
 from malleable.errors import ConfigError, FsError
 
@@ -91,8 +91,16 @@ def expand_fs(
         with MetaClient(addr, token) as mc:
             mc.call(Expand([]))  # end the commissioning state
         raise
-    with MetaClient(addr, token) as mc:
-        reply = mc.call(Expand(sorted(servers), rebalance, float(rate)))
+    try:
+        with MetaClient(addr, token) as mc:
+            reply = mc.call(Expand(sorted(servers), rebalance, float(rate)))
+    except BaseException:  # refused (e.g. a shrink is running): stop what was started, end commissioning
+        with MetaClient(addr, token) as mc:
+            mc.call(Expand([]))
+            mc.call(StopServers(sorted(servers)))
+        for p in procs.values():
+            p.wait(10)
+        raise
     assert isinstance(reply, Change)
     info = reply.info
     if wait and info.get("state") == "running":

@@ -536,10 +536,11 @@ class AdhocFile(io.RawIOBase):
                         else:
                             raise FsError(f"unexpected reply {reply.TYPE!r} reading {self.name}")
             except ServerUnavailable:
+                addrs = dict(self._addrs)
                 self._refresh(False)
-                if self.version == version:
+                if self.version == version and self._addrs == addrs:
                     raise
-                continue  # the layout changed (a server left): retry everything on the new layout
+                continue  # a server left or came back elsewhere: retry everything on the new layout
             if not failed:
                 return
             todo = failed

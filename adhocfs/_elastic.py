@@ -138,6 +138,11 @@ class ElasticMixin:
     def expand(self, msg: Expand) -> Message:
         """Commission registered servers: the current epoch becomes the old list plus ``msg.sids``."""
         ns = self.ns
+        if not msg.sids:  # cancel a commissioning (allowed at any time)
+            with _txn(ns):
+                ns.db.execute("UPDATE files SET status='ready' WHERE status='commissioning'")
+                ns.kv_set("commissioning", None)
+            return Change({"kind": "expand", "state": "cancelled"})
         if self.job is not None:
             raise FsError("another change is in progress; try again when it is done")
         rows = {r["sid"]: r for r in ns.servers()}
@@ -150,8 +155,6 @@ class ElasticMixin:
         with _txn(ns):
             ns.db.execute("UPDATE files SET status='ready' WHERE status='commissioning'")
             ns.kv_set("commissioning", None)
-            if not msg.sids:
-                return Change({"kind": "expand", "state": "cancelled"})
             cur = ns.current_epoch()
             epochs = ns.epochs()
             old = epochs.get(cur, ()) if cur is not None else ()

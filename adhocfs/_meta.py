@@ -28,6 +28,7 @@ from malleable.adhocfs._protocol import (
     Stats,
     StatsReply,
     Status,
+    StopServers,
     decode,
     encode,
 )
@@ -132,6 +133,15 @@ class MetaServer(ElasticMixin):
                 sids = [r["sid"] for r in self.ns.servers() if r["state"] in ("up", "active", "leaving")]
                 self.run_actions([(s, Shutdown()) for s in sids])
             self.running = False
+            return Ok()
+        if isinstance(msg, StopServers):
+            states = {r["sid"]: r["state"] for r in self.ns.servers()}
+            bad = [s for s in msg.sids if states.get(s) not in ("up", "reserved")]
+            if bad:
+                raise FsError(f"servers {bad} are commissioned or unknown: shrink them instead")
+            self.run_actions([(s, Shutdown()) for s in msg.sids if states[s] == "up"])
+            for s in msg.sids:
+                self.ns.db.execute("UPDATE servers SET state='gone' WHERE sid=?", (s,))
             return Ok()
         if isinstance(msg, Expand):
             return self.expand(msg)

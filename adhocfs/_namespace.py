@@ -292,6 +292,8 @@ class Namespace:
             for h in msg.hosts:
                 cur = self.db.execute("INSERT INTO servers(host, state) VALUES(?, 'reserved')", (h,))
                 sids.append(int(cur.lastrowid or 0))
+            if self.current_epoch() is not None:
+                self.kv_set("commissioning", sorted(set(self.kv_get("commissioning", [])) | set(sids)))
             return ServerIds(sids), []
         if isinstance(msg, DeclareRio):
             if msg.rio > 0:

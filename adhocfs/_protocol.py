@@ -57,6 +57,7 @@ __all__ = [
     "StatReply",
     "Stats",
     "StatsReply",
+    "StopServers",
     "Status",
     "decode",
     "encode",
@@ -246,6 +247,13 @@ class Shutdown(Message):
 
 
 # ---------------------------------------------------------------- metadata server
+@_msg("stop_servers")
+class StopServers(Message):
+    """Stop registered data servers that hold no data yet (not commissioned); they become ``gone``."""
+
+    sids: list[int]
+
+
 @_msg("open")
 class Open(Message):
     """Open ``path`` with ``mode`` (one of r, r+, w, w+, a, a+, x, x+); ``block_size`` 0 means default."""

@@ -96,6 +96,15 @@ def test_io_goes_on_while_commissioning(dep, fs):
     t.start()
     time.sleep(0.3)
     n0 = writes[0]
+    from malleable.adhocfs import MetaClient
+    from malleable.adhocfs._protocol import AddServers
+
+    with MetaClient(dep.address) as mc:  # what expand does first: reserve ids (files show commissioning)
+        mc.call(AddServers(["127.0.0.1"]))
+        st = mc.status()
+    assert st.change["state"] == "commissioning" and fs.stat("/busy").status == "commissioning"
+    time.sleep(0.2)
+    assert writes[0] > n0  # I/O goes on while commissioning
     _expand(dep, 1)
     time.sleep(0.3)
     stop.set()
@@ -255,3 +264,19 @@ def test_h5py_survives_changes(dep, fs):
     shrink_fs(dep.address, [2], "total")
     with fs.open("/e.h5", "rb") as f, h5py.File(f, "r") as h:
         assert np.array_equal(h["a"][...], arr) and np.array_equal(h["b"][...], arr * 2)
+
+
+def test_expand_refused_during_shrink_cleans_up(dep, fs):
+    """An expansion refused because a shrink runs stops the servers it started and ends commissioning."""
+    from malleable.adhocfs._admin import expand_fs, shrink_fs, wait_change
+    from malleable.errors import FsError
+
+    _write(fs, "/x", random.Random(3).randbytes(60 * BS))
+    info = shrink_fs(dep.address, [3], "partial", rate=1.0, wait=False)
+    with pytest.raises(FsError, match="another change"):
+        expand_fs(dep.address, ["127.0.0.1"], state=dep.state)
+    states = {s["sid"]: s["state"] for s in fs.status().servers}
+    assert "up" not in states.values() and "reserved" not in states.values()
+    assert wait_change(dep.address, info["id"])["state"] == "done"
+    assert fs.stat("/x").status == "ready"
+    assert _read(fs, "/x") == random.Random(3).randbytes(60 * BS)

@@ -55,9 +55,12 @@ def test_down_server_gives_clear_error_then_restart_restores_everything(dep):
                 f.write(b"x" * (1 << 20))
         row = next(s for s in fs.status().servers if s["sid"] == victim)
         assert not row["reachable"]
+        held_open = fs.open("/f1", "rb")  # a file kept open across the restart (new port)
         # restart the same server id on its backing directory
         servers, procs = start_data_servers(dep.address, ["127.0.0.1"], dep.state, dep.dir, sids=[victim])
         dep.procs.update({f"restarted {k}": p for k, p in procs.items()})
+        assert held_open.read() == files["/f1"]
+        held_open.close()
         for path, data in files.items():
             with fs.open(path, "rb") as f:
                 assert f.read() == data, path
