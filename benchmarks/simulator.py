@@ -1,7 +1,13 @@
-"""Simulator throughput: FCFS / EASY / conservative on the HPC2N trace and on synthetic workloads, vs AccaSim.
+"""Simulator throughput: FCFS / EASY / conservative on the HPC2N trace and on synthetic workloads, vs AccaSim;
+and the malleable policies of issue 8 against EASY on the same trace with 50 % of the jobs malleable.
 
 Run: ``.venv/bin/python benchmarks/simulator.py [--quick] [--accasim-records N] [--skip-accasim]``.
 Writes ``benchmarks/results/simulator.json`` and ``simulator.png`` (log-log time vs jobs) and prints a table.
+``--malleable-only [--malleable-limit N]`` runs only the malleable section and writes
+``benchmarks/results/simulator_malleable.json``: jobs/s of every malleable policy and of EASY, each in its own
+process, on the same workload (HPC2N with a seeded 50 % made malleable: min 0.5x, max 2x, rho U[0, 0.3], Amdahl
+serial U[0, 0.1]; MTCT reported from the Amdahl model; BASELINE/SFSJ with Poisson node failures, one per 6 h,
+1 h downtime, and compared with conservative, their base, as well).
 
 Every case runs in a fresh subprocess, so ``peak_rss_mib`` is that case's own peak resident memory (workload
 generation or parsing included). ``jobs_per_s`` counts simulated jobs over the event loop's wall time
@@ -33,6 +39,9 @@ HERE = Path(__file__).resolve().parent
 TRACE = Path(os.environ.get("MALLEABLE_HPC2N", HERE.parent.parent / "shared" / "workloads" /
                             "HPC2N-2002-2.1-cln.swf.gz"))
 POLICIES = ("fcfs", "easy", "conservative")
+MALLEABLE = ("easy", "mebf-handoff", "mebf-spare", "mebf-intensive", "mebf-handoff-expand+", "mebf-handoff-shrink+",
+             "mebf0", "fpsma-pwma", "fpsma-prma", "egs-pwma", "egs-prma", "fpsma-mtct-pwma", "conservative",
+             "baseline", "sfsj")
 
 
 def _rss_mib() -> float:
@@ -41,19 +50,28 @@ def _rss_mib() -> float:
 
 def one_case(spec: dict) -> dict:
     """Run one (workload, policy) case in this process and return its measurements."""
-    from malleable.controller import read_swf, simulate, summary, synthetic
+    from malleable.controller import mtct_amdahl, read_swf, simulate, summary, synthetic
 
     t = time.perf_counter()
     if spec["source"] == "trace":
         w = read_swf(spec["path"], limit=spec.get("limit"))
     else:
         w = synthetic(spec["n"], machine=spec["machine"], load=spec["load"], seed=spec.get("seed", 1))
+    extra = {}
+    if spec.get("malleable"):
+        w = w.with_malleable(spec["malleable"], seed=0, rho=(0.0, 0.3))
+        extra["mtct"] = mtct_amdahl
+        if spec["policy"] in ("baseline", "sfsj"):
+            from malleable.controller._experiments import failure_plan
+            extra["failures"] = failure_plan(w.machine, float(w.submit[0]), float(w.submit[-1]), 6 * 3600.0,
+                                             3600.0, seed=5)
     read = time.perf_counter() - t
-    r = simulate(w, spec["policy"])
+    r = simulate(w, spec["policy"], **extra)
     s = summary(r, tau=10.0)
     s.update(spec)
     s.update(read_seconds=read, jobs_per_s=len(w) / r.sim_seconds, passes=r.passes, peak_rss_mib=_rss_mib(),
-             machine=w.machine)
+             machine=w.machine, resizes=int(r.decisions.get("ResizeJob", 0)),
+             interrupts=int(r.decisions.get("Interrupt", 0)))
     return s
 
 
@@ -172,12 +190,19 @@ def main(argv: list[str] | None = None) -> int:
                          "at every job end makes 10^6 jobs at load 0.95 take far longer than the others)")
     ap.add_argument("--timeout", type=float, default=600.0, help="per case (s); a case over it is reported as such")
     ap.add_argument("--out", default=str(HERE / "results"))
+    ap.add_argument("--malleable-only", action="store_true", help="only the malleable policies vs EASY")
+    ap.add_argument("--malleable-limit", type=int, default=None,
+                    help="trace records for the malleable section (default: the whole trace)")
+    ap.add_argument("--skip-malleable", action="store_true", help="no malleable section")
     args = ap.parse_args(argv)
     if args.one:
         print(json.dumps(one_case(json.loads(args.one))))
         return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.malleable_only:
+        malleable_section(args, out)
+        return 0
     specs = []
     for pol in POLICIES:
         specs.append({"source": "trace", "path": str(TRACE), "limit": 10000, "policy": pol})
@@ -218,7 +243,33 @@ def main(argv: list[str] | None = None) -> int:
     (out / "simulator.json").write_text(json.dumps({"meta": meta, "cases": results, "accasim": acc}, indent=1))
     plot(results, out / "simulator.png")
     print(f"\nwrote {out / 'simulator.json'} and {out / 'simulator.png'}")
+    if not args.skip_malleable:
+        malleable_section(args, out)
     return 0
+
+
+def malleable_section(args: argparse.Namespace, out: Path) -> list[dict]:
+    """Every malleable policy and EASY on HPC2N with 50 % malleable jobs, each in its own process."""
+    lim = args.malleable_limit
+    print(f"\nmalleable policies, HPC2N {'first ' + str(lim) if lim else 'whole'}, 50% malleable "
+          f"(ratio = EASY jobs/s / policy jobs/s; target <= 3)")
+    print(f"{'policy':22} {'jobs':>8} {'sim s':>8} {'jobs/s':>10} {'x EASY':>7} {'resizes':>8} {'mean wait':>10} "
+          f"{'util':>6}")
+    results = []
+    for pol in MALLEABLE:
+        spec = {"source": "trace", "path": str(TRACE), "limit": lim, "policy": pol, "malleable": 0.5}
+        r = run_case(spec, args.timeout)
+        results.append(r)
+        easy = results[0]["jobs_per_s"]
+        r["slower_than_easy"] = easy / r["jobs_per_s"]
+        print(f"{pol:22} {r['jobs']:8d} {r['sim_seconds']:8.2f} {r['jobs_per_s']:10,.0f} "
+              f"{r['slower_than_easy']:7.2f} {r.get('resizes', 0):8d} {r['mean_wait']:10.0f} "
+              f"{r['utilization']:6.3f}", flush=True)
+    meta = {"python": sys.version.split()[0], "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M"),
+            "trace": TRACE.name, "limit": lim, "malleable": 0.5}
+    (out / "simulator_malleable.json").write_text(json.dumps({"meta": meta, "cases": results}, indent=1))
+    print(f"wrote {out / 'simulator_malleable.json'}")
+    return results
 
 
 if __name__ == "__main__":

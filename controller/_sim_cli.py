@@ -12,6 +12,7 @@ from malleable.errors import ConfigError
 from ._engine import Simulator
 from ._metrics import summary, write_jobs_csv
 from ._policies import POLICIES, get_policy
+from ._speedup import SPEEDUPS
 from ._swf import read_swf
 from ._workload import Workload, synthetic
 
@@ -28,6 +29,16 @@ def add_simulate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--trace", metavar="FILE", help="SWF file (plain or .gz)")
     src.add_argument("--synthetic", metavar="N", type=int, help="generate N synthetic jobs instead of a trace")
+    src.add_argument("--experiment", metavar="NAME",
+                     help="run a source document's experiment and print its published-vs-ours table: "
+                          "002, 000-mebf, 000-sfsj, 003-w1, 003-w2 or all")
+    p.add_argument("--out", metavar="DIR", default="benchmarks/results",
+                   help="--experiment: directory for the JSON and PNG files (default benchmarks/results)")
+    p.add_argument("--quick", action="store_true", help="--experiment: smaller set-up (fewer sizes and runs)")
+    p.add_argument("--speedup", choices=["linear", "amdahl", "rho"], default="amdahl",
+                   help="speedup model of resized or moldable jobs (default amdahl)")
+    p.add_argument("--failures", metavar="MTBF_S,DOWNTIME_S", default=None,
+                   help="inject Poisson node failures: system-wide mean time between failures and downtime (s)")
     p.add_argument("--policy", choices=sorted(POLICIES), default="easy", help="scheduling policy (default easy)")
     p.add_argument("--tau", type=float, default=10.0, help="bounded-slowdown threshold in seconds (default 10)")
     p.add_argument("--limit", type=int, metavar="N", help="only the first N records of the trace")
@@ -64,7 +75,19 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     """Run ``malleable simulate``; returns the exit code."""
     if not args.tau > 0:
         raise ConfigError(f"--tau must be > 0, got {args.tau}")
+    if args.experiment:
+        return _experiment(args)
     w = _load(args)
+    extra: dict = {"speedup": SPEEDUPS[args.speedup]}
+    if args.failures:
+        from ._experiments import failure_plan
+        try:
+            mtbf, down = (float(x) for x in args.failures.split(","))
+        except ValueError:
+            raise ConfigError(f"--failures wants MTBF_S,DOWNTIME_S, got {args.failures!r}") from None
+        if not (mtbf > 0 and down > 0):
+            raise ConfigError(f"--failures: both values must be > 0, got {args.failures!r}")
+        extra["failures"] = failure_plan(w.machine, float(w.submit[0]), float(w.submit[-1]), mtbf, down, args.seed)
     bar = None
     if not args.no_progress and len(w) > 20000 and sys.stderr.isatty():
         from tqdm import tqdm
@@ -75,7 +98,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             bar.update(done - bar.n)
     try:
         result = Simulator(w, get_policy(args.policy), name=args.policy,
-                           progress=progress if bar is not None else None).run()
+                           progress=progress if bar is not None else None, **extra).run()
     finally:
         if bar is not None:
             bar.close()
@@ -96,4 +119,18 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.plot:
         from ._plot import plot_result
         plot_result(result, args.plot)
+    return 0
+
+
+def _experiment(args: argparse.Namespace) -> int:
+    from ._experiments import EXPERIMENTS, run_experiment
+
+    names = list(EXPERIMENTS) if args.experiment == "all" else [args.experiment]
+    for name in names:
+        if name not in EXPERIMENTS:
+            raise ConfigError(f"unknown experiment {name!r}; known: {', '.join(EXPERIMENTS)}, all")
+    for name in names:
+        rep = run_experiment(name, args.out, quick=args.quick)
+        print(rep.table())                                       # the CLI's own output
+        print(f"wrote {args.out}/{name}.json and plots\n")
     return 0
