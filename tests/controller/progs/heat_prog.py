@@ -3,7 +3,7 @@
 Rank 0 prints JSON lines: {"it", "size", "hosts"} per iteration where the size changed, and at the end
 {"done": true, "ok": <equal to the serial reference, bit for bit>, "sizes": [...]}. Env: PROG_N (cells,
 default 4096), PROG_ITERS (default 60), PROG_SLEEP (seconds per iteration, default 0.05), PROG_OUT (write the
-result as .npy), PROG_CRASH_ON_ORDER=1 (rank 0 dies abruptly at the first resize order).
+result as .npy), PROG_CRASH_IN_RESIZE=1 (rank 0 is killed inside its first adaptation window).
 """
 
 import json
@@ -78,9 +78,9 @@ while True:
     else:
         pending, st, info = mr.probe_adapt()
         if pending:
-            if os.environ.get("PROG_CRASH_ON_ORDER") == "1" and mr.world().rank == 0:
-                os._exit(17)
             win = mr.adapt_begin()
+            if os.environ.get("PROG_CRASH_IN_RESIZE") == "1" and mr.world().rank == 0:
+                os.kill(os.getpid(), 9)  # rank 0 dies in the middle of the resize (joiners already spawned)
             local = mr.redistribute(local, (N,), np.float64, win.staying + win.leaving, win.staying + win.joining,
                                     mr.span_comm(win))
             mr.adapt_commit()
