@@ -71,3 +71,11 @@ def test_verbs_example_fits_a_screen_and_is_exact(tmp_path):
     proc = malleable_run(1, [sys.executable, str(EXAMPLE), "30", "32", str(out)], plan)
     assert "procs=1" in proc.stdout
     assert np.array_equal(np.load(out), jacobi.reference(30, 32))
+
+
+def test_demo_is_a_malleable_subcommand(capsys):
+    from malleable.cli import build_parser
+
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(["demo", "--help"])
+    assert e.value.code == 0 and "1→2→4" in capsys.readouterr().out
