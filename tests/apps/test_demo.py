@@ -78,4 +78,4 @@ def test_demo_is_a_malleable_subcommand(capsys):
 
     with pytest.raises(SystemExit) as e:
         build_parser().parse_args(["demo", "--help"])
-    assert e.value.code == 0 and "1→2→4" in capsys.readouterr().out
+    assert e.value.code == 0 and "grows it to 2 and 4 processes" in capsys.readouterr().out
