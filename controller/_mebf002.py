@@ -224,12 +224,18 @@ class MEBF:
                 now: float) -> None:
         """The configured expand policy: most scalable first, while nodes are free."""
         cfg = self.cfg
-        cands = [r for r in running if is_malleable(r.job) and r.id not in resized]
-        cands.sort(key=lambda r: (r.job.rho, r.start, r.id))
+        avail = len(pool.nodes)
+        mall = JobKind.MALLEABLE
+        # cheap pre-filter: room to grow, and (Handoff) fewer nodes than are free, else expand_amount gives 0
+        lim = avail if cfg.expand == "handoff" else 1 << 62
+        cands = [r for r in running if r.job.kind is mall and r.size < r.job.max_procs and r.size < lim
+                 and r.id not in resized]
+        if len(cands) > 1:
+            cands.sort(key=lambda r: (r.job.rho, r.start, r.id))
         for r in cands:
-            if not len(pool):
+            if not pool.nodes:
                 break
-            a = expand_amount(cfg, r, len(pool))
+            a = expand_amount(cfg, r, len(pool.nodes))
             if a > 0 and feasible(cfg, r, r.size + a, now):
                 out.append(pool.grow(r, a))
                 resized.add(r.id)

@@ -36,12 +36,17 @@ class _Memo:
 
 def _with_down(snapshot: Snapshot) -> Snapshot:
     """The snapshot with every down node shown as a one-node job ending at its repair time, so the
-    conservative profile reaches the whole machine again."""
-    if not snapshot.down:
+    conservative profile reaches the whole machine again.
+
+    Only needed when the conservative policy rebuilds its profile (``changed`` or no memo): otherwise its
+    memo already holds a profile built with the same down nodes, since a failure or repair always makes the
+    engine send ``changed=True``.
+    """
+    if not snapshot.down or not (snapshot.changed or snapshot.memo is None):
         return snapshot
     ghosts = tuple(RunningJob(_DOWN, (x,), 1, snapshot.now, snapshot.now, 0.0, back, 0) for x, back in snapshot.down)
     run = tuple(sorted(snapshot.running + ghosts, key=lambda r: r.end_estimate))
-    return replace(snapshot, running=run, changed=True)
+    return replace(snapshot, running=run)
 
 
 def baseline(snapshot: Snapshot, now: float) -> list[Decision]:

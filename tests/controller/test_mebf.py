@@ -208,3 +208,13 @@ def test_registered_mebf_end_to_end(name):
             in rows]
     r = simulate(workload(rows, 12), get_policy(name), speedup=rho_power)
     assert not np.isnan(r.end).any() and r.decisions["ResizeJob"] > 0
+
+
+@pytest.mark.parametrize("name", ["mebf-handoff", "mebf-spare", "mebf-intensive-expand+", "mebf0"])
+def test_mebf_on_a_trace_prefix_with_half_malleable(name):
+    """Same schedule with and without incremental hints (the policies ignore them), every job done."""
+    from malleable.controller import synthetic
+    w = synthetic(400, machine=64, load=0.9, seed=4).with_malleable(0.5, seed=1, rho=(0.0, 0.3))
+    a = simulate(w, name, speedup=rho_power)
+    b = simulate(w, name, speedup=rho_power, hints=False)
+    assert np.array_equal(a.end, b.end) and not np.isnan(a.end).any()

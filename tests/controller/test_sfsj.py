@@ -108,3 +108,14 @@ def test_failures_on_a_random_trace_lose_no_job():
         r = simulate(w, pol, failures=fails)
         assert not np.isnan(r.end).any()
         assert np.allclose(r.area - r.lost, w.run * w.procs)    # every job's work done exactly once
+
+
+def test_incremental_hints_give_the_same_schedule_with_failures():
+    rng = np.random.default_rng(8)
+    rows = [(i, float(i * 5), float(rng.integers(5, 80)), 120.0, int(rng.integers(1, 9))) for i in range(1, 120)]
+    w = Workload.from_jobs(rows, 16)
+    fails = [(float(t), int(x), 40.0) for t, x in zip(rng.uniform(0, 600, 15), rng.integers(0, 16, 15))]
+    for pol in ("baseline", "sfsj"):
+        a = simulate(w, pol, failures=fails)
+        b = simulate(w, pol, failures=fails, hints=False)
+        assert np.array_equal(a.end, b.end) and np.array_equal(a.start, b.start)
