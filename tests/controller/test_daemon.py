@@ -38,7 +38,7 @@ def test_rigid_jobs_queue_in_order_with_outputs_and_exit_codes(env):
         assert hist[b]["start"] >= hist[a]["end"]          # FCFS: b waited for a's hosts
         assert (env / "a.out").read_text() == "0 1 2\n"
         assert (env / "b.err").read_text() == "err\n" * 3
-        assert all(r["state"] == "idle" for r in c.rows(P.Nodes()))
+        wait_for(lambda: all(r["state"] == "idle" for r in c.rows(P.Nodes())), 10, "hosts checked and idle")
 
 
 def test_command_line(env):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -72,9 +73,11 @@ def test_kill_9_and_restart(monkeypatch, tmp_path):
         pid = 0
     finally:
         if pid:
-            os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         if cid:
             for procs in scan_tagged(cid + ".").values():
                 for p in procs:
-                    os.kill(p.pid, signal.SIGKILL)
-    assert not scan_tagged(cid + "."), "job processes left behind"
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(p.pid, signal.SIGKILL)
+    assert cid and not scan_tagged(cid + "."), "job processes left behind"

@@ -2,7 +2,8 @@
 
 Rank 0 prints JSON lines: {"it", "size", "hosts"} per iteration where the size changed, and at the end
 {"done": true, "ok": <equal to the serial reference, bit for bit>, "sizes": [...]}. Env: PROG_N (cells,
-default 4096), PROG_ITERS (default 60), PROG_SLEEP (seconds per iteration, default 0.05), PROG_OUT (write the
+default 4096), PROG_ITERS (default 60), PROG_SLEEP (seconds per iteration, default 0.05), PROG_WORK (seconds per iteration
+at one process, divided by the size: a linear-speedup job), PROG_OUT (write the
 result as .npy), PROG_CRASH_IN_RESIZE=1 (rank 0 is killed inside its first adaptation window).
 """
 
@@ -20,6 +21,7 @@ from malleable import runtime as mr
 N = int(os.environ.get("PROG_N", "4096"))
 ITERS = int(os.environ.get("PROG_ITERS", "60"))
 SLEEP = float(os.environ.get("PROG_SLEEP", "0.05"))
+WORK = float(os.environ.get("PROG_WORK", "0"))  # seconds of perfectly parallel "work" per iteration at 1 process
 
 
 def initial():
@@ -94,7 +96,7 @@ while True:
     lo, hi = mr.block_range(N, w.size, w.rank)
     assert local.shape == (hi - lo,)
     local = step(local, w, lo, hi)
-    time.sleep(SLEEP)
+    time.sleep(SLEEP + WORK / w.size)
     hosts = w.gather(socket.gethostname())
     if w.rank == 0:
         if not sizes or sizes[-1] != w.size:

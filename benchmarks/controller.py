@@ -1,0 +1,382 @@
+"""Controller daemon benchmarks, each against a baseline measured in the same run.
+
+1. **Pass time**: one scheduling pass of the core (snapshot + policy + decisions stored in SQLite) with 1,000
+   queued jobs on 512 simulated hosts, for EASY, malleable-fill and mebf-handoff (target < 100 ms for EASY);
+   baseline: the policy call alone on the same snapshot (what the simulator pays per pass).
+2. **Submit throughput**: sequential ``submit`` requests to a daemon process (each committed to SQLite
+   before the reply); baselines: the same request/reply over a bare zmq ROUTER echo with the same authenticated
+   envelope, and the command line ``malleable submit`` (a Python process per command).
+3. **Decision to new size** on namespace hosts: a malleable job repeatedly grown and shrunk by the policy (rigid
+   jobs arrive); time from the policy's decision to the runtime's acknowledgement, and to the shrunk hosts being
+   checked empty, against the runtime's own reconfiguration time reported in the same acknowledgement.
+4. **Live vs simulated**: a small mixed workload (rigid sleeps + malleable linear-speedup jobs) run live on the
+   namespace hosts, then replayed in the simulator with the same policy (malleable-fill), speedup model and the
+   measured reconfiguration cost: makespan and mean wait side by side.
+
+Run: ``.venv/bin/python benchmarks/controller.py [--skip-live]`` (sections 3-4 need root and the namespace test
+cluster). Writes ``benchmarks/results/controller.json`` and ``controller.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+TOKEN = "bench-controller-token"  # noqa: S105 - a benchmark secret
+HEAT = str(REPO / "tests" / "controller" / "progs" / "heat_prog.py")
+TESTBED = Path(os.environ.get("NETNS_TESTBED", REPO.parent / "shared" / "testbed"))
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+# ------------------------------------------------------------------------------------------------ 1. pass time
+def bench_pass(policy_name: str, hosts: int = 512, queued: int = 1000, passes: int = 30, seed: int = 1) -> dict:
+    from malleable.controller import _protocol as P
+    from malleable.controller._core import Core
+    from malleable.controller._daemon import make_policy
+    from malleable.controller._store import Store
+
+    rng = random.Random(seed)  # noqa: S311 - seeded benchmark data
+    tmp = tempfile.mkdtemp(prefix="ctlbench-")
+    names = [f"h{i:04d}" for i in range(hosts)]
+    policy = make_policy(policy_name, {})
+    core = Core(Store(os.path.join(tmp, "s.sqlite")), names, policy)
+
+    def submit(n: int, malleable: bool, t: float) -> int:
+        lo, hi = (max(1, n // 2), min(hosts, n * 2)) if malleable else (n, n)
+        m = P.Submit("b", ["true"], n, lo, hi, malleable, float(rng.randint(60, 7200)), "", "", "/", {})
+        return core.submit(m, t)
+
+    # fill the machine with running jobs (mixed rigid / malleable), leaving a few hosts free
+    now = 1000.0
+    used = 0
+    while used < hosts - 8:
+        n = min(rng.choice([1, 2, 4, 8, 16]), hosts - 8 - used)
+        jid = submit(n, rng.random() < 0.3, now)
+        from malleable.controller import StartJob
+        core.policy = lambda s, t, jid=jid, n=n: [StartJob(jid, s.free[:n])]
+        for a in core.schedule(now):
+            core.launched(a.job.id, 1, 1.0, now)
+        used += n
+    for j in core.jobs.values():
+        if j.malleable:
+            j.registered = True
+    core.policy = policy
+    for _ in range(queued):
+        submit(rng.choice([1, 2, 4, 8, 16, 32, 64]), rng.random() < 0.3, now)
+    times, policy_only, started = [], [], 0
+    for k in range(passes):
+        t = now + k
+        snap = core.snapshot(t)
+        t0 = time.perf_counter()
+        policy(snap, t)
+        policy_only.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        acts = core.schedule(t)
+        times.append(time.perf_counter() - t0)
+        started += len(acts)
+        # the started jobs end at once and new ones arrive: every pass sees ~8 free hosts and 1,000 queued jobs
+        for a in acts:
+            core.launched(a.job.id, 1, 1.0, t)
+            core.exited(a.job.id, 0, t)
+            for h in a.job.hosts:
+                core.host_clean(h, t)
+            submit(rng.choice([1, 2, 4, 8, 16, 32, 64]), rng.random() < 0.3, t)
+    core.store.close()
+    return {"policy": policy_name, "hosts": hosts, "queued": queued, "running": sum(
+        1 for j in core.jobs.values() if j.state != "PENDING"), "passes": passes,
+            "pass_ms_median": 1e3 * statistics.median(times), "pass_ms_p95": 1e3 * pct(times, 0.95),
+            "policy_only_ms_median": 1e3 * statistics.median(policy_only),
+            "jobs_started_during_passes": started}
+
+
+# ------------------------------------------------------------------------------------------------ 2. submits
+def _daemon(state: str, *pool: str, policy: str = "easy", env: dict | None = None) -> int:
+    e = dict(os.environ, MALLEABLE_TOKEN=TOKEN, **(env or {}))
+    out = subprocess.run([sys.executable, "-m", "malleable", "controller", "start", *pool, "--policy", policy,
+                          "--state", state, "--tick", "0.2"], env=e, capture_output=True, text=True, timeout=60)
+    if out.returncode:
+        raise RuntimeError(out.stderr)
+    return json.loads(Path(state + ".addr").read_text())["pid"]
+
+
+def _stop(state: str) -> None:
+    subprocess.run([sys.executable, "-m", "malleable", "controller", "stop", "--cancel-jobs", "--state", state],
+                   env=dict(os.environ, MALLEABLE_TOKEN=TOKEN), capture_output=True, timeout=60, check=False)
+
+
+def bench_submit(n: int = 1000, n_cli: int = 10) -> dict:
+    import zmq
+    from malleable.controller import _protocol as P
+    from malleable.controller._client import Client
+
+    tmp = tempfile.mkdtemp(prefix="ctlbench-")
+    state = os.path.join(tmp, "s.sqlite")
+    _daemon(state, "--local", "1")
+    try:
+        with Client(state=state, token=TOKEN.encode()) as c:
+            c.submit(["sleep", "600"], 1, out=os.devnull)   # holds the only host: the rest stays queued
+            env = {"PATH": os.environ.get("PATH", "")}
+            t0 = time.perf_counter()
+            for _ in range(n):
+                c.submit(["true"], 1, out=os.devnull, env=env)
+            daemon_s = time.perf_counter() - t0
+            assert len(c.rows(P.Queue())) == n + 1
+        e = dict(os.environ, MALLEABLE_TOKEN=TOKEN)
+        t0 = time.perf_counter()
+        for _ in range(n_cli):
+            subprocess.run([sys.executable, "-m", "malleable", "submit", "--state", state, "-o", os.devnull, "--",
+                            "true"], env=e, capture_output=True, check=True, timeout=60)
+        cli_s = time.perf_counter() - t0
+    finally:
+        _stop(state)
+    # baseline: a bare ROUTER that decodes and answers with the same envelope, in another thread
+    ctx = zmq.Context()
+    srv = ctx.socket(zmq.ROUTER)
+    srv.setsockopt(zmq.LINGER, 0)
+    port = srv.bind_to_random_port("tcp://127.0.0.1")
+    stop = threading.Event()
+
+    def echo() -> None:
+        while not stop.is_set():
+            if srv.poll(100):
+                f = srv.recv_multipart()
+                msg, rid = P.decode(f[2:], TOKEN.encode())
+                srv.send_multipart([f[0], b"", *P.encode(P.Submitted(1), TOKEN.encode(), rid)])
+
+    th = threading.Thread(target=echo)
+    th.start()
+    try:
+        with Client(f"tcp://127.0.0.1:{port}", token=TOKEN.encode()) as c:
+            env = {"PATH": os.environ.get("PATH", "")}
+            t0 = time.perf_counter()
+            for _ in range(n):
+                c.submit(["true"], 1, out=os.devnull, env=env)
+            raw_s = time.perf_counter() - t0
+    finally:
+        stop.set()
+        th.join()
+        srv.close(0)
+        ctx.term()
+    return {"submits": n, "daemon_per_s": n / daemon_s, "raw_zmq_envelope_per_s": n / raw_s,
+            "cli_submits": n_cli, "cli_per_s": n_cli / cli_s}
+
+
+# ------------------------------------------------------------------------------------------------ 3-4. live
+def _netns_ok() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root"
+    if not all(os.path.exists(f"/run/netns/node{i}") for i in range(1, 5)):
+        return "namespace hosts node1..node4 are not up (netns-cluster up 4)"
+    return None
+
+
+def _wait(pred, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.1)
+    raise TimeoutError(what)
+
+
+def _final(c, ids, timeout):
+    from malleable.controller import _protocol as P
+    fin = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
+    return _wait(lambda: (rows := {r["id"]: r for r in c.rows(P.History(0))}) and
+                 all(rows.get(i, {}).get("state") in fin for i in ids) and rows, timeout, "jobs to end")
+
+
+def bench_resize(cycles: int = 4) -> dict:
+    from malleable.controller._client import Client
+
+    tmp = tempfile.mkdtemp(prefix="ctlbench-")
+    state = os.path.join(tmp, "s.sqlite")
+    _daemon(state, "--hosts", "node[1-4]", "--launcher-exec", str(TESTBED / "netns-launch"),
+            policy="malleable-fill")
+    env = dict(os.environ, PROG_ITERS="100000", PROG_SLEEP="0.02", MALLEABLE_ADAPT_TIMEOUT="40")
+    try:
+        with Client(state=state, token=TOKEN.encode()) as c:
+            m = c.submit([sys.executable, HEAT], 1, 1, 4, True, out=os.path.join(tmp, "m.out"), env=env)
+            _wait(lambda: len(c.info(m).steps) >= 2, 60, "first expansion")
+            for _ in range(cycles):
+                r = c.submit(["sleep", "1"], 2, out=os.devnull, env=env)
+                _final(c, [r], 60)
+                n = len(c.info(m).steps)
+                _wait(lambda n=n: c.info(m).steps[-1]["size"] == 4 and len(c.info(m).steps) >= n, 60,
+                      "grow back")
+            info = c.info(m)
+    finally:
+        _stop(state)
+    out: dict = {"expand": [], "shrink": []}
+    frees = [e["t"] for e in info.events if e["kind"] == "host-free"]
+    for s in info.steps[1:]:
+        row = {"size": s["size"], "decision_to_ack_s": s["t"] - s["decided"], "runtime_s": s["seconds"]}
+        if s["kind"] == "shrink":
+            after = [t for t in frees if t >= s["t"]]
+            row["decision_to_hosts_checked_s"] = (max(after[:2]) - s["decided"]) if len(after) >= 2 else None
+        out[s["kind"]].append(row)
+    summary = {}
+    for k, rows in out.items():
+        if rows:
+            summary[k] = {"n": len(rows),
+                          "decision_to_ack_median_s": statistics.median(r["decision_to_ack_s"] for r in rows),
+                          "runtime_median_s": statistics.median(r["runtime_s"] for r in rows)}
+            checked = [r["decision_to_hosts_checked_s"] for r in rows if r.get("decision_to_hosts_checked_s")]
+            if checked:
+                summary[k]["decision_to_hosts_checked_median_s"] = statistics.median(checked)
+    return {"steps": out, "summary": summary}
+
+
+# the mixed workload: (submit offset s, kind, nodes or (min, max), seconds at its preferred size)
+MIXED = [(0.0, "malleable", (1, 4), 12.0), (1.0, "rigid", 2, 4.0), (2.0, "malleable", (1, 2), 6.0),
+         (4.0, "rigid", 3, 3.0), (6.0, "rigid", 1, 3.0), (8.0, "malleable", (1, 3), 6.0)]
+ITER_WORK = 0.1   # seconds of work per iteration at one process (the malleable jobs' unit)
+
+
+def bench_mixed(reconfig_s: float) -> dict:
+    import numpy as np
+    from malleable.controller import Simulator, Workload
+    from malleable.controller._client import Client
+    from malleable.controller._fill import malleable_fill
+    from malleable.controller._speedup import amdahl
+
+    tmp = tempfile.mkdtemp(prefix="ctlbench-")
+    state = os.path.join(tmp, "s.sqlite")
+    _daemon(state, "--hosts", "node[1-4]", "--launcher-exec", str(TESTBED / "netns-launch"),
+            policy="malleable-fill")
+    ids = []
+    try:
+        with Client(state=state, token=TOKEN.encode()) as c:
+            t0 = time.time()
+            for off, kind, size, secs in MIXED:
+                time.sleep(max(0.0, t0 + off - time.time()))
+                if kind == "rigid":
+                    ids.append(c.submit(["sleep", str(secs)], size, out=os.devnull, time_limit=300))
+                else:
+                    env = dict(os.environ, PROG_ITERS=str(int(secs / ITER_WORK)), PROG_SLEEP="0",
+                               PROG_WORK=str(ITER_WORK), MALLEABLE_ADAPT_TIMEOUT="40")
+                    ids.append(c.submit([sys.executable, HEAT], size[0], size[0], size[1], True, time_limit=300,
+                                        out=os.path.join(tmp, f"m{len(ids)}.out"), env=env))
+            rows = _final(c, ids, 240)
+    finally:
+        _stop(state)
+    live = [rows[i] for i in ids]
+    sub0 = min(r["submit"] for r in live)
+    live_wait = [r["start"] - r["submit"] for r in live]
+    live_makespan = max(r["end"] for r in live) - sub0
+    n = len(MIXED)
+    kinds = np.array([2 if k == "malleable" else 0 for _, k, _, _ in MIXED])
+    procs = np.array([s[0] if k == "malleable" else s for _, k, s, _ in MIXED])
+    lo = procs.copy()
+    hi = np.array([s[1] if k == "malleable" else s for _, k, s, _ in MIXED])
+    subs = np.array([r["submit"] - sub0 for r in live])
+    run = np.array([secs for *_, secs in MIXED])
+    w = Workload(np.arange(1, n + 1), subs, run, np.full(n, 300.0), procs, 4, kinds, lo, hi, np.zeros(n))
+    res = Simulator(w, malleable_fill, name="malleable-fill", speedup=amdahl,
+                    reconfig_cost=lambda job, a, b: reconfig_s, node_ids=["node1", "node2", "node3", "node4"]).run()
+    sim_wait = list(res.start - subs)
+    return {"jobs": [{"kind": k, "size": s, "seconds": secs, "live_wait": lw, "sim_wait": float(sw),
+                      "live_state": r["state"]} for (_, k, s, secs), lw, sw, r in zip(MIXED, live_wait, sim_wait, live,
+                                                                                       strict=True)],
+            "live_makespan_s": live_makespan, "sim_makespan_s": float(np.max(res.end) - 0.0),
+            "live_mean_wait_s": statistics.mean(live_wait), "sim_mean_wait_s": statistics.mean(sim_wait),
+            "sim_reconfig_cost_s": reconfig_s, "sim_resizes": int(res.resizes.sum())}
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    ps = result["pass"]
+    ax = axes[0]
+    x = range(len(ps))
+    ax.bar([i - 0.2 for i in x], [p["pass_ms_median"] for p in ps], 0.4, label="daemon pass (median)")
+    ax.bar([i + 0.2 for i in x], [p["policy_only_ms_median"] for p in ps], 0.4, label="policy alone")
+    ax.axhline(100, color="r", ls="--", lw=1, label="target (EASY)")
+    ax.set_xticks(list(x), [p["policy"] for p in ps])
+    ax.set_ylabel("ms per pass (1,000 queued, 512 hosts)")
+    ax.legend(fontsize=8)
+    s = result["submit"]
+    axes[1].bar(["daemon", "raw zmq\nenvelope", "CLI"], [s["daemon_per_s"], s["raw_zmq_envelope_per_s"],
+                                                         s["cli_per_s"]])
+    axes[1].set_ylabel("submits / s")
+    axes[1].set_yscale("log")
+    ax = axes[2]
+    if result.get("resize"):
+        sm = result["resize"]["summary"]
+        labels, a, b = [], [], []
+        for k in ("expand", "shrink"):
+            if k in sm:
+                labels.append(k)
+                a.append(sm[k]["decision_to_ack_median_s"])
+                b.append(sm[k]["runtime_median_s"])
+        ax.bar([i - 0.2 for i in range(len(labels))], a, 0.4, label="decision -> acknowledged")
+        ax.bar([i + 0.2 for i in range(len(labels))], b, 0.4, label="runtime's own time")
+        ax.set_xticks(range(len(labels)), labels)
+        ax.set_ylabel("seconds (median)")
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "live sections skipped", ha="center")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--skip-live", action="store_true", help="skip the namespace-host sections")
+    ap.add_argument("--out", default=str(HERE / "results" / "controller.json"))
+    args = ap.parse_args()
+    os.environ.setdefault("MALLEABLE_TOKEN", TOKEN)
+    result: dict = {"when": time.strftime("%Y-%m-%dT%H:%M:%S"), "cpus": os.cpu_count()}
+    result["pass"] = [bench_pass(p) for p in ("easy", "malleable-fill", "mebf-handoff")]
+    print(f"{'policy':<15} {'pass median':>12} {'p95':>8} {'policy alone':>13}  (1,000 queued, 512 hosts)")
+    for p in result["pass"]:
+        print(f"{p['policy']:<15} {p['pass_ms_median']:>9.1f} ms {p['pass_ms_p95']:>5.1f} ms "
+              f"{p['policy_only_ms_median']:>10.1f} ms")
+    result["submit"] = s = bench_submit()
+    print(f"submit: daemon {s['daemon_per_s']:.0f}/s, raw zmq envelope {s['raw_zmq_envelope_per_s']:.0f}/s, "
+          f"CLI {s['cli_per_s']:.1f}/s")
+    why = None if not args.skip_live else "--skip-live"
+    why = why or _netns_ok()
+    if why:
+        print(f"live sections skipped: {why}")
+        result["live_skipped"] = why
+    else:
+        result["resize"] = r = bench_resize()
+        for k, v in r["summary"].items():
+            extra = (f", hosts checked empty {v['decision_to_hosts_checked_median_s']:.2f} s"
+                     if "decision_to_hosts_checked_median_s" in v else "")
+            print(f"{k}: n={v['n']} decision->acknowledged {v['decision_to_ack_median_s']:.2f} s, runtime's own "
+                  f"{v['runtime_median_s']:.2f} s{extra} (medians)")
+        cost = statistics.median([x["runtime_s"] for k in ("expand", "shrink") for x in r["steps"][k]])
+        result["mixed"] = mx = bench_mixed(cost)
+        print(f"mixed workload: makespan live {mx['live_makespan_s']:.1f} s vs simulated {mx['sim_makespan_s']:.1f} s; "
+              f"mean wait live {mx['live_mean_wait_s']:.1f} s vs simulated {mx['sim_mean_wait_s']:.1f} s")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    plot(result, Path(args.out).with_suffix(".png"))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
