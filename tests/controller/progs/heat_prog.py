@@ -2,8 +2,8 @@
 
 Rank 0 prints JSON lines: {"it", "size", "hosts"} per iteration where the size changed, and at the end
 {"done": true, "ok": <equal to the serial reference, bit for bit>, "sizes": [...]}. Env: PROG_N (cells,
-default 4096), PROG_ITERS (default 60), PROG_SLEEP (seconds per iteration, default 0.05), PROG_WORK (seconds per iteration
-at one process, divided by the size: a linear-speedup job), PROG_OUT (write the
+default 4096), PROG_ITERS (default 60), PROG_SLEEP (seconds per iteration, default 0.05), PROG_WORK
+(seconds per iteration at one process, divided by the size: a linear-speedup job), PROG_OUT (write the
 result as .npy), PROG_CRASH_IN_RESIZE=1 (rank 0 is killed inside its first adaptation window).
 """
 
