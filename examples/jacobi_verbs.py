@@ -25,8 +25,8 @@ def with_halos(rows, world):
 
 
 status = mr.init_adapt()                        # NEW, or JOINING for processes an expansion spawned
-it, joined = 0, status is mr.Status.JOINING
-if joined:
+it = 0
+if status is mr.Status.JOINING:
     win = mr.adapt_begin()                      # joiners open the window at once ...
     it = win.new_world.bcast(None, root=0)      # ... learn where the job is ...
     rows = mr.redistribute(None, shape, float, win.staying, win.staying + win.joining, win.new_world)
@@ -37,9 +37,8 @@ else:
     rows = np.zeros((hi - lo, n))
 u = with_halos(rows, mr.world())
 while it < iters:
-    # probe at every iteration boundary; a joiner skips the one its parents just probed
-    pending, status, info = (False, None, None) if joined else mr.probe_adapt()
-    joined = False
+    # probe at every iteration boundary (a joiner's first probe stands for the one its parents just made)
+    pending, status, info = mr.probe_adapt()
     if pending:                                 # same answer on every rank
         win = mr.adapt_begin()
         span = mr.span_comm(win)                # old and new owners in one intracommunicator

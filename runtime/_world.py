@@ -107,6 +107,7 @@ class _Runtime:
     alive_fd: int | None = None
     joiner_ctx: dict | None = None
     finished: bool = False
+    skip_probe: bool = False
     source: Any = field(default=None)
 
 
@@ -277,6 +278,10 @@ def _joiner_init(timeout: float) -> Status:
 def probe_adapt() -> ProbeResult:
     """Ask whether an adaptation is pending; call it at a safe point on every rank of the world.
 
+    A joiner's first call after its ``adapt_commit`` returns ``pending=False`` without counting:
+    it stands for the probe its parents made just before the expansion, so a loop that probes at
+    its top works unchanged for joiners entering it.
+
     Returns:
         ``(pending, status, info)``: ``pending`` is the same on every rank; ``status`` is
         ``LEAVING`` on ranks a pending shrink removes, else ``STAYING``; ``info`` has the target
@@ -290,6 +295,9 @@ def probe_adapt() -> ProbeResult:
         raise AdaptError("probe_adapt() inside an adaptation window; call adapt_commit() first")
     if rt.finished:
         raise AdaptError("this process has left the job")
+    if rt.skip_probe:  # a joiner's first probe: its parents made this one already
+        rt.skip_probe = False
+        return ProbeResult(False, Status.STAYING, {})
     rt.probes += 1
     if rt.source.local:
         d = rt.source.poll(rt.probes)
@@ -454,6 +462,7 @@ def _commit(rt: _Runtime) -> AdaptReport:
     if w.kind != "shrink":
         if w.old_world is not None:
             w.old_world.Free()
+        rt.skip_probe = w.status is Status.JOINING and w.kind == "expand"
         rt.world, rt.layout, rt.window, rt.status = w.new_world, w.after, None, Status.STAYING
         return _report(rt, w, old_size, Status.STAYING if w.status is Status.STAYING else Status.JOINING)
     w.old_world.Disconnect()

@@ -422,9 +422,10 @@ class _Driver:
             visit, total, start = resume["visit"], resume["total"], resume["iter"]
         ctx._mpi = 0.0
         first, busy, i = start, 0.0, start
-        skip_probe = resume is not None  # a joiner enters at the boundary its parents just probed
         while i < total:
-            if i % ph.probe_every == 0 and not skip_probe:
+            # a joiner enters at the boundary its parents just probed: its first probe_adapt() is
+            # the runtime's no-op standing for that probe
+            if i % ph.probe_every == 0:
                 pending, status, info = self.rt.probe_adapt()
                 if pending:
                     self.flush(ph.name, "elastic", visit, first, i - first, busy)
@@ -432,7 +433,6 @@ class _Driver:
                         return False
                     first, busy = i, 0.0
                     ctx._mpi = 0.0
-            skip_probe = False
             ctx.iteration = i
             t0 = self.clock()
             done = ph.body(ctx, i)
