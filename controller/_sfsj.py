@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
+from heapq import merge
 
 from ._conservative import conservative
 from ._engine import FAILED_PRIORITY
@@ -38,14 +39,15 @@ def _with_down(snapshot: Snapshot) -> Snapshot:
     """The snapshot with every down node shown as a one-node job ending at its repair time, so the
     conservative profile reaches the whole machine again.
 
-    Only needed when the conservative policy rebuilds its profile (``changed`` or no memo): otherwise its
-    memo already holds a profile built with the same down nodes, since a failure or repair always makes the
-    engine send ``changed=True``.
+    ``changed`` is left as is: a failure or repair always makes the engine send ``changed=True``, so between
+    them the conservative policy's incremental profile (built with the same down nodes) stays exact; the
+    ghosts are still passed so that any rebuild sees them.
     """
-    if not snapshot.down or not (snapshot.changed or snapshot.memo is None):
+    if not snapshot.down:
         return snapshot
-    ghosts = tuple(RunningJob(_DOWN, (x,), 1, snapshot.now, snapshot.now, 0.0, back, 0) for x, back in snapshot.down)
-    run = tuple(sorted(snapshot.running + ghosts, key=lambda r: r.end_estimate))
+    now = snapshot.now
+    ghosts = [RunningJob(_DOWN, (x,), 1, now, now, 0.0, back, 0) for x, back in snapshot.down]
+    run = tuple(merge(snapshot.running, ghosts, key=lambda r: r.end_estimate))
     return replace(snapshot, running=run)
 
 
