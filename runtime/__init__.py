@@ -15,37 +15,41 @@ Typical use::
         compute(mr.world())
 """
 
+import importlib
+from typing import Any
+
 from malleable.runtime._layout import Group, Layout
 from malleable.runtime._plan import PlanStep, parse_plan, validate_plan
 from malleable.runtime._types import AdaptWindow, Decision, ProbeResult, Status
-from malleable.runtime.redistribute import block_counts, block_range, plan_blocks, redistribute, span_comm
-from malleable.runtime._world import (
-    AdaptReport,
-    adapt_begin,
-    adapt_commit,
-    base_size,
-    init_adapt,
-    is_initialized,
-    layout,
-    probe_adapt,
-    probe_count,
-    report_progress,
-    set_source,
-    world,
-)
-from malleable.runtime.epop import (
-    Adaptation,
-    AdaptRecord,
-    Branch,
-    Context,
-    Elastic,
-    Init,
-    PhaseStats,
-    Program,
-    Rigid,
-    RunResult,
-    run_program,
-)
+
+# Names below load on first use, so that importing the package (e.g. by the ``malleable`` command
+# for ``submit`` or ``fs``) neither imports mpi4py.MPI, which initialises MPI, nor numpy.
+_LAZY = {
+    **dict.fromkeys(
+        ("AdaptReport", "adapt_begin", "adapt_commit", "base_size", "init_adapt", "is_initialized", "layout",
+         "probe_adapt", "probe_count", "report_progress", "set_source", "world"),
+        "malleable.runtime._world"),
+    **dict.fromkeys(
+        ("Adaptation", "AdaptRecord", "Branch", "Context", "Elastic", "Init", "PhaseStats", "Program", "Rigid",
+         "RunResult", "run_program"),
+        "malleable.runtime.epop"),
+    **dict.fromkeys(("block_counts", "block_range", "plan_blocks", "redistribute", "span_comm"),
+                    "malleable.runtime.redistribute"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'malleable.runtime' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __all__ = [
     "AdaptReport",
