@@ -34,7 +34,7 @@ _LAZY = {
          "RunResult", "run_program"),
         "malleable.runtime.epop"),
     **dict.fromkeys(("block_counts", "block_range", "plan_blocks", "redistribute", "span_comm"),
-                    "malleable.runtime.redistribute"),
+                    "malleable.runtime._redistribute"),
 }
 
 

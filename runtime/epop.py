@@ -243,7 +243,7 @@ class Adaptation:
         Returns:
             This rank's new block (empty along ``axis`` on leaving ranks).
         """
-        from malleable.runtime.redistribute import redistribute
+        from malleable.runtime._redistribute import redistribute
 
         return redistribute(local, global_shape, dtype, self.old_size, self.new_size, self.span, axis)
 
