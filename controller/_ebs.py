@@ -10,9 +10,10 @@ expands. The choices the text leaves open are listed in :class:`EBSConfig`.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ._model import Decision, Job, RunningJob, Snapshot, Wake
+from ._model import Decision, Job, JobKind, RunningJob, Snapshot, Wake
 from ._resize import Pool, adapting, is_malleable, remaining
 
 __all__ = ["CONSTRAINTS", "EBS", "EBSConfig", "fpsma_grow", "fpsma_shrink", "egs_grow", "egs_shrink",
@@ -136,6 +137,8 @@ def fpsma_grow(cfg: EBSConfig, jobs: list[RunningJob], idle: int, now: float) ->
     Returns the target size of every job that changes.
     """
     out: dict[int, int] = {}
+    if idle <= 0:
+        return out
     for r in sorted(jobs, key=lambda r: (r.start, r.id)):
         if idle <= 0:
             break
@@ -167,8 +170,10 @@ def fpsma_shrink(cfg: EBSConfig, jobs: list[RunningJob], required: int, now: flo
 def egs_grow(cfg: EBSConfig, jobs: list[RunningJob], idle: int, now: float) -> dict[int, int]:
     """EQUI_GROW: the idle nodes split equally among the jobs that may grow (remainder to the oldest), each
     capped at its maximum (what a cap leaves stays idle)."""
+    if idle <= 0:
+        return {}
     ok = sorted((r for r in jobs if _may_grow(cfg, r, now)), key=lambda r: (r.start, r.id))
-    if not ok or idle <= 0:
+    if not ok:
         return {}
     share, extra = divmod(idle, len(ok))
     out: dict[int, int] = {}
@@ -221,8 +226,9 @@ class EBS:
         cfg = self.cfg
         pool = Pool(snapshot.free)
         out: list[Decision] = []
-        queue = list(snapshot.queue)
-        elastic = [r for r in snapshot.running if is_malleable(r.job)]
+        queue = snapshot.queue
+        mall = JobKind.MALLEABLE
+        elastic = [r for r in snapshot.running if r.job.kind is mall]
         i = self._fcfs(queue, 0, pool, out, elastic, now)
         busy = [r.since for r in elastic if adapting(r, now)]
         if busy:                                  # no new decision while a job adapts
@@ -241,15 +247,15 @@ class EBS:
             if not shrunk:
                 if cfg.mtct is not None:
                     self._mtct_shrink(elastic, pool, out, now)
-                grow = fpsma_grow if cfg.strategy == "fpsma" else egs_grow
-                plan = grow(cfg, elastic, len(pool), now)
-                self._apply(plan, elastic, pool, out)
+                if pool.nodes:
+                    grow = fpsma_grow if cfg.strategy == "fpsma" else egs_grow
+                    self._apply(grow(cfg, elastic, len(pool.nodes), now), elastic, pool, out)
         if cfg.tick and (snapshot.running or out):
             out.append(Wake(now + cfg.tick))
         return out
 
     @staticmethod
-    def _fcfs(queue: list[Job], i: int, pool: Pool, out: list[Decision], elastic: list[RunningJob],
+    def _fcfs(queue: Sequence[Job], i: int, pool: Pool, out: list[Decision], elastic: list[RunningJob],
               now: float) -> int:
         while i < len(queue) and queue[i].procs <= len(pool):
             job = queue[i]

@@ -453,14 +453,22 @@ class Simulator:
         k = len(nodes)
         if type(nodes) is not tuple or not job.min_procs <= k <= job.max_procs:
             raise PolicyError(f"t={now:g}: {d!r}: size {k} outside {job.min_procs}..{job.max_procs}")
-        new = set(nodes)
-        if len(new) != k:
-            raise PolicyError(f"t={now:g}: {d!r}: a node is named twice")
-        old = set(v.nodes)
-        added = [x for x in nodes if x not in old]
-        if not self._free_set.issuperset(added):
-            raise PolicyError(f"t={now:g}: {d!r}: nodes not free: {[x for x in added if x not in self._free_set]}")
-        removed = [x for x in v.nodes if x not in new]
+        vn = v.nodes
+        m = len(vn)
+        fs = self._free_set
+        if k < m and vn[:k] == nodes:                    # the usual shrink: keep a prefix
+            added, removed = (), vn[k:]
+        elif k > m and nodes[:m] == vn and fs.issuperset(nodes[m:]) and len(set(nodes[m:])) == k - m:
+            added, removed = nodes[m:], ()               # the usual grow: append free nodes
+        else:
+            new = set(nodes)
+            if len(new) != k:
+                raise PolicyError(f"t={now:g}: {d!r}: a node is named twice")
+            old = set(vn)
+            added = [x for x in nodes if x not in old]
+            if not fs.issuperset(added):
+                raise PolicyError(f"t={now:g}: {d!r}: nodes not free: {[x for x in added if x not in fs]}")
+            removed = [x for x in vn if x not in new]
         # work done so far at the old size (none while a previous reconfiguration is still being paid)
         run_old = self._runs[r.row] * self.speedup(job, v.size)
         done = v.progress + (max(0.0, now - v.since) / run_old if run_old > 0 else 1.0)

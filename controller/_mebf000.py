@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
+from itertools import islice
 
 from ._model import Decision, Job, RunningJob, Snapshot
 from ._resize import Pool, is_malleable, shadow
@@ -98,7 +99,7 @@ class MEBF0:
         pool = Pool(snapshot.free)
         out: list[Decision] = []
         running = list(snapshot.running)
-        queue = list(snapshot.queue)
+        queue = snapshot.queue
         started: list[tuple[float, int]] = []
         i = 0
         while i < len(queue):
@@ -114,11 +115,11 @@ class MEBF0:
                 self._expand(None, running, pool, out, now)
             return out
         wait = queue[i]
-        rest = queue[i + 1:]
         if not len(pool):
             if self._shrink(wait, running, pool, out, now):
                 out.append(pool.start(wait, min(wait.procs, len(pool))))
-        elif rest:
+        elif i + 1 < len(queue):
+            rest = list(islice(queue, i + 1, None))
             if not self._backfill(wait, rest, running, started, pool, out, now):
                 self._expand(wait, running, pool, out, now)
         else:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import islice
 
 from ._model import Decision, Job, JobKind, RunningJob, Snapshot
 from ._resize import Pool, is_malleable, predicted_remaining, shadow, work_left
@@ -139,8 +141,10 @@ class MEBF:
         out: list[Decision] = []
         started: list[tuple[float, int]] = []
         resized: set[int] = set()
-        queue = list(snapshot.queue)
-        running = [r for r in snapshot.running]
+        queue = snapshot.queue
+        # every queued job is tried at every pass: the incremental hint cannot be used, since the shadow time
+        # is computed from the policy's model, which may differ from the engine's
+        running = list(snapshot.running)
         i = self._start_in_order(queue, 0, pool, out, started, now)
         if i < len(queue):
             head = queue[i]
@@ -148,7 +152,7 @@ class MEBF:
                 if self._shrink(head, running, pool, out, resized, now):
                     i = self._start_in_order(queue, i, pool, out, started, now)
             else:
-                if not self._backfill(queue, i, running, pool, out, started, now):
+                if not self._backfill(queue, i, i + 1, running, pool, out, started, now):
                     if cfg.variant == "expand+":
                         self._expand(running, pool, out, resized, now)
                     elif cfg.variant == "shrink+" and self._shrink(head, running, pool, out, resized, now):
@@ -157,7 +161,7 @@ class MEBF:
             self._expand(running, pool, out, resized, now)
         return out
 
-    def _start_in_order(self, queue: list[Job], i: int, pool: Pool, out: list[Decision],
+    def _start_in_order(self, queue: Sequence[Job], i: int, pool: Pool, out: list[Decision],
                         started: list[tuple[float, int]], now: float) -> int:
         while i < len(queue):
             job = queue[i]
@@ -169,16 +173,17 @@ class MEBF:
             i += 1
         return i
 
-    def _backfill(self, queue: list[Job], i: int, running: list[RunningJob], pool: Pool, out: list[Decision],
-                  started: list[tuple[float, int]], now: float) -> bool:
-        """EASY behind the head ``queue[i]``: later jobs start if they end by the shadow time or fit the extra
-        nodes (moldable ones at what is free down to ``min``). Returns whether any job started."""
+    def _backfill(self, queue: Sequence[Job], i: int, first: int, running: list[RunningJob], pool: Pool,
+                  out: list[Decision], started: list[tuple[float, int]], now: float) -> bool:
+        """EASY behind the head ``queue[i]``: the jobs from ``queue[first]`` on start if they end by the shadow
+        time or fit the extra nodes (moldable ones at what is free down to ``min``). Returns whether any job
+        started."""
         head = queue[i]
         ends = [(r.end_estimate, r.size) for r in running] + started
         sh, extra = shadow(ends, len(pool), head.min_procs if head.kind is not JobKind.RIGID else head.procs)
         any_started = False
-        for job in queue[i + 1:]:
-            if not len(pool):
+        for job in islice(queue, first, None):
+            if not pool.nodes:
                 break
             k = _start_size(job, len(pool))
             if not k:
@@ -227,7 +232,8 @@ class MEBF:
         avail = len(pool.nodes)
         mall = JobKind.MALLEABLE
         # cheap pre-filter: room to grow, and (Handoff) fewer nodes than are free, else expand_amount gives 0
-        lim = avail if cfg.expand == "handoff" else 1 << 62
+        # Handoff needs size < avail, Spare ratio x size < avail (expand_amount is 0 otherwise)
+        lim = avail if cfg.expand == "handoff" else avail / cfg.spare_ratio if cfg.expand == "spare" else 1 << 62
         cands = [r for r in running if r.job.kind is mall and r.size < r.job.max_procs and r.size < lim
                  and r.id not in resized]
         if len(cands) > 1:
