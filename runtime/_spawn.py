@@ -26,6 +26,7 @@ __all__ = ["Merged", "child_connect", "child_merge", "parent_merge", "parent_spa
 log = logging.getLogger(__name__)
 
 _TAG = 4711
+_POLL = 0.0005  # longest sleep between polls during an adaptation: these waits are short, latency matters
 
 
 def spawn_command() -> tuple[str, list[str]]:
@@ -83,7 +84,8 @@ def parent_spawn(world: Any, plan: ExpandPlan, timeout: float) -> list[Any]:
     if not problems:
         for i in range(k):
             try:
-                wait_request(out[i].Ibarrier(), timeout, f"joiners on {plan.hosts[i] or 'the default host'}")
+                wait_request(out[i].Ibarrier(), timeout, f"joiners on {plan.hosts[i] or 'the default host'}",
+                             cap=_POLL)
                 answered[i] = True
             except AdaptTimeout as e:
                 problems.append(str(e))
@@ -142,8 +144,8 @@ def child_connect(timeout: float) -> tuple[Any, dict]:
     """
     parent = MPI.Comm.Get_parent()
     # give up before the parents do: a failed group is then gone before they spawn anything else
-    wait_request(parent.Ibarrier(), 0.75 * timeout, "handshake with the spawning processes")
-    ctx = wait_request(parent.irecv(source=0, tag=_TAG), timeout, "adaptation context from rank 0")
+    wait_request(parent.Ibarrier(), 0.75 * timeout, "handshake with the spawning processes", cap=_POLL)
+    ctx = wait_request(parent.irecv(source=0, tag=_TAG), timeout, "adaptation context from rank 0", cap=_POLL)
     return parent, ctx
 
 
