@@ -154,6 +154,8 @@ def fpsma_grow(cfg: EBSConfig, jobs: list[RunningJob], idle: int, now: float) ->
 def fpsma_shrink(cfg: EBSConfig, jobs: list[RunningJob], required: int, now: float) -> dict[int, int] | None:
     """FPSMA_SHRINK: newest first, each shrunk towards its (constrained) target until ``required`` nodes are
     free. All or nothing: None when they cannot all be freed."""
+    if sum(r.size - r.job.min_procs for r in jobs) < required:
+        return None                               # cannot be freed even without the 60 s rule: skip the sort
     out: dict[int, int] = {}
     for r in sorted(jobs, key=lambda r: (-r.start, -r.id)):
         if required <= 0:
@@ -190,6 +192,8 @@ def egs_shrink(cfg: EBSConfig, jobs: list[RunningJob], required: int, now: float
     """EQUI_SHRINK: ``required`` nodes taken in equal shares from the jobs that may shrink (remainder from the
     newest). None if it cannot be done (all or nothing; with ``equal_strict`` also when one job cannot give
     its share)."""
+    if sum(r.size - r.job.min_procs for r in jobs) < required:
+        return None
     ok = sorted((r for r in jobs if r.size > r.job.min_procs and _can_adapt(cfg, r, now)),
                 key=lambda r: (-r.start, -r.id))
     if not ok:

@@ -150,9 +150,12 @@ class MEBF0:
 
     def _backfill(self, wait: Job, rest: list[Job], running: list[RunningJob], started: list[tuple[float, int]],
                   pool: Pool, out: list[Decision], now: float) -> bool:
+        avail = len(pool.nodes)
+        left = sorted((j for j in rest if j.min_procs <= avail), key=lambda j: (j.min_procs, _key(j)))
+        if not left:
+            return False
         ends = [(r.end_estimate, r.size) for r in running] + started
-        sh, extra = shadow(ends, len(pool), wait.min_procs)
-        left = sorted(rest, key=lambda j: (j.min_procs, _key(j)))
+        sh, extra = shadow(ends, avail, wait.min_procs)
         any_started = False
         for job in left:
             if job.min_procs > len(pool):

@@ -179,15 +179,18 @@ class MEBF:
         time or fit the extra nodes (moldable ones at what is free down to ``min``). Returns whether any job
         started."""
         head = queue[i]
-        ends = [(r.end_estimate, r.size) for r in running] + started
-        sh, extra = shadow(ends, len(pool), head.min_procs if head.kind is not JobKind.RIGID else head.procs)
+        sh, extra = -1.0, 0
         any_started = False
         for job in islice(queue, first, None):
             if not pool.nodes:
                 break
-            k = _start_size(job, len(pool))
+            k = _start_size(job, len(pool.nodes))
             if not k:
                 continue
+            if sh < 0:          # the head's reservation, computed once a candidate fits (as EASY does)
+                ends = [(r.end_estimate, r.size) for r in running] + started
+                need = head.min_procs if head.kind is not JobKind.RIGID else head.procs
+                sh, extra = shadow(ends, len(pool.nodes), need)
             est = job.estimate * self.cfg.speedup(job, k) if k != job.procs else job.estimate
             if now + est <= sh:
                 pass
