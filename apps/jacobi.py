@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from malleable.apps._args import at_least
+
 __all__ = ["JacobiBlock", "build_program", "initial_grid", "main", "parse_args", "reference", "sweep"]
 
 log = logging.getLogger(__name__)
@@ -233,19 +235,6 @@ def build_program(probe_every: int = 1) -> Any:
     ])
 
 
-def _positive(kind: type, minimum: float) -> Any:
-    def conv(text: str) -> Any:
-        try:
-            v = kind(text)
-        except ValueError:
-            what = "an integer" if kind is int else "a number"
-            raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
-        if v < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {text}")
-        return v
-    return conv
-
-
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Command-line options (argparse exits with a usage error on bad values)."""
     p = argparse.ArgumentParser(
@@ -254,12 +243,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                     "the job's processes; adapts between iterations when the runtime (MALLEABLE_PLAN or a "
                     "controller) asks.",
         epilog="example: mpiexec -n 2 python -m malleable.apps.jacobi --n 512 --iters 200 --out u.npy")
-    p.add_argument("--n", type=_positive(int, 3), default=256, help="grid size including the boundary (>= 3)")
-    p.add_argument("--iters", type=_positive(int, 0), default=100, help="iterations (default 100)")
-    p.add_argument("--check-every", type=_positive(int, 1), default=100,
+    p.add_argument("--n", type=at_least(int, 3), default=256, help="grid size including the boundary (>= 3)")
+    p.add_argument("--iters", type=at_least(int, 0), default=100, help="iterations (default 100)")
+    p.add_argument("--check-every", type=at_least(int, 1), default=100,
                    help="compute the residual every K iterations (and at the last one)")
-    p.add_argument("--tol", type=_positive(float, 0.0), help="stop once the residual is below TOL")
-    p.add_argument("--probe-every", type=_positive(int, 1), default=1,
+    p.add_argument("--tol", type=at_least(float, 0.0), help="stop once the residual is below TOL")
+    p.add_argument("--probe-every", type=at_least(int, 1), default=1,
                    help="probe for adaptations every K iterations (default 1)")
     p.add_argument("--out", help="write the final n×n grid (boundary included) to this .npy file")
     p.add_argument("--stats", help="write per-phase stats and adaptations as JSON to this file (rank 0)")

@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from malleable.apps._args import at_least
+
 __all__ = ["MatmulBlock", "build_program", "inputs", "main", "parse_args", "reference"]
 
 log = logging.getLogger(__name__)
@@ -121,18 +123,6 @@ def build_program(probe_every: int = 1) -> Any:
     ])
 
 
-def _int_at_least(minimum: int) -> Any:
-    def conv(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if v < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {text}")
-        return v
-    return conv
-
-
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Command-line options (argparse exits with a usage error on bad values)."""
     p = argparse.ArgumentParser(
@@ -141,10 +131,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                     "next A); adapts between products when the runtime (MALLEABLE_PLAN or a controller) "
                     "asks.",
         epilog="example: mpiexec -n 2 python -m malleable.apps.matmul --n 512 --reps 10 --out c.npy")
-    p.add_argument("--n", type=_int_at_least(1), default=256, help="matrix size (default 256)")
-    p.add_argument("--reps", type=_int_at_least(1), default=10, help="number of products (default 10)")
-    p.add_argument("--seed", type=_int_at_least(0), default=0, help="seed of A and B (default 0)")
-    p.add_argument("--probe-every", type=_int_at_least(1), default=1,
+    p.add_argument("--n", type=at_least(int, 1), default=256, help="matrix size (default 256)")
+    p.add_argument("--reps", type=at_least(int, 1), default=10, help="number of products (default 10)")
+    p.add_argument("--seed", type=at_least(int, 0), default=0, help="seed of A and B (default 0)")
+    p.add_argument("--probe-every", type=at_least(int, 1), default=1,
                    help="probe every K products (default 1)")
     p.add_argument("--out", help="write the last C (n×n) to this .npy file")
     p.add_argument("--stats", help="write per-phase stats and adaptations as JSON to this file (rank 0)")
@@ -155,9 +145,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m malleable.apps.matmul``; returns the exit code."""
     args = parse_args(argv)
-    from malleable.runtime import epop
-
     from malleable._log import configure
+    from malleable.runtime import epop
 
     configure(args.verbose)
     block = MatmulBlock(args.n, args.reps, args.seed, args.out)

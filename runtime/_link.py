@@ -21,12 +21,12 @@ import time
 from typing import Any
 
 import zmq
-from malleable.controller import _protocol as P
-from malleable.runtime._layout import Layout
-from malleable.runtime._types import Decision
 
 from malleable._secret import load_token
+from malleable.controller import _protocol as P
 from malleable.errors import ConfigError, MalleableError
+from malleable.runtime._layout import Layout
+from malleable.runtime._types import Decision
 
 __all__ = ["ControllerSource"]
 
