@@ -275,7 +275,7 @@ def exp_000_sfsj(out: Path, quick: bool) -> Report:
         rep.rows.append(Row(f"toy, {name}", "mean / max / node-weighted flow", f"{p[0]} / {p[1]:g} / {p[2]}",
                             f"{mean:.1f} / {mx:g} / {wt:.2f}"))
         rep.runs[f"toy-{name}"] = {"end": r.end, "flows": [mean, mx, wt]}
-        panels.append((f"toy, {name}: flows {list(r.end - w.submit)}", rec, 8))
+        panels.append((f"toy, {name}: flows {[int(x) for x in r.end - w.submit]}", rec, 8))
     plot_timelines(out / "000-sfsj.png", panels, "D3.3 Table 3.1: P3 (row 2) fails at t=1 for 5 s")
     path = Path(os.environ.get("MALLEABLE_HPC2N", Path(__file__).resolve().parents[2] / "shared" / "workloads" /
                                "HPC2N-2002-2.1-cln.swf.gz"))
