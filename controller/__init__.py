@@ -1,8 +1,8 @@
 """malleable.controller: scheduling policies, the discrete-event simulator and the controller daemon."""
 
 from ._conservative import Profile, conservative
-from ._engine import FAILED_PRIORITY, SimResult, Simulator, simulate
 from ._ebs import EBS, EBSConfig
+from ._engine import FAILED_PRIORITY, SimResult, Simulator, simulate
 from ._mebf000 import MEBF0, MEBF0Config
 from ._mebf002 import MEBF, MEBFConfig
 from ._metrics import bounded_slowdown, summary, utilization_curve, write_jobs_csv
@@ -23,8 +23,8 @@ from ._model import (
     Wake,
 )
 from ._plot import plot_result
-from ._sfsj import baseline, pick_victim, sfsj
 from ._policies import POLICIES, easy, easy_shadow, fcfs, get_policy
+from ._sfsj import baseline, pick_victim, sfsj
 from ._speedup import (
     SPEEDUPS,
     MtctModel,

@@ -3,7 +3,19 @@
 from __future__ import annotations
 
 import pytest
-from malleable.controller import EBS, EBSConfig, JobKind, ResizeJob, StartJob, Wake, amdahl, get_policy, simulate, summary
+
+from malleable.controller import (
+    EBS,
+    EBSConfig,
+    JobKind,
+    ResizeJob,
+    StartJob,
+    Wake,
+    amdahl,
+    get_policy,
+    simulate,
+    summary,
+)
 from malleable.controller._ebs import egs_grow, egs_shrink, fpsma_grow, fpsma_shrink, grow_target, shrink_target
 
 from ._snap import mjob, running, snap, workload

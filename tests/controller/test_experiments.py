@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from malleable.controller._experiments import EXPERIMENTS, run_experiment, w2
 from malleable.controller._sim_cli import add_simulate_parser
-
 from malleable.errors import ConfigError
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from malleable.controller import get_policy, linear, mtct_amdahl, simulate
 
 from ._snap import workload

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+
 from malleable.controller import (
     MEBF,
     MEBF0,
@@ -25,7 +26,6 @@ from malleable.controller import (
 )
 from malleable.controller._mebf000 import expand_allowed, shrink_allowed
 from malleable.controller._mebf002 import expand_amount, feasible, shrink_amount
-
 from malleable.errors import PolicyError
 
 from ._snap import mjob, running, snap, workload

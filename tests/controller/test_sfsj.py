@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from malleable.controller import (
     FAILED_PRIORITY,
     Interrupt,
@@ -15,7 +16,6 @@ from malleable.controller import (
     sfsj,
     simulate,
 )
-
 from malleable.errors import SimulationError
 
 from ._snap import mjob, running, snap
