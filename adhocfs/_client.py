@@ -94,6 +94,11 @@ class _Pending:
     length: int
     data: bytes | memoryview | None  # for puts
     dest: int = 0  # for gets: offset in the caller's buffer
+    peer: Peer | None = None  # where the request went
+
+
+class _Fallback(Exception):
+    """Read-ahead gave up (stale layout or a silent server): read the range the careful way."""
 
 
 class FileSystem:
@@ -249,12 +254,17 @@ class AdhocFile(io.RawIOBase):
         self._pos = 0
         self._meta_size = info.size
         self._pending: dict[tuple[int, int], _Pending] = {}
-        self._ra = bytearray()  # read-ahead buffer (read-only files): bytes at [_ra_pos, _ra_pos + len)
-        self._ra_pos = 0
+        # read-ahead (read-only files): blocks received ahead of the reader (zmq frames, not copied) and
+        # requests in flight for the next ones; requests for blocks [_pf_first, _pf_next) were sent
+        self._pf_data: dict[int, Any] = {}
+        self._pf_pending: dict[tuple[int, int], _Pending] = {}
+        self._pf_next = 0
         self._last_end = 0
 
     # ------------------------------------------------------------ layout
     def _set_info(self, info: FileInfo) -> None:
+        if getattr(self, "version", info.version) != info.version and getattr(self, "_pf_next", 0):
+            self._pf_reset()  # blocks fetched ahead under another layout version: fetch them again
         self.fid, self.block_size, self.version, self.status = (
             info.fid,
             info.block_size,
@@ -330,25 +340,84 @@ class AdhocFile(io.RawIOBase):
         return n
 
     def _read_cached(self, pos: int, out: memoryview) -> None:
-        """Serve sequential reads of read-only files from a read-ahead buffer filled in parallel."""
+        """Serve sequential reads of read-only files from blocks fetched ahead: ``readahead`` block
+        requests stay in flight (to all servers at once) while the reader consumes earlier blocks, and
+        each received block is copied once, from its zmq frame straight into the caller's buffer."""
         n = len(out)
-        ra = self._ra
-        if self._write_ok or not self.fs.readahead:
+        ahead = self.fs.readahead
+        if self._write_ok or not ahead:
             self._read_range(pos, out)
             return
-        if self._ra_pos <= pos and pos + n <= self._ra_pos + len(ra):
-            start = pos - self._ra_pos
-            out[:] = memoryview(ra)[start : start + n]
-            return
-        span = self.fs.readahead * self.block_size
-        if pos != self._last_end or n >= span:
+        bs = self.block_size
+        if pos != self._last_end:
+            self._pf_reset()
+        first, last = pos // bs, (pos + n - 1) // bs
+        end = min(-(-self._size // bs), last + 1 + ahead)
+        if last - first >= ahead or self._layout.any_unallocated(first, end):
+            self._pf_reset()  # large reads pipeline by themselves; holes need the layout refreshed
             self._read_range(pos, out)
             return
-        end = min(self._size, pos + span)
-        self._ra = bytearray(end - pos)
-        self._ra_pos = pos
-        self._read_range(pos, memoryview(self._ra))
-        out[:] = memoryview(self._ra)[:n]
+        try:
+            if not self._pf_next or self._pf_next < first:
+                self._pf_reset()
+                self._pf_next = first
+            self._pf_send(end)
+            data = self._pf_data
+            dest = 0
+            for b, off, ln in block_range(pos, n, bs):
+                while b not in data:
+                    self._pf_collect()
+                chunk = data[b][off : off + ln]
+                got = len(chunk)
+                if got:
+                    out[dest : dest + got] = chunk
+                if got < ln:
+                    out[dest + got : dest + ln] = bytes(ln - got)
+                dest += ln
+            for b in range(first, (pos + n) // bs):  # blocks read to their end are not needed again
+                data.pop(b, None)
+        except _Fallback:
+            self._pf_reset()
+            self._read_range(pos, out)
+        except BaseException:
+            self._pf_reset()
+            raise
+
+    def _pf_send(self, end: int) -> None:
+        """Request blocks ``[_pf_next, end)`` (the whole block each)."""
+        bs = self.block_size
+        for b in range(self._pf_next, end):
+            sid, p = self._where(b)
+            rid = p.send(Get(self.fid, b, 0, bs, self.version))
+            self._pf_pending[(sid, rid)] = _Pending((sid, rid), b, 0, bs, None, 0, p)
+        self._pf_next = max(self._pf_next, end)
+
+    def _pf_collect(self) -> None:
+        """Wait for at least one read-ahead reply."""
+        if not self._pf_pending:
+            raise _Fallback
+        try:
+            got = self._collect(self._pf_pending, f"reading {self.name}")
+        except ServerUnavailable:
+            raise _Fallback from None  # the careful path refreshes the layout and retries or reports
+        for rec, reply in got:
+            if isinstance(reply, Data):
+                self._pf_data[rec.block] = reply.data
+            elif isinstance(reply, Error) and reply.kind == "stale":
+                raise _Fallback
+            elif isinstance(reply, Error):
+                raise_remote(reply, f"data server {rec.key[0]}, reading {self.name}")
+            else:
+                raise FsError(f"unexpected reply {reply.TYPE!r} reading {self.name}")
+
+    def _pf_reset(self) -> None:
+        """Forget read-ahead: received blocks and requests in flight (their late replies are dropped)."""
+        for rec in self._pf_pending.values():
+            if rec.peer is not None:
+                rec.peer.forget(rec.key[1])
+        self._pf_pending.clear()
+        self._pf_data.clear()
+        self._pf_next = 0
 
     def readall(self) -> bytes:
         self._check_open()
@@ -411,6 +480,7 @@ class AdhocFile(io.RawIOBase):
             if not self.fs.closed:
                 self.flush()
         finally:
+            self._pf_reset()
             super().close()
 
     def fileno(self) -> int:
@@ -446,7 +516,7 @@ class AdhocFile(io.RawIOBase):
     def _send_put(self, block: int, off: int, data: bytes | memoryview) -> None:
         sid, p = self._where(block)
         rid = p.send(Put(self.fid, block, off, self.version, data))
-        self._pending[(sid, rid)] = _Pending((sid, rid), block, off, len(data), data)
+        self._pending[(sid, rid)] = _Pending((sid, rid), block, off, len(data), data, 0, p)
 
     def _drain(self, keep: int) -> None:
         """Collect write acknowledgements until ``keep`` remain; retry stale ones on a fresh layout."""
@@ -468,28 +538,36 @@ class AdhocFile(io.RawIOBase):
     def _collect(
         self, pending: dict[tuple[int, int], _Pending], what: str
     ) -> Iterable[tuple[_Pending, Message]]:
-        """Wait for at least one reply among ``pending`` (removing answered entries) and yield them."""
-        sids = {k[0] for k in pending}
-        peers = {
-            sid: p
-            for (sid, addr), p in self.fs._peers.items()
-            if sid in sids and any(k[0] == sid and k[1] in p.pending for k in pending)
-        }
-        poller = zmq.Poller()
+        """Wait for at least one reply among ``pending`` (removing answered entries) and yield them.
+
+        Replies to requests of other files on the same connections are kept for them (``Peer.stash``)."""
+        peers: dict[int, tuple[int, Peer]] = {}
+        for rec in pending.values():
+            p = rec.peer
+            if p is not None and id(p) not in peers:
+                peers[id(p)] = (rec.key[0], p)
+        out = []
+        for sid, p in peers.values():
+            if p.stash:
+                for rid in [r for r in p.stash if (sid, r) in pending]:
+                    out.append((pending.pop((sid, rid)), p.stash.pop(rid)))
+        if out:
+            return out
         by_sock = {}
-        for sid, p in peers.items():
-            poller.register(p.sock, zmq.POLLIN)
-            by_sock[p.sock] = (sid, p)
-        ready = dict(poller.poll(int(self.fs.timeout * 1000)))
+        poller = zmq.Poller()
+        for sid, p in peers.values():
+            if p.pending:
+                poller.register(p.sock, zmq.POLLIN)
+                by_sock[p.sock] = (sid, p)
+        ready = dict(poller.poll(int(self.fs.timeout * 1000))) if by_sock else {}
         if not ready:
-            sid = min(peers) if peers else min(sids)
-            p = peers.get(sid)
+            sid = min(s for s, _ in peers.values()) if peers else min(k[0] for k in pending)
+            p = next((q for s, q in peers.values() if s == sid), None)
             name = p.name if p else f"data server {sid}"
-            for p in peers.values():
+            for _, p in peers.values():
                 p.reset()
             pending.clear()
             raise ServerUnavailable(f"{name} did not answer within {self.fs.timeout:g} s ({what})")
-        out = []
         for sock in ready:
             sid, p = by_sock[sock]
             while (got := p.try_recv()) is not None:
@@ -497,6 +575,8 @@ class AdhocFile(io.RawIOBase):
                 rec = pending.pop((sid, rid), None)
                 if rec is not None:
                     out.append((rec, msg))
+                else:
+                    p.stash[rid] = msg  # another file's request on this connection
         return out
 
     def _read_range(self, pos: int, out: memoryview) -> None:
@@ -522,7 +602,7 @@ class AdhocFile(io.RawIOBase):
                         b, off, ln, dest = queue.pop(0)
                         sid, p = self._where(b)
                         rid = p.send(Get(self.fid, b, off, ln, self.version))
-                        pending[(sid, rid)] = _Pending((sid, rid), b, off, ln, None, dest)
+                        pending[(sid, rid)] = _Pending((sid, rid), b, off, ln, None, dest, p)
                     for rec, reply in self._collect(pending, f"reading {self.name}"):
                         if isinstance(reply, Data):
                             got = len(reply.data)
@@ -541,6 +621,10 @@ class AdhocFile(io.RawIOBase):
                 if self.version == version and self._addrs == addrs:
                     raise
                 continue  # a server left or came back elsewhere: retry everything on the new layout
+            finally:
+                for rec in pending.values():  # abandoned after an error: late replies are dropped
+                    if rec.peer is not None:
+                        rec.peer.forget(rec.key[1])
             if not failed:
                 return
             todo = failed

@@ -100,6 +100,9 @@ class Peer:
         self._ids = itertools.count(1)
         self.sock: zmq.Socket[Any] = self._open()
         self.pending: set[int] = set()
+        # replies received while waiting for other requests of this connection (several open files share
+        # it): kept by request id until their owner collects them
+        self.stash: dict[int, Message] = {}
 
     def _open(self) -> zmq.Socket[Any]:
         s = self.ctx.socket(zmq.DEALER)
@@ -114,6 +117,12 @@ class Peer:
         self.sock.close(linger=0)
         self.sock = self._open()
         self.pending.clear()
+        self.stash.clear()
+
+    def forget(self, rid: int) -> None:
+        """Drop request ``rid``: its reply, when it comes, is skipped."""
+        self.pending.discard(rid)
+        self.stash.pop(rid, None)
 
     def close(self) -> None:
         """Close the socket."""
