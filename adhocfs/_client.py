@@ -31,7 +31,9 @@ from malleable.adhocfs._protocol import (
     Extend,
     FileInfo,
     FsStatus,
+    BlockData,
     Get,
+    GetBlocks,
     GetLayout,
     ListDir,
     Message,
@@ -54,6 +56,8 @@ from malleable.errors import FsError, ServerUnavailable
 __all__ = ["AdhocFile", "FileSystem", "connect"]
 
 log = logging.getLogger(__name__)
+
+MAX_AHEAD = 128  # most blocks a growing file allocates ahead of its writes
 
 
 def connect(
@@ -95,6 +99,7 @@ class _Pending:
     data: bytes | memoryview | None  # for puts
     dest: int = 0  # for gets: offset in the caller's buffer
     peer: Peer | None = None  # where the request went
+    blocks: tuple[int, ...] = ()  # for read-ahead requests: the blocks asked
 
 
 class _Fallback(Exception):
@@ -260,6 +265,7 @@ class AdhocFile(io.RawIOBase):
         self._pf_pending: dict[tuple[int, int], _Pending] = {}
         self._pf_next = 0
         self._last_end = 0
+        self._ahead = fs.reserve  # blocks allocated ahead; doubles while the file keeps growing
 
     # ------------------------------------------------------------ layout
     def _set_info(self, info: FileInfo) -> None:
@@ -361,7 +367,8 @@ class AdhocFile(io.RawIOBase):
             if not self._pf_next or self._pf_next < first:
                 self._pf_reset()
                 self._pf_next = first
-            self._pf_send(end)
+            if self._pf_next <= last or end - self._pf_next >= max(1, ahead // 2):
+                self._pf_send(end)  # in batches: fewer, larger requests and replies
             data = self._pf_data
             dest = 0
             for b, off, ln in block_range(pos, n, bs):
@@ -384,12 +391,15 @@ class AdhocFile(io.RawIOBase):
             raise
 
     def _pf_send(self, end: int) -> None:
-        """Request blocks ``[_pf_next, end)`` (the whole block each)."""
+        """Request blocks ``[_pf_next, end)`` (the whole block each), one request per server."""
         bs = self.block_size
+        by_server: dict[int, tuple[Peer, list[int]]] = {}
         for b in range(self._pf_next, end):
             sid, p = self._where(b)
-            rid = p.send(Get(self.fid, b, 0, bs, self.version))
-            self._pf_pending[(sid, rid)] = _Pending((sid, rid), b, 0, bs, None, 0, p)
+            by_server.setdefault(sid, (p, []))[1].append(b)
+        for sid, (p, blocks) in by_server.items():
+            rid = p.send(GetBlocks(self.fid, blocks, bs, self.version))
+            self._pf_pending[(sid, rid)] = _Pending((sid, rid), blocks[0], 0, bs, None, 0, p, tuple(blocks))
         self._pf_next = max(self._pf_next, end)
 
     def _pf_collect(self) -> None:
@@ -401,8 +411,9 @@ class AdhocFile(io.RawIOBase):
         except ServerUnavailable:
             raise _Fallback from None  # the careful path refreshes the layout and retries or reports
         for rec, reply in got:
-            if isinstance(reply, Data):
-                self._pf_data[rec.block] = reply.data
+            if isinstance(reply, BlockData) and len(reply.parts) == len(rec.blocks):
+                for b, part in zip(rec.blocks, reply.parts, strict=True):
+                    self._pf_data[b] = part  # absent: empty, read as a hole
             elif isinstance(reply, Error) and reply.kind == "stale":
                 raise _Fallback
             elif isinstance(reply, Error):
@@ -441,7 +452,10 @@ class AdhocFile(io.RawIOBase):
         first, need = self._pos // self.block_size, -(-end // self.block_size)
         if self._layout.any_unallocated(first, need):
             # allocate (with some blocks ahead); the size is published by flush, once the data is acknowledged
-            self._extend(self._meta_size, need + self.fs.reserve, first)
+            self._extend(self._meta_size, need + self._ahead, first)
+            # a file growing by many blocks needs fewer (synchronous) metadata round trips; the cap keeps
+            # an expansion's new servers in use soon for the following blocks
+            self._ahead = min(2 * self._ahead, max(self.fs.reserve, MAX_AHEAD))
         pos = 0
         # write-behind keeps the pieces until acknowledged: immutable input is sent without a copy
         frozen = isinstance(b, bytes)
@@ -553,6 +567,10 @@ class AdhocFile(io.RawIOBase):
                     out.append((pending.pop((sid, rid)), p.stash.pop(rid)))
         if out:
             return out
+        for sid, p in peers.values():  # replies already queued: no need to poll
+            self._take(sid, p, pending, out)
+        if out:
+            return out
         by_sock = {}
         poller = zmq.Poller()
         for sid, p in peers.values():
@@ -570,14 +588,21 @@ class AdhocFile(io.RawIOBase):
             raise ServerUnavailable(f"{name} did not answer within {self.fs.timeout:g} s ({what})")
         for sock in ready:
             sid, p = by_sock[sock]
-            while (got := p.try_recv()) is not None:
-                msg, rid = got
-                rec = pending.pop((sid, rid), None)
-                if rec is not None:
-                    out.append((rec, msg))
-                else:
-                    p.stash[rid] = msg  # another file's request on this connection
+            self._take(sid, p, pending, out)
         return out
+
+    @staticmethod
+    def _take(sid: int, p: Peer, pending: dict[tuple[int, int], _Pending], out: list[Any]) -> None:
+        """Move the replies queued on ``p`` into ``out`` (those for ``pending``) or ``p.stash`` (others)."""
+        if not p.pending:
+            return
+        while (got := p.try_recv()) is not None:
+            msg, rid = got
+            rec = pending.pop((sid, rid), None)
+            if rec is not None:
+                out.append((rec, msg))
+            else:
+                p.stash[rid] = msg  # another file's request on this connection
 
     def _read_range(self, pos: int, out: memoryview) -> None:
         """Fill ``out`` with the file bytes at ``pos`` (holes read as zeros), re-fetching the layout and

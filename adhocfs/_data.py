@@ -18,6 +18,7 @@ from typing import Any
 import zmq
 from malleable.adhocfs._dirstore import DirStore
 from malleable.adhocfs._protocol import (
+    BlockData,
     Blocks,
     Copy,
     Data,
@@ -26,6 +27,7 @@ from malleable.adhocfs._protocol import (
     Error,
     Fence,
     Get,
+    GetBlocks,
     Inventory,
     InventoryReply,
     ListBlocks,
@@ -92,6 +94,15 @@ class DataServer:
             view = self.store.read((msg.fid, msg.block), msg.offset, msg.length)
             self._count("reads", 0 if view is None else len(view))
             return Data(view is not None, b"" if view is None else view)
+        if isinstance(msg, GetBlocks):
+            self._check_fence(msg.fid, msg.version, write=False)
+            found, parts = [], []
+            for b in msg.blocks:
+                view = self.store.read((msg.fid, b), 0, msg.length)
+                self._count("reads", 0 if view is None else len(view))
+                found.append(0 if view is None else 1)
+                parts.append(b"" if view is None else view)
+            return BlockData(found, parts)
         if isinstance(msg, Copy):
             self.store[(msg.fid, msg.block)] = bytearray(msg.data)
             self.counts["copies"] += 1

@@ -34,6 +34,8 @@ __all__ = [
     "FileInfo",
     "FsStatus",
     "Get",
+    "GetBlocks",
+    "BlockData",
     "Inventory",
     "InventoryReply",
     "GetLayout",
@@ -86,7 +88,7 @@ class Message:
     """Base of all adhocfs messages. Subclasses set ``TYPE`` and declare their fields as dataclass fields.
 
     ``list[int]``, ``list[str]`` and ``list[list[int]]`` fields are checked element by element; a ``data``
-    field (``bytes``) is carried as the payload frame.
+    field (``bytes``) is carried as the payload frame, a ``parts`` field (``list[bytes]``) as payload frames.
     """
 
     TYPE: ClassVar[str] = ""
@@ -144,6 +146,29 @@ class Get(Message):
     offset: int
     length: int
     version: int
+
+
+@_msg("get_blocks")
+class GetBlocks(Message):
+    """Read up to ``length`` bytes at offset 0 of each of ``blocks`` (sequential read-ahead: one request
+    and one reply for several blocks)."""
+
+    fid: int
+    blocks: list[int]
+    length: int
+    version: int
+
+
+@_msg("block_data")
+class BlockData(Message):
+    """Answer to :class:`GetBlocks`: ``found[i]`` (1 or 0) and one payload frame ``parts[i]`` per block
+    asked, in order (possibly shorter than asked: the rest is a hole; empty when absent)."""
+
+    found: list[int]
+    parts: list[bytes] = dataclasses.field(default_factory=list)
+
+
+MAX_PARTS = 1024  # most blocks in one GetBlocks / BlockData
 
 
 @_msg("data")
@@ -448,6 +473,19 @@ class DeclareRio(Message):
 
 # ---------------------------------------------------------------- encode / decode
 _SPECS: dict[str, tuple[dict[str, Any], dict[str, str], bool]] = {}
+_DEFAULTS: dict[str, dict[str, Any]] = {}
+
+
+def _defaults(cls: type[Message]) -> dict[str, Any]:
+    """Default values of the optional JSON fields of ``cls``."""
+    d = _DEFAULTS.get(cls.TYPE)
+    if d is None:
+        d = _DEFAULTS[cls.TYPE] = {
+            f.name: f.default
+            for f in dataclasses.fields(cls)
+            if f.default is not dataclasses.MISSING and f.name != "data"
+        }
+    return d
 
 
 def _spec(cls: type[Message]) -> tuple[dict[str, Any], dict[str, str], bool]:
@@ -459,7 +497,7 @@ def _spec(cls: type[Message]) -> tuple[dict[str, Any], dict[str, str], bool]:
     has_data = False
     for f in dataclasses.fields(cls):
         ann = str(f.type)
-        if f.name == "data":
+        if f.name in ("data", "parts"):
             has_data = True
             continue
         if ann.startswith("list["):
@@ -477,7 +515,12 @@ def encode(msg: Message, token: bytes, rid: int = 0) -> list[Any]:
     header: dict[str, Any] = {"v": VERSION, "type": msg.TYPE, "id": rid}
     for name in spec:
         header[name] = getattr(msg, name)
-    payloads = [msg.data] if has_data else []  # type: ignore[attr-defined]
+    if not has_data:
+        payloads = []
+    elif msg.TYPE == "block_data":
+        payloads = list(msg.parts)  # type: ignore[attr-defined]
+    else:
+        payloads = [msg.data]  # type: ignore[attr-defined]
     return pack(header, token, payloads)
 
 
@@ -503,12 +546,14 @@ def decode(
     rid = header.get("id", 0)
     if type(rid) is not int:
         raise ProtocolError(f"{cls.TYPE}: request id must be an int")
-    defaults = {
-        f.name for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING and f.name != "data"
-    }
-    for name in defaults:  # optional fields may be omitted by older senders
+    if cls is BlockData:
+        if not isinstance(header.get("found"), list) or len(header["found"]) != len(payloads):
+            raise ProtocolError("block_data: one payload frame per block expected")
+        if len(payloads) > MAX_PARTS:
+            raise ProtocolError(f"block_data: more than {MAX_PARTS} blocks")
+    for name, default in _defaults(cls).items():  # optional fields may be omitted by older senders
         if name not in header:
-            header[name] = cls.__dataclass_fields__[name].default
+            header[name] = default
     check_fields(header, spec, cls.TYPE)
     kwargs: dict[str, Any] = {}
     for name in spec:
@@ -520,7 +565,11 @@ def decode(
         elif type(val) is float and (val != val or val < 0):
             raise ProtocolError(f"{cls.TYPE}: field {name!r} must be a non-negative number")
         kwargs[name] = val
-    if has_data:
+    if cls is BlockData:
+        kwargs["parts"] = list(payloads)
+    elif cls is GetBlocks and len(kwargs["blocks"]) > MAX_PARTS:
+        raise ProtocolError(f"get_blocks: more than {MAX_PARTS} blocks")
+    elif has_data:
         if len(payloads) != 1:
             raise ProtocolError(f"{cls.TYPE}: expected one data frame, got {len(payloads)}")
         kwargs["data"] = payloads[0]
