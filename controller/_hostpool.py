@@ -13,7 +13,8 @@ Kinds:
 Every process of a job carries ``MALLEABLE_JOB_TAG=<controller id>.<job id>`` in its environment (hydra hands
 mpiexec's environment to every rank and spawned process), which is how the controller finds what is left of a
 job on a host: on ``local`` and ``netns`` pools by reading ``/proc`` here (a namespace host is told apart by the
-process's network namespace), on ``ssh``/``slurm`` pools by running a small scan on the host.
+process's network namespace), on ``ssh``/``slurm`` pools by running a small scan on the host (with ssh, or on a
+Slurm pool as a one-task ``srun --overlap`` step of the allocation).
 """
 
 from __future__ import annotations
@@ -205,8 +206,7 @@ class HostPool:
         return self._remote_leftovers(tag, host)
 
     def _remote_leftovers(self, tag: str, host: str) -> list[int]:
-        argv = remote_argv(host, [sys.executable, "-c", _REMOTE_SCAN, tag],  # the same venv path on every host
-                           self.launcher_exec)
+        argv = self._remote_argv(host, [sys.executable, "-c", _REMOTE_SCAN, tag])  # same venv path everywhere
         try:
             out = subprocess.run(argv, capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
@@ -216,6 +216,13 @@ class HostPool:
             log.warning("checking %s for job %s failed: %s", host, tag, out.stderr.strip()[-300:])
             return [-1]
         return [int(x) for x in out.stdout.split() if x.isdigit()]
+
+    def _remote_argv(self, host: str, cmd: list[str]) -> list[str]:
+        """argv running ``cmd`` on ``host``: a one-task step of the allocation on a Slurm pool (there may be no
+        ssh between the nodes), else ssh or the launcher."""
+        if self.kind == "slurm":
+            return ["srun", "--overlap", "--quiet", "-N1", "-n1", "-w", host, *cmd]
+        return remote_argv(host, cmd, self.launcher_exec)
 
     def kill(self, tag: str, host: str, pids: Sequence[int]) -> None:
         """SIGKILL leftover processes of a job on a host."""
@@ -229,7 +236,7 @@ class HostPool:
                 except OSError:
                     pass
             return
-        subprocess.run(remote_argv(host, ["kill", "-9", *map(str, real)], self.launcher_exec),
+        subprocess.run(self._remote_argv(host, ["kill", "-9", *map(str, real)]),
                        capture_output=True, timeout=20, stdin=subprocess.DEVNULL, check=False)
 
 
