@@ -40,7 +40,7 @@ from malleable.adhocfs._protocol import (
     Mkdir,
     Names,
     Open,
-    Put,
+    PutBlocks,
     Remove,
     Rename,
     SetSize,
@@ -58,6 +58,7 @@ __all__ = ["AdhocFile", "FileSystem", "connect"]
 log = logging.getLogger(__name__)
 
 MAX_AHEAD = 128  # most blocks a growing file allocates ahead of its writes
+PUT_BATCH = 4  # blocks written behind per request to one server
 
 
 def connect(
@@ -100,6 +101,7 @@ class _Pending:
     dest: int = 0  # for gets: offset in the caller's buffer
     peer: Peer | None = None  # where the request went
     blocks: tuple[int, ...] = ()  # for read-ahead requests: the blocks asked
+    parts: tuple[tuple[int, int, Any], ...] = ()  # for batched puts: (block, offset, data)
 
 
 class _Fallback(Exception):
@@ -259,6 +261,7 @@ class AdhocFile(io.RawIOBase):
         self._pos = 0
         self._meta_size = info.size
         self._pending: dict[tuple[int, int], _Pending] = {}
+        self._batch: dict[int, tuple[Peer, list[tuple[int, int, Any]]]] = {}  # puts not sent yet, per server
         # read-ahead (read-only files): blocks received ahead of the reader (zmq frames, not copied) and
         # requests in flight for the next ones; requests for blocks [_pf_first, _pf_next) were sent
         self._pf_data: dict[int, Any] = {}
@@ -334,7 +337,7 @@ class AdhocFile(io.RawIOBase):
         if not self._read_ok:
             raise io.UnsupportedOperation(f"{self.name} is not open for reading")
         out = memoryview(b).cast("B")
-        if self._pending:
+        if self._pending or self._batch:
             self._drain(0)
         if self._pos + len(out) > self._size and not self._write_ok:
             self._refresh(False)  # another client may have grown the file
@@ -457,13 +460,14 @@ class AdhocFile(io.RawIOBase):
             # an expansion's new servers in use soon for the following blocks
             self._ahead = min(2 * self._ahead, max(self.fs.reserve, MAX_AHEAD))
         pos = 0
+        limit = max(1, self.fs.window // PUT_BATCH)  # requests of up to PUT_BATCH blocks
         # write-behind keeps the pieces until acknowledged: immutable input is sent without a copy
         frozen = isinstance(b, bytes)
         for block, off, ln in block_range(self._pos, n, self.block_size):
-            self._send_put(block, off, data[pos : pos + ln] if frozen else bytes(data[pos : pos + ln]))
+            self._queue_put(block, off, data[pos : pos + ln] if frozen else bytes(data[pos : pos + ln]))
             pos += ln
-            if len(self._pending) >= self.fs.window:
-                self._drain(self.fs.window // 2)
+            if len(self._pending) >= limit:
+                self._drain(limit // 2)
         self._pos = end
         self._size = max(self._size, end)
         return n
@@ -527,13 +531,30 @@ class AdhocFile(io.RawIOBase):
         self._meta_size = info.size
 
     # ------------------------------------------------------------ block requests
-    def _send_put(self, block: int, off: int, data: bytes | memoryview) -> None:
+    def _queue_put(self, block: int, off: int, data: bytes | memoryview) -> None:
+        """Write behind: queue a piece for its server, sending the server's batch once it is full."""
         sid, p = self._where(block)
-        rid = p.send(Put(self.fid, block, off, self.version, data))
-        self._pending[(sid, rid)] = _Pending((sid, rid), block, off, len(data), data, 0, p)
+        batch = self._batch.get(sid)
+        if batch is None or batch[0] is not p:
+            if batch is not None:
+                self._send_batch(sid)
+            batch = self._batch[sid] = (p, [])
+        batch[1].append((block, off, data))
+        if len(batch[1]) >= PUT_BATCH:
+            self._send_batch(sid)
+
+    def _send_batch(self, sid: int) -> None:
+        p, parts = self._batch.pop(sid)
+        blocks, offsets, datas = [b for b, _, _ in parts], [o for _, o, _ in parts], [d for _, _, d in parts]
+        rid = p.send(PutBlocks(self.fid, blocks, offsets, self.version, datas))
+        n = sum(len(d) for d in datas)
+        self._pending[(sid, rid)] = _Pending((sid, rid), blocks[0], offsets[0], n, None, 0, p, (), tuple(parts))
 
     def _drain(self, keep: int) -> None:
-        """Collect write acknowledgements until ``keep`` remain; retry stale ones on a fresh layout."""
+        """Send the queued writes, then collect acknowledgements until ``keep`` requests remain; retry
+        stale ones on a fresh layout."""
+        for sid in list(self._batch):
+            self._send_batch(sid)
         retry: list[_Pending] = []
         while len(self._pending) > keep:
             for rec, reply in self._collect(self._pending, f"writing {self.name}"):
@@ -544,9 +565,9 @@ class AdhocFile(io.RawIOBase):
                     raise_remote(reply, f"data server {rec.key[0]}, writing {self.name}")
         if retry:
             self._refresh(True)
-            for rec in sorted(retry, key=lambda r: r.key[1]):
-                assert rec.data is not None
-                self._send_put(rec.block, rec.offset, rec.data)
+            for rec in sorted(retry, key=lambda r: r.key[1]):  # in the order they were first sent
+                for block, off, data in rec.parts:
+                    self._queue_put(block, off, data)
             self._drain(keep)
 
     def _collect(

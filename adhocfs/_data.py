@@ -34,6 +34,7 @@ from malleable.adhocfs._protocol import (
     Message,
     Ok,
     Put,
+    PutBlocks,
     Register,
     Registered,
     Shutdown,
@@ -88,6 +89,14 @@ class DataServer:
                 raise ValueError("block write beyond 1 GiB")
             self.store.write((msg.fid, msg.block), msg.offset, msg.data)
             self._count("writes", len(msg.data))
+            return Ok()
+        if isinstance(msg, PutBlocks):
+            self._check_fence(msg.fid, msg.version, write=True)
+            if any(off + len(part) > 1 << 30 for off, part in zip(msg.offsets, msg.parts, strict=True)):
+                raise ValueError("block write beyond 1 GiB")  # checked for all before writing any
+            for b, off, part in zip(msg.blocks, msg.offsets, msg.parts, strict=True):
+                self.store.write((msg.fid, b), off, part)
+                self._count("writes", len(part))
             return Ok()
         if isinstance(msg, Get):
             self._check_fence(msg.fid, msg.version, write=False)

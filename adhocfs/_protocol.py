@@ -47,6 +47,7 @@ __all__ = [
     "Ok",
     "Open",
     "Put",
+    "PutBlocks",
     "Register",
     "Registered",
     "Remove",
@@ -93,6 +94,7 @@ class Message:
 
     TYPE: ClassVar[str] = ""
     SIGNED: ClassVar[frozenset[str]] = frozenset()
+    PARTS_OF: ClassVar[str] = ""  # with a ``parts`` field: the list field with one entry per payload frame
 
 
 def _register(cls: type[Message]) -> type[Message]:
@@ -137,6 +139,20 @@ class Put(Message):
     data: bytes = b""
 
 
+@_msg("put_blocks")
+class PutBlocks(Message):
+    """Write ``parts[i]`` at ``offsets[i]`` inside block ``blocks[i]`` of file ``fid``, in order (several
+    blocks of a sequential writer in one request and one acknowledgement)."""
+
+    PARTS_OF: ClassVar[str] = "blocks"
+
+    fid: int
+    blocks: list[int]
+    offsets: list[int]
+    version: int
+    parts: list[bytes] = dataclasses.field(default_factory=list)
+
+
 @_msg("get")
 class Get(Message):
     """Read up to ``length`` bytes at ``offset`` of a block."""
@@ -163,6 +179,8 @@ class GetBlocks(Message):
 class BlockData(Message):
     """Answer to :class:`GetBlocks`: ``found[i]`` (1 or 0) and one payload frame ``parts[i]`` per block
     asked, in order (possibly shorter than asked: the rest is a hole; empty when absent)."""
+
+    PARTS_OF: ClassVar[str] = "found"
 
     found: list[int]
     parts: list[bytes] = dataclasses.field(default_factory=list)
@@ -517,7 +535,7 @@ def encode(msg: Message, token: bytes, rid: int = 0) -> list[Any]:
         header[name] = getattr(msg, name)
     if not has_data:
         payloads = []
-    elif msg.TYPE == "block_data":
+    elif msg.PARTS_OF:
         payloads = list(msg.parts)  # type: ignore[attr-defined]
     else:
         payloads = [msg.data]  # type: ignore[attr-defined]
@@ -546,11 +564,12 @@ def decode(
     rid = header.get("id", 0)
     if type(rid) is not int:
         raise ProtocolError(f"{cls.TYPE}: request id must be an int")
-    if cls is BlockData:
-        if not isinstance(header.get("found"), list) or len(header["found"]) != len(payloads):
-            raise ProtocolError("block_data: one payload frame per block expected")
+    if cls.PARTS_OF:
+        count = header.get(cls.PARTS_OF)
+        if not isinstance(count, list) or len(count) != len(payloads):
+            raise ProtocolError(f"{cls.TYPE}: one payload frame per entry of {cls.PARTS_OF!r} expected")
         if len(payloads) > MAX_PARTS:
-            raise ProtocolError(f"block_data: more than {MAX_PARTS} blocks")
+            raise ProtocolError(f"{cls.TYPE}: more than {MAX_PARTS} blocks")
     for name, default in _defaults(cls).items():  # optional fields may be omitted by older senders
         if name not in header:
             header[name] = default
@@ -565,8 +584,10 @@ def decode(
         elif type(val) is float and (val != val or val < 0):
             raise ProtocolError(f"{cls.TYPE}: field {name!r} must be a non-negative number")
         kwargs[name] = val
-    if cls is BlockData:
+    if cls.PARTS_OF:
         kwargs["parts"] = list(payloads)
+        if cls is PutBlocks and len(kwargs["offsets"]) != len(payloads):
+            raise ProtocolError("put_blocks: one offset per block expected")
     elif cls is GetBlocks and len(kwargs["blocks"]) > MAX_PARTS:
         raise ProtocolError(f"get_blocks: more than {MAX_PARTS} blocks")
     elif has_data:
