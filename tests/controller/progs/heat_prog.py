@@ -77,6 +77,7 @@ while True:
                                 win.new_world)
         mr.adapt_commit()
         joined = False
+        continue  # the next probe_adapt is the joiner's no-op one, standing for the probe its parents just made
     else:
         pending, st, info = mr.probe_adapt()
         if pending:
