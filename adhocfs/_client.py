@@ -68,7 +68,7 @@ def connect(
     window: int = 64,
     reserve: int = 16,
     wait: float = 300.0,
-    readahead: int = 16,
+    readahead: int = 32,
 ) -> FileSystem:
     """Connect to the metadata server at ``addr`` (``tcp://host:port``).
 
@@ -77,9 +77,11 @@ def connect(
         token: shared secret (default: ``MALLEABLE_TOKEN`` or the key file).
         timeout: seconds to wait for any server before :class:`ServerUnavailable`.
         window: unacknowledged block writes allowed per open file.
-        reserve: blocks reserved ahead of the end of a growing file per metadata request.
+        reserve: blocks allocated ahead of the end of a growing file by its first metadata request;
+            each further one doubles it, up to ``max(reserve, MAX_AHEAD)``.
         wait: seconds a write may wait for a file being redistributed.
-        readahead: blocks fetched at once (in parallel) by sequential reads of files opened read-only.
+        readahead: blocks kept in flight ahead of sequential reads of files opened read-only (requested
+            in batches, one request per server, as half of them have been consumed).
 
     Raises:
         AuthError: no shared secret available.
@@ -119,7 +121,7 @@ class FileSystem:
         window: int,
         reserve: int,
         wait: float,
-        readahead: int = 16,
+        readahead: int = 32,
     ) -> None:
         self.addr, self.token, self.timeout, self.readahead = addr, token, timeout, max(0, readahead)
         self.window, self.reserve, self.wait = max(1, window), max(0, reserve), wait
