@@ -35,10 +35,20 @@ def _netns_pids(host, freed):
     deadline = time.monotonic() + (2.0 if host in freed else 0.0)
     while True:
         out = subprocess.run(["ip", "netns", "pids", host], capture_output=True, text=True, timeout=10).stdout
-        pids = [int(x) for x in out.split()]
+        pids = [int(x) for x in out.split() if _of_this_job(int(x))]
         if not pids or time.monotonic() > deadline:
             return pids
         time.sleep(0.02)
+
+
+def _of_this_job(pid):
+    """Whether ``pid`` descends from this job's mpiexec (other test sessions may use the same hosts)."""
+    me = psutil.Process()
+    launcher = next((p.pid for p in me.parents() if p.name().startswith("mpiexec")), None)
+    try:
+        return launcher is None or launcher in {p.pid for p in psutil.Process(pid).parents()}
+    except psutil.NoSuchProcess:
+        return False
 
 
 def emit(obj):
