@@ -121,6 +121,7 @@ def _stop(state: str) -> None:
 
 def bench_submit(n: int = 1000, n_cli: int = 10) -> dict:
     import zmq
+
     from malleable.controller import _protocol as P
     from malleable.controller._client import Client
 
@@ -251,6 +252,7 @@ ITER_WORK = 0.1   # seconds of work per iteration at one process (the malleable 
 
 def bench_mixed(reconfig_s: float) -> dict:
     import numpy as np
+
     from malleable.controller import Simulator, Workload
     from malleable.controller._client import Client
     from malleable.controller._fill import malleable_fill

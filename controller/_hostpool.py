@@ -28,9 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from malleable.launch import expand_hostlist, read_hostfile, remote_argv
-
 from malleable.errors import ConfigError
+from malleable.launch import expand_hostlist, read_hostfile, remote_argv
 
 __all__ = ["TAG_VAR", "HostPool", "ProcInfo", "scan_tagged"]
 

@@ -10,10 +10,9 @@ import shlex
 import subprocess
 import sys
 
+from malleable.errors import ConfigError
 from malleable.launch import mpiexec_argv, read_hostfile
 from malleable.runtime._plan import parse_plan
-
-from malleable.errors import ConfigError
 
 __all__ = ["build_run_argv", "register"]
 

@@ -15,11 +15,11 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from malleable.runtime._layout import ExpandPlan
-from malleable.runtime._waits import wait_request
 from mpi4py import MPI
 
 from malleable.errors import AdaptError, AdaptTimeout
+from malleable.runtime._layout import ExpandPlan
+from malleable.runtime._waits import wait_request
 
 __all__ = ["Merged", "child_connect", "child_merge", "parent_merge", "parent_spawn", "spawn_command"]
 

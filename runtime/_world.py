@@ -20,6 +20,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from mpi4py import MPI
+
+from malleable.errors import AdaptError, AdaptTimeout, ConfigError
 from malleable.runtime import _spawn
 from malleable.runtime._layout import (
     ExpandPlan,
@@ -34,9 +37,6 @@ from malleable.runtime._plan import PlanStep, parse_plan, validate_plan
 from malleable.runtime._sources import NullSource, PlanSource, choose_hosts
 from malleable.runtime._types import AdaptWindow, Decision, ProbeResult, Status
 from malleable.runtime._waits import wait_request
-from mpi4py import MPI
-
-from malleable.errors import AdaptError, AdaptTimeout, ConfigError
 
 __all__ = [
     "AdaptReport",

@@ -40,11 +40,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from malleable.runtime._epop_records import AdaptRecord, PhaseStats, RunResult
-from malleable.runtime._types import AdaptWindow, Status
 from mpi4py import MPI
 
 from malleable.errors import AdaptError
+from malleable.runtime._epop_records import AdaptRecord, PhaseStats, RunResult
+from malleable.runtime._types import AdaptWindow, Status
 
 __all__ = [
     "AdaptRecord",

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from malleable.apps import _cli, jacobi
 
+from malleable.apps import _cli, jacobi
 from malleable.errors import ConfigError
 from tests.apps._helpers import malleable_run
 

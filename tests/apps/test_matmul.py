@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from malleable.apps import matmul
 
+from malleable.apps import matmul
 from tests.apps._helpers import MPI_ENV, app_cmd, load_stats, malleable_run, sizes
 from tests.conftest import run_mpi
 

@@ -7,9 +7,9 @@ import json
 
 import numpy as np
 import pytest
-from malleable.controller import Workload, bounded_slowdown, simulate, summary, utilization_curve, write_swf
 
 from malleable.cli import main
+from malleable.controller import Workload, bounded_slowdown, simulate, summary, utilization_curve, write_swf
 
 ROWS = [(1, 0, 10, 10, 6), (2, 1, 5, 5, 6), (3, 2, 2, 2, 2)]   # FCFS: starts 0, 10, 10
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from malleable.controller import Remember, Workload, read_swf, simulate, synthetic
 from malleable.controller._conservative import conservative, conservative_reference
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from malleable.controller import ResizeJob, StartJob
 from malleable.controller import _protocol as P
 from malleable.controller._core import Core, CoreConfig, Kill, Launch, Refusal, Stop, UnknownJob

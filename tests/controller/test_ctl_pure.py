@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
+
 from malleable.controller import Job, JobKind, Simulator, Workload
 from malleable.controller import _protocol as P
 from malleable.controller._fill import malleable_fill
 from malleable.controller._timefmt import format_duration, parse_time
-from malleable.launch import compress_hostlist, expand_hostlist
-
 from malleable.errors import AuthError, ConfigError, ProtocolError
+from malleable.launch import compress_hostlist, expand_hostlist
 
 TOKEN = b"secret"
 

@@ -6,9 +6,9 @@ import json
 import sys
 
 import pytest
+
 from malleable.controller import _protocol as P
 from malleable.controller._hostpool import HostPool
-
 from tests.controller._daemon_util import TOKEN, cli, daemon_thread, states, wait_final, wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -87,7 +87,6 @@ def test_time_limit_kills_the_job(env):
 
 def test_wrong_secret_is_refused(env):
     from malleable.controller._client import Client
-
     from malleable.errors import AuthError
 
     with daemon_thread(env / "ctl.sqlite", HostPool.local(1)) as (d, c):

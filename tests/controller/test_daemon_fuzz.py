@@ -8,10 +8,10 @@ import sqlite3
 
 import pytest
 import zmq
-from malleable.controller import _protocol as P
-from malleable.controller._hostpool import HostPool
 
 from malleable._wire import MAGIC, pack
+from malleable.controller import _protocol as P
+from malleable.controller._hostpool import HostPool
 from tests.controller._daemon_util import TOKEN, daemon_thread, wait_for
 
 pytestmark = pytest.mark.timeout(180)

@@ -10,11 +10,11 @@ import sys
 
 import psutil
 import pytest
+
 from malleable.controller import _protocol as P
 from malleable.controller._client import Client
 from malleable.controller._daemon import addr_file
 from malleable.controller._hostpool import scan_tagged
-
 from tests.controller._daemon_util import HEAT, TOKEN, cli, states, wait_final, wait_for
 
 pytestmark = pytest.mark.timeout(180)

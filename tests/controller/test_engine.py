@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from malleable.controller import (
     JobKind,
     ResizeJob,
@@ -16,7 +17,6 @@ from malleable.controller import (
     linear_reconfig_cost,
     simulate,
 )
-
 from malleable.errors import PolicyError, SimulationError
 
 

@@ -31,11 +31,10 @@ import time
 from pathlib import Path
 
 import pytest
-from malleable.controller._hostpool import HostPool
 
+from malleable.controller._hostpool import HostPool
 from malleable.errors import ConfigError
 from malleable.launch import expand_hostlist
-
 from tests.controller._daemon_util import TOKEN
 
 DRIVER = Path(__file__).parent / "progs" / "slurm_driver.py"

@@ -6,8 +6,8 @@ import gzip
 
 import numpy as np
 import pytest
-from malleable.controller import read_swf, synthetic, write_swf
 
+from malleable.controller import read_swf, synthetic, write_swf
 from malleable.errors import TraceError
 
 GOOD = """\

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from malleable.runtime import AdaptWindow, Status, epop
 
 from malleable.errors import AdaptError
+from malleable.runtime import AdaptWindow, Status, epop
 
 
 class FakeClock:

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from malleable.errors import AdaptError, PlanError
 from malleable.runtime import block_counts, block_range, parse_plan, plan_blocks, validate_plan
 from malleable.runtime._layout import Group, Layout, plan_expand, plan_shrink, spread
 from malleable.runtime._sources import PlanSource, choose_hosts
-
-from malleable.errors import AdaptError, PlanError
 
 # --- plans -------------------------------------------------------------------------------------
 

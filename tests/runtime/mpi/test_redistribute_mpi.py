@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from malleable.runtime import block_range, redistribute
 
 
