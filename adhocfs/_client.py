@@ -269,6 +269,7 @@ class AdhocFile(io.RawIOBase):
         self._pf_data: dict[int, Any] = {}
         self._pf_pending: dict[tuple[int, int], _Pending] = {}
         self._pf_next = 0
+        self._pf_size = 0  # file size when the blocks in flight were asked
         self._last_end = 0
         self._ahead = fs.reserve  # blocks allocated ahead; doubles while the file keeps growing
 
@@ -360,8 +361,8 @@ class AdhocFile(io.RawIOBase):
             self._read_range(pos, out)
             return
         bs = self.block_size
-        if pos != self._last_end:
-            self._pf_reset()
+        if pos != self._last_end or self._pf_size != self._size:
+            self._pf_reset()  # not sequential, or the file grew: a block fetched short may have more bytes now
         first, last = pos // bs, (pos + n - 1) // bs
         end = min(-(-self._size // bs), last + 1 + ahead)
         if last - first >= ahead or self._layout.any_unallocated(first, end):
@@ -406,6 +407,7 @@ class AdhocFile(io.RawIOBase):
             rid = p.send(GetBlocks(self.fid, blocks, bs, self.version))
             self._pf_pending[(sid, rid)] = _Pending((sid, rid), blocks[0], 0, bs, None, 0, p, tuple(blocks))
         self._pf_next = max(self._pf_next, end)
+        self._pf_size = self._size
 
     def _pf_collect(self) -> None:
         """Wait for at least one read-ahead reply."""
