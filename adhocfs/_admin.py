@@ -12,7 +12,6 @@ from typing import Any
 
 from malleable.adhocfs._deploy import MetaClient, start_data_servers
 from malleable.adhocfs._protocol import Change, Expand, Shrink, StopServers
-
 from malleable.errors import ConfigError, FsError
 
 __all__ = ["expand_fs", "resolve_servers", "shrink_fs", "wait_change"]

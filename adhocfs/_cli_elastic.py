@@ -98,8 +98,9 @@ def _expand(args: argparse.Namespace) -> int:
 
 
 def _shrink(args: argparse.Namespace) -> int:
-    from malleable.adhocfs._admin import resolve_servers, shrink_fs
     from tqdm import tqdm
+
+    from malleable.adhocfs._admin import resolve_servers, shrink_fs
 
     sids = resolve_servers(args.meta, args.data)
     bar: Any = None

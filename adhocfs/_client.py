@@ -22,16 +22,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import zmq
+
+from malleable._secret import load_token
 from malleable.adhocfs._namespace import BLOCKING, MODES, normalize
 from malleable.adhocfs._placement import Layout, block_range
 from malleable.adhocfs._protocol import (
+    BlockData,
     Data,
     DeclareRio,
     Error,
     Extend,
     FileInfo,
     FsStatus,
-    BlockData,
     Get,
     GetBlocks,
     GetLayout,
@@ -49,8 +51,6 @@ from malleable.adhocfs._protocol import (
     Status,
 )
 from malleable.adhocfs._rpc import Busy, Peer, raise_remote
-
-from malleable._secret import load_token
 from malleable.errors import FsError, ServerUnavailable
 
 __all__ = ["AdhocFile", "FileSystem", "connect"]

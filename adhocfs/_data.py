@@ -16,6 +16,8 @@ import time
 from typing import Any
 
 import zmq
+
+from malleable._secret import load_token
 from malleable.adhocfs._dirstore import DirStore
 from malleable.adhocfs._protocol import (
     BlockData,
@@ -46,8 +48,6 @@ from malleable.adhocfs._protocol import (
 from malleable.adhocfs._rpc import Peer, StaleLayout, reply_error
 from malleable.adhocfs._serve import announce, bind_socket, setup_logging
 from malleable.adhocfs._store import BlockStore, MemoryStore
-
-from malleable._secret import load_token
 from malleable.errors import AuthError, ProtocolError, ServerUnavailable
 
 __all__ = ["DataServer", "main"]

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import zmq
+
+from malleable._secret import load_token
 from malleable.adhocfs._protocol import AddServers, Change, Expand, FsStatus, ServerIds, Shutdown, Status
 from malleable.adhocfs._rpc import Peer
 from malleable.adhocfs._serve import READY
-from malleable.launch import spawn_on
-
-from malleable._secret import load_token
 from malleable.errors import ConfigError, FsError
+from malleable.launch import spawn_on
 
 __all__ = [
     "Deployment",

@@ -45,7 +45,6 @@ from malleable.adhocfs._protocol import (
     Shutdown,
 )
 from malleable.adhocfs._redistribute import FileState, Plan, plan_rebalance, plan_shrink
-
 from malleable.errors import FsError, PlacementError
 
 __all__ = ["ElasticMixin"]

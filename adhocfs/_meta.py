@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import zmq
+
+from malleable._secret import load_token
 from malleable.adhocfs._elastic import ElasticMixin
 from malleable.adhocfs._namespace import DEFAULT_BLOCK_SIZE, Namespace
 from malleable.adhocfs._protocol import (
@@ -34,8 +36,6 @@ from malleable.adhocfs._protocol import (
 )
 from malleable.adhocfs._rpc import Busy, Peer, StaleLayout, reply_error
 from malleable.adhocfs._serve import announce, bind_socket, setup_logging
-
-from malleable._secret import load_token
 from malleable.errors import AuthError, FsError, PlacementError, ProtocolError, ServerUnavailable
 
 __all__ = ["MetaServer", "main"]

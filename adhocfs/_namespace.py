@@ -45,7 +45,6 @@ from malleable.adhocfs._protocol import (
     StatReply,
 )
 from malleable.adhocfs._rpc import Busy
-
 from malleable.errors import FsError, ProtocolError
 
 __all__ = ["BLOCKING", "DEFAULT_BLOCK_SIZE", "MODES", "Namespace", "normalize"]

@@ -21,7 +21,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from malleable.adhocfs._placement import UNALLOCATED, Epochs, Layout, intern_epoch
-
 from malleable.errors import PlacementError
 
 __all__ = ["FilePlan", "FileState", "Move", "Plan", "plan_rebalance", "plan_shrink"]

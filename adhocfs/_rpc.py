@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import zmq
-from malleable.adhocfs._protocol import Error, Message, decode, encode
 
+from malleable.adhocfs._protocol import Error, Message, decode, encode
 from malleable.errors import AuthError, FsError, PlacementError, ProtocolError, ServerUnavailable
 
 __all__ = ["Busy", "Peer", "StaleLayout", "raise_remote", "reply_error"]

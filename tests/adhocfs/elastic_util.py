@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import zmq
+
 from malleable.adhocfs import _protocol as P
 from malleable.adhocfs._placement import Layout
 from malleable.adhocfs._rpc import Peer

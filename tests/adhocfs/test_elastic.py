@@ -12,6 +12,7 @@ import time
 import pytest
 from conftest import close_checked
 from elastic_util import MIRROR_WRITER, blocks_on_servers, expected_owners, layout_of
+
 from malleable.adhocfs._placement import UNALLOCATED
 
 BS = 64 * 1024
@@ -253,6 +254,7 @@ def test_writers_and_readers_across_expand_and_shrink(dep, fs, tmp_path):
 def test_h5py_survives_changes(dep, fs):
     h5py = pytest.importorskip("h5py")
     import numpy as np
+
     from malleable.adhocfs._admin import shrink_fs
 
     arr = np.random.default_rng(1).random((400, 300))

@@ -31,7 +31,6 @@ def _kill_server(fs, sid):
 
 def test_down_server_gives_clear_error_then_restart_restores_everything(dep):
     from malleable.adhocfs import connect, start_data_servers
-
     from malleable.errors import ServerUnavailable
 
     fs = connect(dep.address, timeout=2.0)
@@ -70,7 +69,6 @@ def test_down_server_gives_clear_error_then_restart_restores_everything(dep):
 
 def test_down_metadata_server_gives_clear_error(tmp_path):
     from malleable.adhocfs import connect, start_fs
-
     from malleable.errors import ServerUnavailable
 
     d = start_fs("127.0.0.1", ["127.0.0.1"], state=str(tmp_path / "st"))

@@ -207,7 +207,6 @@ def test_h5py_datasets_and_groups(fs):
 
 def test_wrong_secret_is_refused(dep2):
     from malleable.adhocfs import connect
-
     from malleable.errors import AuthError
 
     bad = connect(dep2.address, token=b"not-the-secret", timeout=3.0)
@@ -220,6 +219,7 @@ def test_wrong_secret_is_refused(dep2):
 
 def test_unauthenticated_and_malformed_messages_change_nothing(fs, dep2, shared_secret):
     import zmq
+
     from malleable.adhocfs import _protocol as P
     from malleable.adhocfs._rpc import Peer
     from malleable.errors import AuthError

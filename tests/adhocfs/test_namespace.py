@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+
 from malleable.adhocfs import _protocol as P
 from malleable.adhocfs._namespace import Namespace, normalize
 from malleable.adhocfs._placement import UNALLOCATED, intern_epoch
 from malleable.adhocfs._rpc import Busy
-
 from malleable.errors import FsError
 
 

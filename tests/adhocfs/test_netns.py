@@ -43,8 +43,8 @@ def test_servers_run_on_their_hosts(cluster_fs):
 def test_roundtrip_h5py_and_down_server(cluster_fs):
     import h5py
     import numpy as np
-    from malleable.adhocfs import connect
 
+    from malleable.adhocfs import connect
     from malleable.errors import ServerUnavailable
 
     dep, cluster = cluster_fs
@@ -79,6 +79,7 @@ def test_expand_and_shrink_across_hosts(netns_cluster, tmp_path, monkeypatch):
     """Grow onto node4 through the launcher, then decommission node2: its server exits, nothing is lost."""
     import h5py
     import numpy as np
+
     from malleable.adhocfs import connect, start_fs
     from malleable.adhocfs._admin import expand_fs, resolve_servers, shrink_fs
 

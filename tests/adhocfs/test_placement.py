@@ -7,8 +7,8 @@ import collections
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from malleable.adhocfs._placement import Interval, Layout, block_range, intern_epoch, owner
 
+from malleable.adhocfs._placement import Interval, Layout, block_range, intern_epoch, owner
 from malleable.errors import PlacementError
 
 N_BLOCKS = 100_000

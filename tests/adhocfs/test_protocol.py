@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from malleable.adhocfs import _protocol as P
 
 from malleable._wire import MAGIC, _mac
+from malleable.adhocfs import _protocol as P
 from malleable.errors import AuthError, ProtocolError
 
 TOKEN = b"secret"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import collections
 
 import pytest
+
 from malleable.adhocfs._placement import Layout, intern_epoch
 from malleable.adhocfs._redistribute import FileState, plan_rebalance, plan_shrink
-
 from malleable.errors import PlacementError
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from malleable.adhocfs._rule import Action, RuleConfig, decide
 
 CFG = RuleConfig(rio=100, tolerance=10, k=3, n_min=1, n_max=8, cooldown=30)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from malleable.adhocfs._dirstore import DirStore
 from malleable.adhocfs._store import MemoryStore
 
