@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from malleable._wire import check_fields, pack, unpack
+from malleable._wire import MessageTypes, check_fields, pack, unpack
 from malleable.errors import ProtocolError
 
 __all__ = [
@@ -69,7 +69,7 @@ __all__ = [
 VERSION = 1
 VERSIONS = (VERSION,)
 
-_TYPES: dict[str, type[Message]] = {}
+_TYPES = MessageTypes()
 
 _SCALARS: dict[str, Any] = {
     "int": int,
@@ -97,20 +97,7 @@ class Message:
     PARTS_OF: ClassVar[str] = ""  # with a ``parts`` field: the list field with one entry per payload frame
 
 
-def _register(cls: type[Message]) -> type[Message]:
-    """Register a dataclass message (slots dataclasses are new classes, so register after decoration)."""
-    if cls.TYPE in _TYPES:
-        raise TypeError(f"duplicate message type {cls.TYPE!r}")
-    _TYPES[cls.TYPE] = cls
-    return cls
-
-
-def _msg(type_: str) -> Any:
-    def deco(cls: type) -> type:
-        cls.TYPE = type_
-        return _register(dataclass(frozen=True, slots=True)(cls))
-
-    return deco
+_msg = _TYPES.message
 
 
 # ---------------------------------------------------------------- generic replies

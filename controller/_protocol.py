@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from malleable._wire import check_fields, pack, unpack
+from malleable._wire import MessageTypes, check_fields, pack, unpack
 from malleable.errors import ProtocolError
 
 __all__ = [
@@ -58,7 +58,7 @@ MAX_STR = 4096          # one string field (a command word, a path, a reason)
 MAX_LIST = 4096         # items of a list field (command words, hosts, rows)
 MAX_ENV = 1024          # entries of a job's environment
 
-_TYPES: dict[str, type[Message]] = {}
+_TYPES = MessageTypes()
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,16 +68,7 @@ class Message:
     TYPE: ClassVar[str] = ""
 
 
-def _msg(type_: str) -> Any:
-    def deco(cls: type) -> type:
-        cls.TYPE = type_
-        new = dataclass(frozen=True, slots=True)(cls)
-        if type_ in _TYPES:
-            raise TypeError(f"duplicate message type {type_!r}")
-        _TYPES[type_] = new
-        return new
-
-    return deco
+_msg = _TYPES.message
 
 
 # ------------------------------------------------------------------------------------------- replies

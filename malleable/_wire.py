@@ -17,11 +17,12 @@ import hashlib
 import hmac
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from malleable.errors import AuthError, ProtocolError
 
-__all__ = ["MAGIC", "MAX_HEADER", "check_fields", "pack", "unpack"]
+__all__ = ["MAGIC", "MAX_HEADER", "MessageTypes", "check_fields", "pack", "unpack"]
 
 MAGIC = b"MLB1"
 MAX_HEADER = 1 << 20
@@ -73,6 +74,38 @@ def unpack(frames: Sequence[Any], token: bytes, versions: tuple[int, ...]) -> tu
     if not isinstance(sizes, list) or [len(memoryview(p)) for p in payloads] != sizes:
         raise ProtocolError("payload frames do not match the sizes in the header")
     return header, payloads
+
+
+class MessageTypes:
+    """The message classes of one protocol, by their wire ``type`` name.
+
+    ``@types.message("name")`` turns a class into a frozen, slotted dataclass with ``TYPE = "name"``
+    and registers it; a second class with the same name is an error at import time.
+    """
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, type] = {}
+
+    def message(self, type_: str) -> Any:
+        """Class decorator registering a message class under ``type_``."""
+
+        def deco(cls: type) -> type:
+            if type_ in self._by_name:
+                raise TypeError(f"duplicate message type {type_!r}")
+            cls.TYPE = type_  # type: ignore[attr-defined]
+            new = dataclass(frozen=True, slots=True)(cls)  # slotted dataclasses are new classes
+            self._by_name[type_] = new
+            return new
+
+        return deco
+
+    def get(self, type_: str) -> type | None:
+        """The class registered under ``type_``, or None."""
+        return self._by_name.get(type_)
+
+    def names(self) -> list[str]:
+        """Every registered type name."""
+        return list(self._by_name)
 
 
 _JSON_TYPES = {int, float, str, bool, list, dict, type(None)}
