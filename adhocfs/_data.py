@@ -26,7 +26,6 @@ from malleable.adhocfs._protocol import (
     Data,
     DropBlocks,
     DropFile,
-    Error,
     Fence,
     Get,
     GetBlocks,
@@ -42,13 +41,11 @@ from malleable.adhocfs._protocol import (
     Shutdown,
     Stats,
     StatsReply,
-    decode,
-    encode,
 )
-from malleable.adhocfs._rpc import Peer, StaleLayout, reply_error
-from malleable.adhocfs._serve import announce, bind_socket, setup_logging
+from malleable.adhocfs._rpc import Peer, StaleLayout
+from malleable.adhocfs._serve import announce, bind_socket, serve_one, setup_logging
 from malleable.adhocfs._store import BlockStore, MemoryStore
-from malleable.errors import AuthError, ProtocolError, ServerUnavailable
+from malleable.errors import ProtocolError, ServerUnavailable
 
 __all__ = ["DataServer", "main"]
 
@@ -206,22 +203,8 @@ class DataServer:
             self.tick(time.monotonic())
 
     def _serve_one(self, sock: zmq.Socket[Any], frames: list[Any]) -> None:
-        ident, body = frames[0], frames[2:] if len(frames) > 1 and len(frames[1]) == 0 else frames[1:]
-        rid = 0
-        try:
-            msg, rid = decode(body, self.token)
-            reply = self.handle(msg)
-        except AuthError as e:
-            log.warning("rejected unauthenticated message: %s", e)
-            reply = Error("AuthError", str(e))
-        except (ProtocolError, StaleLayout, ValueError, KeyError, OSError) as e:
-            if not isinstance(e, StaleLayout):
-                log.warning("rejected request: %s", e)
-            reply = reply_error(e)
-        except Exception as e:  # a bug must not take the server down: report it and go on
-            log.exception("internal error handling a request")
-            reply = Error("FsError", f"internal error in data server {self.sid}: {e!r}")
-        sock.send_multipart([ident, b"", *encode(reply, self.token, rid)], copy=False)
+        serve_one(sock, frames, self.token, self.handle, (ProtocolError, StaleLayout, ValueError, KeyError, OSError),
+                  (StaleLayout,), f"data server {self.sid}", logging.WARNING)
 
 
 def register(

@@ -31,11 +31,9 @@ from malleable.adhocfs._protocol import (
     StatsReply,
     Status,
     StopServers,
-    decode,
-    encode,
 )
-from malleable.adhocfs._rpc import Busy, Peer, StaleLayout, reply_error
-from malleable.adhocfs._serve import announce, bind_socket, setup_logging
+from malleable.adhocfs._rpc import Busy, Peer, StaleLayout
+from malleable.adhocfs._serve import announce, bind_socket, serve_one, setup_logging
 from malleable.errors import AuthError, FsError, PlacementError, ProtocolError, ServerUnavailable
 
 __all__ = ["MetaServer", "main"]
@@ -209,22 +207,9 @@ class MetaServer(ElasticMixin):
             p.close()
 
     def _serve_one(self, sock: zmq.Socket[Any], frames: list[Any]) -> None:
-        ident, body = frames[0], frames[2:] if len(frames) > 1 and len(frames[1]) == 0 else frames[1:]
-        rid = 0
-        try:
-            msg, rid = decode(body, self.token)
-            reply = self.handle(msg)
-        except AuthError as e:
-            log.warning("rejected unauthenticated message: %s", e)
-            reply = Error("AuthError", str(e))
-        except (ProtocolError, StaleLayout, Busy, FsError, PlacementError, ValueError, OSError) as e:
-            if not isinstance(e, (Busy, FileNotFoundError, FileExistsError)):
-                log.info("request failed: %s", e)
-            reply = reply_error(e)
-        except Exception as e:  # a bug must not take the server down: report it and go on
-            log.exception("internal error handling a request")
-            reply = Error("FsError", f"internal error in the metadata server: {e!r}")
-        sock.send_multipart([ident, b"", *encode(reply, self.token, rid)], copy=False)
+        serve_one(sock, frames, self.token, self.handle,
+                  (ProtocolError, StaleLayout, Busy, FsError, PlacementError, ValueError, OSError),
+                  (Busy, FileNotFoundError, FileExistsError), "the metadata server")
 
 
 def main(argv: list[str] | None = None) -> int:

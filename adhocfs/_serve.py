@@ -1,4 +1,4 @@
-"""Start-up helpers shared by the server entry points: binding, the readiness line, logging."""
+"""Helpers shared by the servers: binding, the readiness line, logging, answering one request."""
 
 from __future__ import annotations
 
@@ -6,11 +6,18 @@ import logging
 import os
 import socket
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import zmq
 
-__all__ = ["READY", "announce", "bind_socket", "setup_logging"]
+from malleable.adhocfs._protocol import Error, Message, decode, encode
+from malleable.adhocfs._rpc import reply_error
+from malleable.errors import AuthError
+
+__all__ = ["READY", "announce", "bind_socket", "serve_one", "setup_logging"]
+
+log = logging.getLogger(__name__)
 
 READY = "READY"
 LOCAL_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -57,3 +64,38 @@ def setup_logging(path: str | None, tag: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+
+
+def serve_one(
+    sock: zmq.Socket[Any],
+    frames: list[Any],
+    token: bytes,
+    handle: Callable[[Message], Message],
+    expected: tuple[type[BaseException], ...],
+    quiet: tuple[type[BaseException], ...],
+    who: str,
+    level: int = logging.INFO,
+) -> None:
+    """Answer one request received on a ROUTER socket; never raises.
+
+    A request that fails with one of the ``expected`` exceptions gets the matching error reply (logged
+    unless it is one of the ``quiet`` ones, which are normal answers such as "busy"); an unauthenticated
+    one is rejected; any other exception is a bug, logged with its traceback and reported as an internal
+    error of ``who``, so that it never takes the server down.
+    """
+    ident, body = frames[0], frames[2:] if len(frames) > 1 and len(frames[1]) == 0 else frames[1:]
+    rid = 0
+    try:
+        msg, rid = decode(body, token)
+        reply = handle(msg)
+    except AuthError as e:
+        log.warning("rejected unauthenticated message: %s", e)
+        reply = Error("AuthError", str(e))
+    except expected as e:
+        if not isinstance(e, quiet):
+            log.log(level, "request failed: %s", e)
+        reply = reply_error(e)
+    except Exception as e:  # a bug must not take the server down: report it and go on
+        log.exception("internal error handling a request")
+        reply = Error("FsError", f"internal error in {who}: {e!r}")
+    sock.send_multipart([ident, b"", *encode(reply, token, rid)], copy=False)
