@@ -63,24 +63,21 @@ class BlockStore(MutableMapping[Key, Any]):
     def write(self, key: Key, offset: int, data: Any) -> None:
         """Write ``data`` at ``offset`` of block ``key``, growing it (with zeros) as needed.
 
-        A write at offset 0 of an absent block keeps ``data`` itself (no copy): callers that reuse their
-        buffer must pass a copy.
+        A write that replaces the whole block keeps ``data`` itself (no copy): callers that reuse their
+        buffer must pass a copy. A partial write builds a new buffer instead of changing the stored one
+        in place (copy on write): :meth:`read` hands out views of stored blocks that zero-copy replies
+        may still be sending, and those must keep the bytes they were read with.
         """
         n = len(data)
         cur = self._data.get(key)
-        if cur is None and offset == 0:
+        if offset == 0 and (cur is None or n >= len(cur)):
             self._set(key, data)
             self._persist_set(key, 0, data, whole=True)
             return
         old_len = 0 if cur is None else len(cur)
-        if cur is None:
-            buf = bytearray(offset + n)
-        elif isinstance(cur, bytearray):
-            buf = cur  # grown in place
-        else:
-            buf = bytearray(cur)
-        if len(buf) < offset + n:
-            buf.extend(bytes(offset + n - len(buf)))
+        buf = bytearray(max(old_len, offset + n))
+        if cur is not None:
+            buf[:old_len] = cur
         buf[offset : offset + n] = data
         self._data[key] = buf
         self.nbytes += len(buf) - old_len

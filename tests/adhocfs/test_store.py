@@ -49,7 +49,21 @@ def check_drop_file(s):
     assert s.blocks_of(7) == [] and len(s) == 1 and s.nbytes == 1
 
 
-@pytest.mark.parametrize("check", [check_mapping, check_partial_writes, check_drop_file])
+def check_views_keep_their_bytes(s):
+    """A view handed out by read() (a zero-copy reply may still be sending it) survives later writes."""
+    s.write((1, 0), 0, b"a" * 10)
+    v = s.read((1, 0), 0, 10)
+    s.write((1, 0), 5, b"b" * 10)  # grows the block while the view is out: no BufferError
+    assert bytes(v) == b"a" * 10
+    v2 = s.read((1, 0), 0, 15)
+    s.write((1, 0), 2, b"c")
+    assert bytes(v2) == b"aaaaa" + b"b" * 10
+    assert bytes(s.read((1, 0), 0, 15)) == b"aacaa" + b"b" * 10
+    s.write((1, 0), 0, b"z" * 20)  # a whole-block overwrite replaces it
+    assert bytes(s.read((1, 0), 0, 30)) == b"z" * 20 and bytes(v2) == b"aaaaa" + b"b" * 10
+
+
+@pytest.mark.parametrize("check", [check_mapping, check_partial_writes, check_drop_file, check_views_keep_their_bytes])
 def test_contract(store, check):
     check(store)
 
