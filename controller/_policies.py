@@ -15,6 +15,7 @@ from malleable.errors import PolicyError
 
 from ._conservative import conservative
 from ._model import Decision, Policy, RunningJob, Snapshot, StartJob
+from ._resize import first_fit_end
 
 __all__ = ["POLICIES", "easy", "easy_shadow", "fcfs", "get_policy"]
 
@@ -68,18 +69,11 @@ def easy_shadow(running: Sequence[RunningJob], started: list[tuple[float, int]],
         ends = sorted([(r.end_estimate, r.size) for r in running] + started)
     else:
         ends = [(r.end_estimate, r.size) for r in running]
-    n = len(ends)
-    k = 0
-    while k < n:
-        t, size = ends[k]
-        avail += size
-        k += 1
-        if avail >= need:
-            while k < n and ends[k][0] == t:
-                avail += ends[k][1]
-                k += 1
-            return t, avail - need
-    raise PolicyError(f"a job of {need} nodes can never start: only {avail} nodes exist")
+    t, extra = first_fit_end(ends, avail, need)
+    if t == float("inf"):
+        total = avail + sum(size for _, size in ends)
+        raise PolicyError(f"a job of {need} nodes can never start: only {total} nodes exist")
+    return t, extra
 
 
 def easy(snapshot: Snapshot, now: float) -> list[Decision]:
