@@ -9,7 +9,6 @@ group has answered, so a failed expansion leaves the old world untouched.
 from __future__ import annotations
 
 import logging
-import socket
 import sys
 import threading
 from dataclasses import dataclass
@@ -188,8 +187,3 @@ def _old_new_intercomm(merged: Any, n_old: int) -> Any:
     inter = local.Create_intercomm(0, merged, n_old if old else 0, _TAG - 1)
     local.Free()
     return inter
-
-
-def my_host() -> str:
-    """This process's host name (what the layout records)."""
-    return socket.gethostname()

@@ -83,7 +83,6 @@ class _Window:
     after: Layout
     gone: tuple[int, ...] = ()
     freed: tuple[str, ...] = ()
-    parent: Any = None
 
 
 @dataclass

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -28,10 +27,3 @@ def run_prog(run_mpi, n, plan, iters=12, env=None, hosts=None, timeout=180, chec
         else:
             rows.append(obj)
     return rows, reports, errors, proc
-
-
-def env_with(**kw):
-    e = dict(os.environ)
-    e.update(MPI_ENV)
-    e.update({k: str(v) for k, v in kw.items()})
-    return e

@@ -15,10 +15,6 @@ from tests.runtime._helpers import MPI_ENV, PROG, run_prog
 pytestmark = pytest.mark.netns
 
 
-def _ips(rows):
-    return rows
-
-
 def test_expand_onto_node2_node3_then_shrink_frees_node3(netns_cluster):
     plan = [{"at_probe": 2, "procs": 3, "hosts": ["node2", "node3"]}, {"at_probe": 4, "procs": 2}]
     rows, reports, errors, _ = run_prog(
