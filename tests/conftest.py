@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -100,18 +101,34 @@ class Cluster:
         return [int(x) for x in out.split()]
 
 
+USERS_LOCK = "/run/malleable-netns-users.lock"
+
+
 @pytest.fixture(scope="session")
 def netns_cluster():
-    """Bring up (or reuse) the namespace hosts; skip with the reason where impossible."""
+    """Bring up (or reuse) the namespace hosts; skip with the reason where impossible.
+
+    Several test sessions may share the hosts (each holds a shared lock on ``USERS_LOCK`` while it uses them);
+    the last session to leave takes them down, and only if a session of ours brought them up.
+    """
     why = netns_unavailable()
     if why:
         pytest.skip(why)
+    users = open(USERS_LOCK, "a+")  # noqa: SIM115 - held for the whole session
+    fcntl.flock(users, fcntl.LOCK_SH)
     ours = not os.path.exists("/run/netns-cluster/created")
     up = subprocess.run([str(TESTBED / "netns-cluster"), "up", str(NETNS_HOSTS)], capture_output=True, text=True)
     if up.returncode:
+        users.close()
         pytest.skip(f"netns-cluster up failed: {up.stderr.strip()}")
     try:
         yield Cluster([f"node{i}" for i in range(1, NETNS_HOSTS + 1)], str(TESTBED / "netns-launch"))
     finally:
-        if ours:
+        try:
+            fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)   # nobody else is using the hosts
+            last = True
+        except OSError:
+            last = False
+        if ours and last:
             subprocess.run([str(TESTBED / "netns-cluster"), "down"], capture_output=True)
+        users.close()
