@@ -11,11 +11,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from malleable.controller import _protocol as P
-from malleable.controller._client import Client
-from malleable.controller._core import CoreConfig
-from malleable.controller._daemon import Daemon, DaemonConfig
-from malleable.controller._hostpool import HostPool
+from malleable.controller.daemon import _protocol as P
+from malleable.controller.daemon._client import Client
+from malleable.controller.daemon._core import CoreConfig
+from malleable.controller.daemon._daemon import Daemon, DaemonConfig
+from malleable.controller.daemon._hostpool import HostPool
 
 TOKEN = "controller-test-token"  # noqa: S105 - a test secret
 HEAT = str(Path(__file__).parent / "progs" / "heat_prog.py")

@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 
 from malleable.controller import ResizeJob, StartJob
-from malleable.controller import _protocol as P
-from malleable.controller._core import Core, CoreConfig, Kill, Launch, Refusal, Stop, UnknownJob
-from malleable.controller._fill import malleable_fill
-from malleable.controller._policies import easy
-from malleable.controller._store import Store
+from malleable.controller.daemon import _protocol as P
+from malleable.controller.daemon._core import Core, CoreConfig, Kill, Launch, Stop
+from malleable.controller.daemon._store import Store
+from malleable.controller.sched._fill import malleable_fill
+from malleable.controller.sched._rigid import easy
+from malleable.errors import Refusal, UnknownJob
 
 HOSTS = ("n1", "n2", "n3", "n4")
 

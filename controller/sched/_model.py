@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 __all__ = [
+    "FAILED_PRIORITY",
     "Decision",
     "Interrupt",
     "Job",
@@ -33,6 +34,9 @@ __all__ = [
 ]
 
 NodeId: TypeAlias = Hashable
+
+FAILED_PRIORITY = 2
+"""Queue priority of a job re-queued after a node failure (seed 000: the failed job goes first)."""
 
 
 class JobKind(enum.Enum):

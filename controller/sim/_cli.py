@@ -6,15 +6,12 @@ import argparse
 import json
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 from malleable.errors import ConfigError
 
-from ._engine import Simulator
-from ._metrics import summary, write_jobs_csv
-from ._policies import POLICIES, get_policy
-from ._speedup import SPEEDUPS
-from ._swf import read_swf
-from ._workload import Workload, synthetic
+if TYPE_CHECKING:
+    from ._workload import Workload
 
 __all__ = ["add_simulate_parser", "cmd_simulate"]
 
@@ -26,7 +23,7 @@ def add_simulate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
     p = sub.add_parser("simulate", help="replay a workload trace under a scheduling policy",
                        description="Replay an SWF trace (or a synthetic workload) with a scheduling policy and "
                                    "print mean wait, bounded slowdown, makespan and utilisation.")
-    src = p.add_mutually_exclusive_group(required=True)
+    src = p.add_mutually_exclusive_group()
     src.add_argument("--trace", metavar="FILE", help="SWF file (plain or .gz)")
     src.add_argument("--synthetic", metavar="N", type=int, help="generate N synthetic jobs instead of a trace")
     src.add_argument("--experiment", metavar="NAME",
@@ -39,7 +36,10 @@ def add_simulate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
                    help="speedup model of resized or moldable jobs (default amdahl)")
     p.add_argument("--failures", metavar="MTBF_S,DOWNTIME_S", default=None,
                    help="inject Poisson node failures: system-wide mean time between failures and downtime (s)")
-    p.add_argument("--policy", choices=sorted(POLICIES), default="easy", help="scheduling policy (default easy)")
+    p.add_argument("--policy", default="easy", metavar="NAME",
+                   help="scheduling policy: a registered name (--list-policies), an entry point of the "
+                        "'malleable.policies' group, or package.module:function (default easy)")
+    p.add_argument("--list-policies", action="store_true", help="print the registered policy names and exit")
     p.add_argument("--tau", type=float, default=10.0, help="bounded-slowdown threshold in seconds (default 10)")
     p.add_argument("--limit", type=int, metavar="N", help="only the first N records of the trace")
     p.add_argument("--procs", type=int, help="machine size when the trace header has no MaxProcs/MaxNodes "
@@ -58,6 +58,9 @@ def add_simulate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
 
 
 def _load(args: argparse.Namespace) -> Workload:
+    from ._swf import read_swf
+    from ._workload import synthetic
+
     if args.limit is not None and args.limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {args.limit}")
     if args.trace:
@@ -73,14 +76,27 @@ def _load(args: argparse.Namespace) -> Workload:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Run ``malleable simulate``; returns the exit code."""
+    from malleable.controller.sched import SPEEDUPS, get_policy
+
+    from ._engine import Simulator
+    from ._metrics import summary, write_jobs_csv
+
+    if args.list_policies:
+        from malleable.controller.sched import POLICIES
+
+        print("\n".join(sorted(POLICIES)))                      # the CLI's own output
+        return 0
     if not args.tau > 0:
         raise ConfigError(f"--tau must be > 0, got {args.tau}")
     if args.experiment:
         return _experiment(args)
+    if not (args.trace or args.synthetic):
+        raise ConfigError("give one of --trace FILE, --synthetic N or --experiment NAME")
+    policy = get_policy(args.policy)
     w = _load(args)
     extra: dict = {"speedup": SPEEDUPS[args.speedup]}
     if args.failures:
-        from ._experiments import failure_plan
+        from malleable.controller.experiments import failure_plan
         try:
             mtbf, down = (float(x) for x in args.failures.split(","))
         except ValueError:
@@ -97,7 +113,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         if bar is not None:
             bar.update(done - bar.n)
     try:
-        result = Simulator(w, get_policy(args.policy), name=args.policy,
+        result = Simulator(w, policy, name=args.policy,
                            progress=progress if bar is not None else None, **extra).run()
     finally:
         if bar is not None:
@@ -123,7 +139,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _experiment(args: argparse.Namespace) -> int:
-    from ._experiments import EXPERIMENTS, run_experiment
+    from malleable.controller.experiments import EXPERIMENTS, run_experiment
 
     names = list(EXPERIMENTS) if args.experiment == "all" else [args.experiment]
     for name in names:

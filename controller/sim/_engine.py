@@ -30,9 +30,8 @@ from types import MappingProxyType
 
 import numpy as np
 
-from malleable.errors import PolicyError, SimulationError
-
-from ._model import (
+from malleable.controller.sched._model import (
+    FAILED_PRIORITY,
     Interrupt,
     Job,
     JobKind,
@@ -46,17 +45,17 @@ from ._model import (
     StartJob,
     Wake,
 )
-from ._speedup import MtctModel, ReconfigCost, SpeedupModel, amdahl, no_reconfig_cost
+from malleable.controller.sched._speedup import MtctModel, ReconfigCost, SpeedupModel, amdahl, no_reconfig_cost
+from malleable.errors import PolicyError, SimulationError
+
 from ._workload import Workload
 
-__all__ = ["FAILED_PRIORITY", "SimResult", "Simulator", "simulate"]
+__all__ = ["SimResult", "Simulator", "simulate"]
 
 log = logging.getLogger(__name__)
 
 _END, _WAKE, _FAIL, _REPAIR = 0, 2, 3, 4
 _INF = math.inf
-FAILED_PRIORITY = 2
-"""Queue priority of a job re-queued after a node failure (seed 000: the failed job goes first)."""
 
 
 class _Run:
@@ -579,7 +578,7 @@ def simulate(workload: Workload, policy: Policy | str, **kwargs: object) -> SimR
         PolicyError: an unknown policy name or an invalid decision.
     """
     if isinstance(policy, str):
-        from ._policies import get_policy
+        from malleable.controller.sched import get_policy
         kwargs.setdefault("name", policy)
         policy = get_policy(policy)
     return Simulator(workload, policy, **kwargs).run()  # type: ignore[arg-type]

@@ -27,40 +27,22 @@ import psutil
 import zmq
 
 from malleable._secret import load_token
-from malleable.errors import AuthError, ConfigError, MalleableError, ProtocolError
+from malleable.controller.sched import get_policy
+from malleable.errors import AuthError, ConfigError, MalleableError, ProtocolError, Refusal, UnknownJob
 
 from . import _protocol as P
-from ._core import Core, CoreConfig, Kill, Launch, Refusal, Stop, UnknownJob
+from ._core import Core, CoreConfig, Kill, Launch, Stop
 from ._hostpool import HostPool, scan_tagged
 from ._launch import job_argv, job_env, read_rc, start_job, stop_job
-from ._policies import get_policy
+from ._paths import addr_file, jobs_dir
 from ._store import Store
 
-__all__ = ["Daemon", "DaemonConfig", "addr_file", "default_state", "jobs_dir"]
+__all__ = ["Daemon", "DaemonConfig", "make_policy", "run_foreground"]
 
 log = logging.getLogger(__name__)
 
 STOP_GRACE = 5.0      # seconds between SIGTERM and SIGKILL of a stopped job
 CHECK_EVERY = 0.2     # seconds between checks of draining hosts
-
-
-def default_state() -> str:
-    """``$MALLEABLE_CONTROLLER_STATE``, else ``~/.local/state/malleable/controller.sqlite``."""
-    env = os.environ.get("MALLEABLE_CONTROLLER_STATE")
-    if env:
-        return env
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return os.path.join(base, "malleable", "controller.sqlite")
-
-
-def addr_file(state: str) -> Path:
-    """Where a running daemon publishes its address and pid (beside the state file)."""
-    return Path(state + ".addr")
-
-
-def jobs_dir(state: str) -> Path:
-    """Directory of the shepherds' exit-code files."""
-    return Path(state + ".d")
 
 
 @dataclass

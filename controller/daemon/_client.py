@@ -11,11 +11,10 @@ from typing import Any
 import zmq
 
 from malleable._secret import load_token
-from malleable.errors import AuthError, MalleableError, ProtocolError
+from malleable.errors import AuthError, MalleableError, ProtocolError, Refusal, UnknownJob
 
 from . import _protocol as P
-from ._core import Refusal, UnknownJob
-from ._daemon import addr_file, default_state
+from ._paths import addr_file, default_state
 
 __all__ = ["Client", "ControllerUnavailable", "find_address"]
 

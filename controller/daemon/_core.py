@@ -27,10 +27,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from malleable.errors import MalleableError, PolicyError
+from malleable.controller.sched import _model
+from malleable.controller.sched._model import (
+    Job,
+    JobKind,
+    QueueView,
+    Remember,
+    Reserve,
+    ResizeJob,
+    RunningJob,
+    Snapshot,
+    StartJob,
+    Wake,
+)
+from malleable.errors import PolicyError, Refusal, UnknownJob
 
-from . import _model
-from ._model import Job, JobKind, QueueView, Remember, Reserve, ResizeJob, RunningJob, Snapshot, StartJob, Wake
 from ._protocol import Committed, Order, Poll, Progress, Refused, Register, Submit
 from ._store import HostRec, JobRec, Store
 
@@ -42,14 +53,6 @@ _Interrupt = getattr(_model, "Interrupt", None)  # added by the malleable polici
 _HAS_MTCT = "mtct" in getattr(RunningJob, "__dataclass_fields__", {})
 
 FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
-
-
-class Refusal(MalleableError):
-    """A request the controller will not carry out (too many nodes, a finished job, ...)."""
-
-
-class UnknownJob(Refusal):
-    """No job has this id."""
 
 
 @dataclass(frozen=True, slots=True)

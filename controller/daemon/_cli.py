@@ -143,7 +143,8 @@ def _params(items: list[str]) -> dict[str, Any]:
 
 def _daemon_config(args: argparse.Namespace) -> Any:
     from ._core import CoreConfig
-    from ._daemon import DaemonConfig, default_state, make_policy
+    from ._daemon import DaemonConfig, make_policy
+    from ._paths import default_state
 
     if args.slots < 1:
         raise ConfigError(f"--slots must be >= 1, got {args.slots}")
@@ -158,7 +159,8 @@ def _daemon_config(args: argparse.Namespace) -> Any:
 
 def _start(args: argparse.Namespace) -> int:
     from ._client import Client, ControllerUnavailable
-    from ._daemon import addr_file, run_foreground
+    from ._daemon import run_foreground
+    from ._paths import addr_file
 
     cfg = _daemon_config(args)
     try:
