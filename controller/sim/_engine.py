@@ -5,8 +5,11 @@ submissions (priority 1) and policy wake-ups (priority 2), then the policy runs 
 workload, already sorted by submit time (a stream merged with the heap of ends and wake-ups); ``seq`` keeps
 the order of equal entries deterministic.
 
-Jobs are first-class records that can change size while they run: the engine tracks the fraction of work done
-under a speedup model, so a resize recomputes the end (and the estimated end), after a reconfiguration cost.
+What policies may know (free nodes, queue, running views, reservations, memo, down nodes) lives in a
+:class:`~malleable.controller.sched.Ledger`, the decision path the live controller uses too: the engine adds
+only what policies must not see (each job's real run time, hence its real end) and the event heap. Jobs can
+change size while they run: the ledger tracks the fraction of work done under a speedup model (here from the
+real run time), so a resize recomputes the end (and the estimated end), after a reconfiguration cost.
 
 Failures (seed 000 §3.1): ``failures=[(t, node, downtime), ...]`` takes ``node`` down at ``t`` for ``downtime``
 seconds. A job holding it is interrupted: its other nodes are freed at once and it is re-queued, to restart
@@ -22,31 +25,17 @@ import math
 import sys
 import time
 from array import array
-from bisect import bisect_left
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from heapq import heappush
-from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 
-from malleable.controller.sched._model import (
-    FAILED_PRIORITY,
-    Interrupt,
-    Job,
-    JobKind,
-    Policy,
-    QueueView,
-    Remember,
-    Reserve,
-    ResizeJob,
-    RunningJob,
-    Snapshot,
-    StartJob,
-    Wake,
-)
+from malleable.controller.sched._ledger import Effect, Ledger
+from malleable.controller.sched._model import FAILED_PRIORITY, Job, JobKind, Policy, RunningJob
 from malleable.controller.sched._speedup import MtctModel, ReconfigCost, SpeedupModel, amdahl, no_reconfig_cost
-from malleable.errors import PolicyError, SimulationError
+from malleable.errors import SimulationError
 
 from ._workload import Workload
 
@@ -59,15 +48,14 @@ _INF = math.inf
 
 
 class _Run:
-    """Engine-private state of a running job (mutable; the policy sees the frozen ``view``)."""
+    """Engine-private state of a running job (mutable; the policy sees the ledger's frozen view)."""
 
-    __slots__ = ("area", "end", "key", "row", "seg", "view")
+    __slots__ = ("area", "end", "evseq", "row", "seg")
 
-    def __init__(self, row: int, view: RunningJob, end: float, key: tuple[float, int], seg: float) -> None:
+    def __init__(self, row: int, end: float, evseq: int, seg: float) -> None:
         self.row = row
-        self.view = view
         self.end = end          # real end time (hidden from policies)
-        self.key = key          # (end_estimate, seq): position in the sorted running list, seq = end event id
+        self.evseq = evseq      # seq of the job's live END event (older ones are stale)
         self.seg = seg          # when the current size began (for the node-seconds area)
         self.area = 0.0         # node-seconds used before ``seg``
 
@@ -113,9 +101,9 @@ class Simulator:
     """Replays ``workload`` under ``policy``; create one per run.
 
     The simulator is the only mutator of its state; policies see frozen snapshots and return decisions, which
-    are validated (the job is queued or running, node ids exist and are free, sizes within the job's bounds,
-    no job started twice) before being applied. A bad decision raises :class:`PolicyError` naming the pass time
-    and the decision.
+    the ledger validates (the job is queued or running, node ids exist and are free, sizes within the job's
+    bounds, no job started twice) before applying them. A bad decision raises :class:`PolicyError` naming the
+    pass time and the decision.
 
     Args:
         workload: the jobs (sorted by submit time).
@@ -129,6 +117,9 @@ class Simulator:
         progress: called with the number of submitted jobs every 8192 submissions.
         failures: ``(time, node id, downtime)`` node failures to inject (module docstring).
         mtct: ``mtct(job, size)``, the MTCT a running job reports (``RunningJob.mtct``); default none.
+        record: a list that receives what happened, in order, for replaying the run elsewhere (the live core's
+            equivalence test): ``("submit", t, job)``, ``("end", t, job id)``, ``("down", t, node, until)``,
+            ``("up", t, node)``, ``("pass", t, decisions, effects)``.
     """
 
     def __init__(self, workload: Workload, policy: Policy, *, name: str | None = None,
@@ -136,7 +127,7 @@ class Simulator:
                  node_ids: Sequence[Hashable] | None = None, hints: bool = True,
                  progress: Callable[[int], None] | None = None,
                  failures: Sequence[tuple[float, Hashable, float]] = (),
-                 mtct: MtctModel | None = None) -> None:
+                 mtct: MtctModel | None = None, record: list[tuple[Any, ...]] | None = None) -> None:
         self.workload = workload
         self.policy = policy
         self.name = name or getattr(policy, "__name__", "policy")
@@ -148,40 +139,40 @@ class Simulator:
         self.nodes = nodes
         self.hints = hints
         self.progress = progress
+        self.record = record
         n = len(workload)
         self._start = array("d", [math.nan]) * n
         self._end = array("d", [math.nan]) * n
         self._size = array("l", [0]) * n
         self._area = array("d", [0.0]) * n
         self._resizes = array("l", [0]) * n
-        self._free: list[Hashable] = list(nodes)
-        self._free_set: set[Hashable] = set(nodes)
-        self._queue: list[Job] = []
-        self._qrow: dict[int, int] = {}            # queued job id -> workload row
-        self._qjob: dict[int, Job] = {}            # queued job id -> its record
         self._runs: list[float] = workload.run.tolist()
+        self._qrow: dict[int, int] = {}            # queued job id -> workload row
         self._running: dict[int, _Run] = {}
-        self._rkeys: list[tuple[float, int]] = []  # sorted (end_estimate, seq) of running jobs
-        self._rviews: list[RunningJob] = []        # running views in the same order
         self._heap: list[tuple[float, int, int, int]] = []
         self._seq = 0
-        self._reservations: dict[int, Reserve] = {}
-        self._memo: object = None
-        self._counts = {"StartJob": 0, "ResizeJob": 0, "Reserve": 0, "Wake": 0, "Remember": 0, "Interrupt": 0}
         self._now = 0.0
+        self._changed = False
         self._done = False
         self.mtct = mtct
+        self.ledger = Ledger(nodes, speedup=speedup, reconfig_cost=reconfig_cost, mtct=mtct,
+                             progress=self._real_progress)
         self._failures = sorted((float(t), x, float(d)) for t, x, d in failures)
         for t, x, d in self._failures:
-            if x not in self._free_set or not (t >= 0 and d > 0):
+            if x not in self.ledger.free_set or not (t >= 0 and d > 0):
                 raise SimulationError(f"bad failure ({t}, {x!r}, {d}): unknown node or non-positive downtime")
-        self._down: dict[Hashable, float] = {}       # failed node -> repair time
-        self._owner: dict[Hashable, int] = {}        # node -> running job id (kept only with failures)
+        self.ledger.track_owner = bool(self._failures)
         self._restarts = array("l", [0]) * n if self._failures else None
         self._lost = array("d", [0.0]) * n if self._failures else None
         for k, (t, _, _) in enumerate(self._failures):
             self._seq += 1
             heapq.heappush(self._heap, (t, _FAIL, self._seq, k))
+
+    def _real_progress(self, v: RunningJob, now: float) -> float:
+        """Work done at ``now`` from the hidden real run time (none while a reconfiguration is being paid)."""
+        run_old = self._runs[self._running[v.job.id].row] * self.speedup(v.job, v.size)
+        done = v.progress + (max(0.0, now - v.since) / run_old if run_old > 0 else 1.0)
+        return min(done, 1.0)
 
     # -- the event loop -------------------------------------------------------------------------------------
 
@@ -199,26 +190,24 @@ class Simulator:
         subs = w.submit.tolist()
         n = len(subs)
         heap = self._heap
-        queue = self._queue
+        led = self.ledger
+        queue = led.queue
+        queued = led.queued
         qrow = self._qrow
-        qjob = self._qjob
         running = self._running
         make_job = self._job_factory()
         policy = self.policy
         hints = self.hints
         progress = self.progress
-        nodes = self.nodes
+        record = self.record
+        apply = led.apply
+        effect = self._effect
         finish = self._finish
-        apply = self._apply
-        proxy = MappingProxyType(self._reservations)
         heappop = heapq.heappop
         getrefcount = sys.getrefcount
         passes = 0
         i = 0
         changed = True
-        free_t: tuple[Hashable, ...] = ()
-        run_t: tuple[RunningJob, ...] = ()
-        stale = True
         t0 = time.perf_counter()
         while True:
             ts = subs[i] if i < n else _INF
@@ -232,39 +221,31 @@ class Simulator:
                 _, prio, seq, jid = heappop(heap)
                 if prio == _END:
                     r = running.get(jid)
-                    if r is not None and r.key[1] == seq:
+                    if r is not None and r.evseq == seq:
                         finish(jid, r, now)
-                        changed = stale = event = True
+                        changed = event = True
                 elif prio == _WAKE:
                     event = True
                 else:
                     self._fault(prio, jid, now)
-                    changed = stale = event = True
+                    changed = event = True
             if not event:
                 continue        # only stale end entries of resized jobs: no pass
             first_new = len(queue)
             while i < n and subs[i] <= now:
                 job = make_job(i)
                 jid = job.id
-                if jid in qrow or jid in running:
+                if jid in queued or jid in running:
                     raise SimulationError(f"job id {jid} submitted at {now} while already in the system")
                 qrow[jid] = i
-                qjob[jid] = job
-                queue.append(job)
+                led.submit(job)
+                if record is not None:
+                    record.append(("submit", now, job))
                 i += 1
                 if progress is not None and not i & 8191:
                     progress(i)
-            if stale:
-                free_t = tuple(self._free)
-                run_t = tuple(self._rviews)
-                stale = False
-            qview = QueueView(queue)
-            down_t = self._down_view() if self._down else ()
-            if hints:
-                snap = Snapshot(now, nodes, free_t, run_t, qview, changed, len(queue) - first_new, proxy,
-                                self._memo, down_t)
-            else:
-                snap = Snapshot(now, nodes, free_t, run_t, qview, True, len(queue), proxy, self._memo, down_t)
+            snap = led.snapshot(now, changed, len(queue) - first_new) if hints else led.snapshot(now)
+            qview = snap.queue
             passes += 1
             decisions = policy(snap, now)
             if getrefcount(snap) > 2 or getrefcount(qview) > 3:
@@ -272,8 +253,13 @@ class Simulator:
             del snap, qview
             changed = False
             if decisions:
-                changed = apply(decisions, now)
-                stale = True
+                self._changed = False
+                effects, _ = apply(decisions, now, True, effect)
+                changed = self._changed
+                if record is not None:
+                    record.append(("pass", now, list(decisions), effects))
+            elif record is not None:
+                record.append(("pass", now, [], []))
         elapsed = time.perf_counter() - t0
         if progress is not None:
             progress(n)
@@ -288,7 +274,7 @@ class Simulator:
         return SimResult(w, self.name, np.frombuffer(self._start, dtype=np.float64).copy(),
                          np.frombuffer(self._end, dtype=np.float64).copy(),
                          np.array(self._size, dtype=np.int64), np.frombuffer(self._area, dtype=np.float64).copy(),
-                         np.array(self._resizes, dtype=np.int64), elapsed, passes, dict(self._counts),
+                         np.array(self._resizes, dtype=np.int64), elapsed, passes, dict(led.counts),
                          restarts, lost)
 
     def _job_factory(self) -> Callable[[int], Job]:
@@ -303,267 +289,99 @@ class Simulator:
             return make
         return w.job
 
-    # -- applying decisions ---------------------------------------------------------------------------------
+    # -- what the ledger's effects mean here ----------------------------------------------------------------
 
-    def _apply(self, decisions: list, now: float) -> bool:
-        """Validate and apply one pass's decisions in order; returns whether a job was resized."""
-        resized = False
-        counts = self._counts
-        for d in decisions:
-            t = type(d)
-            if t is StartJob:
-                self._start_job(d, now)
-                counts["StartJob"] += 1
-            elif t is ResizeJob:
-                self._resize(d, now)
-                counts["ResizeJob"] += 1
-                resized = True
-            elif t is Reserve:
-                if d.job_id not in self._qrow:
-                    raise PolicyError(f"t={now:g}: {d!r}: job {d.job_id} is not queued")
-                if d.start < now:
-                    raise PolicyError(f"t={now:g}: {d!r}: reservation in the past")
-                self._reservations[d.job_id] = d
-                counts["Reserve"] += 1
-            elif t is Wake:
-                if not d.at > now:
-                    raise PolicyError(f"t={now:g}: {d!r}: a wake-up must be in the future")
-                self._seq += 1
-                heappush(self._heap, (float(d.at), _WAKE, self._seq, -1))
-                counts["Wake"] += 1
-            elif t is Remember:
-                self._memo = d.value
-                counts["Remember"] += 1
-            elif t is Interrupt:
-                r = self._running.get(d.job_id)
-                if r is None:
-                    raise PolicyError(f"t={now:g}: {d!r}: job is not running")
-                self._interrupt(r, int(d.priority), now)
-                counts["Interrupt"] += 1
-                resized = True
-            else:
-                raise PolicyError(f"t={now:g}: not a decision: {d!r}")
-        return resized
+    def _effect(self, e: Effect) -> None:
+        """Carry out one applied decision's effect (``_changed``: a running job changed, not only starts)."""
+        kind = e[0]
+        now = self._now
+        if kind == "start":
+            self._started(e[1], e[2], now)
+        elif kind == "resize":
+            self._resized(e[1], e[2], now)
+            self._changed = True
+        elif kind == "interrupt":
+            self._interrupted(e[1], now)
+            self._changed = True
+        else:
+            self._seq += 1
+            heappush(self._heap, (e[1], _WAKE, self._seq, -1))
 
-    def _take_nodes(self, nodes: tuple, now: float, d: object) -> None:
-        k = len(nodes)
-        free = self._free
-        if free[:k] == list(nodes):
-            del free[:k]
-        else:
-            fs = self._free_set
-            if not fs.issuperset(nodes):
-                bad = [x for x in nodes if x not in fs]
-                raise PolicyError(f"t={now:g}: {d!r}: nodes not free: {bad[:8]}")
-            if len(set(nodes)) != k:
-                raise PolicyError(f"t={now:g}: {d!r}: a node is named twice")
-            drop = set(nodes)
-            free[:] = [x for x in free if x not in drop]
-        self._free_set.difference_update(nodes)
-
-    def _start_job(self, d: StartJob, now: float) -> None:
-        row = self._qrow.get(d.job_id)
-        if row is None:
-            why = "already running" if d.job_id in self._running else "not queued"
-            raise PolicyError(f"t={now:g}: StartJob(job_id={d.job_id}): job is {why}")
-        nodes = d.nodes
-        if type(nodes) is not tuple:
-            raise PolicyError(f"t={now:g}: StartJob(job_id={d.job_id}): nodes must be a tuple of node ids")
-        k = len(nodes)
-        q = self._queue
-        job = self._qjob[d.job_id]
-        if not job.min_procs <= k <= job.max_procs:
-            raise PolicyError(f"t={now:g}: StartJob(job_id={d.job_id}) on {k} nodes: the job allows "
-                              f"{job.min_procs}..{job.max_procs}")
-        self._take_nodes(nodes, now, d)
-        del self._qrow[d.job_id]
-        del self._qjob[d.job_id]
-        if q[0] is job:
-            del q[0]
-        else:
-            q.remove(job)
-        if self._reservations:
-            self._reservations.pop(d.job_id, None)
-        if k == job.procs:
-            run, est = self._runs[row], job.estimate
-        else:
-            f = self.speedup(job, k)
-            run, est = self._runs[row] * f, job.estimate * f
+    def _started(self, view: RunningJob, f: float, now: float) -> None:
+        jid = view.job.id
+        row = self._qrow.pop(jid)
         self._seq += 1
         seq = self._seq
-        end = now + run
-        view = RunningJob(job, nodes, k, now, now, 0.0, now + est, 0,
-                          None if self.mtct is None else self.mtct(job, k))
-        r = _Run(row, view, end, (now + est, seq), now)
-        self._running[job.id] = r
-        if self._failures:
-            for x in nodes:
-                self._owner[x] = job.id
+        end = now + self._runs[row] * f
+        r = _Run(row, end, seq, now)
+        self._running[jid] = r
+        heappush(self._heap, (end, _END, seq, jid))
         if self._restarts is not None and self._restarts[row]:
             r.area = self._area[row]          # a restart: keep the first start and the earlier runs' area
-            self._size[row] = k
-            self._push_run(r, job, end, seq)
-            return
-        self._push_run(r, job, end, seq)
-        self._start[row] = now
-        self._size[row] = k
-
-    def _push_run(self, r: _Run, job: Job, end: float, seq: int) -> None:
-        view = r.view
-        key = r.key
-        rkeys = self._rkeys
-        if not rkeys or rkeys[-1] < key:
-            rkeys.append(key)
-            self._rviews.append(view)
         else:
-            j = bisect_left(rkeys, key)
-            rkeys.insert(j, key)
-            self._rviews.insert(j, view)
-        heappush(self._heap, (end, _END, seq, job.id))
+            self._start[row] = now
+        self._size[row] = view.size
 
-    def _unlist(self, r: _Run) -> None:
-        j = bisect_left(self._rkeys, r.key)
-        if j >= len(self._rkeys) or self._rkeys[j] != r.key:
-            raise SimulationError(f"running list lost job {r.view.job.id}")
-        del self._rkeys[j]
-        del self._rviews[j]
+    def _resized(self, old: RunningJob, new: RunningJob, now: float) -> None:
+        job = new.job
+        r = self._running[job.id]
+        r.area += old.size * (now - r.seg)
+        r.seg = now
+        r.end = new.since + (1.0 - new.progress) * self._runs[r.row] * self.speedup(job, new.size)
+        self._seq += 1
+        r.evseq = self._seq
+        heappush(self._heap, (r.end, _END, self._seq, job.id))
+        self._resizes[r.row] += 1
+        log.debug("t=%g: job %d resized %d -> %d, end %g", now, job.id, old.size, new.size, r.end)
 
     def _finish(self, jid: int, r: _Run, now: float) -> None:
         del self._running[jid]
-        self._unlist(r)
-        nodes = r.view.nodes
-        self._free.extend(nodes)
-        self._free_set.update(nodes)
-        if self._failures:
-            for x in nodes:
-                self._owner.pop(x, None)
+        v = self.ledger.finish(jid)
+        if self.record is not None:
+            self.record.append(("end", now, jid))
         self._end[r.row] = now
-        self._area[r.row] = r.area + r.view.size * (now - r.seg)
-
-    def _resize(self, d: ResizeJob, now: float) -> None:
-        r = self._running.get(d.job_id)
-        if r is None:
-            raise PolicyError(f"t={now:g}: {d!r}: job is not running")
-        v = r.view
-        job = v.job
-        if job.kind is not JobKind.MALLEABLE:
-            raise PolicyError(f"t={now:g}: {d!r}: job {job.id} is {job.kind.value}, not malleable")
-        nodes = d.nodes
-        k = len(nodes)
-        if type(nodes) is not tuple or not job.min_procs <= k <= job.max_procs:
-            raise PolicyError(f"t={now:g}: {d!r}: size {k} outside {job.min_procs}..{job.max_procs}")
-        vn = v.nodes
-        m = len(vn)
-        fs = self._free_set
-        if k < m and vn[:k] == nodes:                    # the usual shrink: keep a prefix
-            added, removed = (), vn[k:]
-        elif k > m and nodes[:m] == vn and fs.issuperset(nodes[m:]) and len(set(nodes[m:])) == k - m:
-            added, removed = nodes[m:], ()               # the usual grow: append free nodes
-        else:
-            new = set(nodes)
-            if len(new) != k:
-                raise PolicyError(f"t={now:g}: {d!r}: a node is named twice")
-            old = set(vn)
-            added = [x for x in nodes if x not in old]
-            if not fs.issuperset(added):
-                raise PolicyError(f"t={now:g}: {d!r}: nodes not free: {[x for x in added if x not in fs]}")
-            removed = [x for x in vn if x not in new]
-        # work done so far at the old size (none while a previous reconfiguration is still being paid)
-        run_old = self._runs[r.row] * self.speedup(job, v.size)
-        done = v.progress + (max(0.0, now - v.since) / run_old if run_old > 0 else 1.0)
-        done = min(done, 1.0)
-        cost = float(self.reconfig_cost(job, v.size, k))
-        if cost < 0:
-            raise SimulationError(f"negative reconfiguration cost {cost} for job {job.id}")
-        f = self.speedup(job, k)
-        since = now + cost
-        end = since + (1.0 - done) * self._runs[r.row] * f
-        est_end = since + (1.0 - done) * job.estimate * f
-        if added:
-            self._take_nodes(tuple(added), now, d)
-        if removed:
-            self._free.extend(removed)
-            self._free_set.update(removed)
-        self._unlist(r)
-        r.area += v.size * (now - r.seg)
-        r.seg = now
-        self._seq += 1
-        if self._failures:
-            for x in removed:
-                self._owner.pop(x, None)
-            for x in added:
-                self._owner[x] = job.id
-        view = RunningJob(job, nodes, k, v.start, since, done, est_end, v.resizes + 1,
-                          None if self.mtct is None else self.mtct(job, k))
-        r.view, r.end, r.key = view, end, (est_end, self._seq)
-        j = bisect_left(self._rkeys, r.key)
-        self._rkeys.insert(j, r.key)
-        self._rviews.insert(j, view)
-        heappush(self._heap, (end, _END, self._seq, job.id))
-        self._resizes[r.row] += 1
-        log.debug("t=%g: job %d resized %d -> %d, end %g", now, job.id, v.size, k, end)
-
+        self._area[r.row] = r.area + v.size * (now - r.seg)
 
     # -- failures and interruptions ---------------------------------------------------------------------------
-
-    def _down_view(self) -> tuple[tuple[Hashable, float], ...]:
-        return tuple(sorted(self._down.items(), key=lambda kv: kv[1]))
 
     def _fault(self, prio: int, k: int, now: float) -> None:
         """A node failure (``_FAIL``) or repair (``_REPAIR``) event for ``self._failures[k]``."""
         _, x, downtime = self._failures[k]
+        led = self.ledger
         if prio == _REPAIR:
-            if self._down.get(x) == now:
-                del self._down[x]
-                self._free.append(x)
-                self._free_set.add(x)
+            if led.down.get(x) == now:
+                led.node_up(x)
+                if self.record is not None:
+                    self.record.append(("up", now, x))
                 log.debug("t=%g: node %r repaired", now, x)
             return
         back = now + downtime
-        if x in self._down:                       # already down: the later repair time wins
-            back = max(back, self._down[x])
-        elif x in self._free_set:
-            self._free.remove(x)
-            self._free_set.discard(x)
-        else:
-            jid = self._owner.get(x)
-            if jid is None or jid not in self._running:
-                raise SimulationError(f"node {x!r} is neither free nor held at t={now}")
-            self._down[x] = back                  # not returned to the free list by the interruption
-            self._interrupt(self._running[jid], FAILED_PRIORITY, now)
+        if x in led.down:                         # already down: the later repair time wins
+            back = max(back, led.down[x])
+        if self.record is not None:
+            self.record.append(("down", now, x, back))
+        jid = led.node_down(x, back)
+        if jid is not None:
+            v = led.running[jid]
+            led.requeue(v, FAILED_PRIORITY)
+            self._interrupted(v, now)
             log.debug("t=%g: node %r failed, job %d interrupted", now, x, jid)
-        self._down[x] = back
         self._seq += 1
         heappush(self._heap, (back, _REPAIR, self._seq, k))
 
-    def _interrupt(self, r: _Run, priority: int, now: float) -> None:
-        """Stop running job ``r``, free its nodes (except failed ones) and re-queue it with ``priority``."""
-        v = r.view
-        job = v.job
-        del self._running[job.id]
-        self._unlist(r)
+    def _interrupted(self, v: RunningJob, now: float) -> None:
+        """Engine bookkeeping of a job the ledger stopped and re-queued (its area so far counts as lost)."""
+        r = self._running.pop(v.job.id)
         if self._restarts is None:
             n = len(self.workload)
             self._restarts = array("l", [0]) * n
             self._lost = array("d", [0.0]) * n
+        assert self._lost is not None
         held = r.area + v.size * (now - r.seg)
         self._lost[r.row] += held - self._area[r.row]
         self._area[r.row] = held
         self._restarts[r.row] += 1
-        for x in v.nodes:
-            self._owner.pop(x, None)
-            if x not in self._down:
-                self._free.append(x)
-                self._free_set.add(x)
-        again = Job(job.id, job.submit, job.procs, job.estimate, job.kind, job.min_procs, job.max_procs,
-                    job.serial, job.rho, priority)
-        q = self._queue
-        i = 0
-        while i < len(q) and (q[i].priority > priority or (q[i].priority == priority and q[i].submit <= job.submit)):
-            i += 1
-        q.insert(i, again)
-        self._qrow[job.id] = r.row
-        self._qjob[job.id] = again
+        self._qrow[v.job.id] = r.row
 
 
 def simulate(workload: Workload, policy: Policy | str, **kwargs: object) -> SimResult:
