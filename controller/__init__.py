@@ -38,7 +38,7 @@ _WHERE: dict[str, str] = {
 }
 
 if TYPE_CHECKING:
-    from .daemon import Client, ControllerUnavailable
+    from .daemon import Client, ControllerUnavailable  # noqa: F401
     from .sched import *  # noqa: F403
     from .sim import *  # noqa: F403
 

@@ -1,85 +1,78 @@
-"""The controller's core: jobs, hosts and resize orders, and the scheduling pass over the simulator's policies.
+"""The live controller's core: a state machine over jobs, hosts and resize orders, scheduling with the
+simulator's policies through the simulator's decision path.
 
-The core never touches sockets, processes or the clock: the daemon (:mod:`._daemon`) hands it events with the
-current time (a submission, a job's end, a runtime acknowledgement, a host found empty) and carries out the
-actions it returns (:class:`Launch`, :class:`Stop`, :class:`Kill`). Every change is written to the
-:class:`~._store.Store` in one transaction *before* the actions are returned, so a crash between the two
-loses nothing: the next start re-attaches or replays from the store.
+:meth:`Core.handle` takes one event (:mod:`._events`: a wire request, a process starting or ending, a host
+checked, failing or coming back, a tick, a scheduling pass) and returns actions: persistence first (job and host
+records, size steps, log events), then processes to launch, stop or kill, and the reply to a request. The core
+touches no socket, process, file or clock; the daemon carries the actions out, the persistence ones in one
+transaction before the others, so a crash between the two loses nothing.
 
-Host life cycle: free → held by a job (``owner``) → after the job ends or a shrink gives the host back,
-*draining* (``drain`` = the job whose processes may still be there) until the daemon has checked that no
-process of that job is left on it → free. A host may already be promised to a new job while it drains
-(a shrink to admit a queued job): that job is launched only when all its hosts are clean.
+What a policy sees lives in a :class:`~malleable.controller.sched.Ledger`, the same one the simulator keeps:
+the snapshot carries each job's declared speedup, progress (from the runtime's reports, else the elapsed share
+of its estimate), resizes, estimated end and MTCT, and the hosts that are down; every decision is validated and
+applied there, and a bad one is rejected, logged at ERROR with the policy's name and counted (``controller
+status``) while the daemon keeps serving.
 
-Resize orders: a pass's ``ResizeJob`` becomes an order (seq, target hosts, process count) stored on the job.
-The runtime link fetches it with ``poll`` (an expansion's order only once its new hosts are clean), carries it
-out, and acknowledges with ``committed`` or ``refused``. Invariants: one order per job at a time; a shrink
-releases the job's newest hosts (the runtime frees its newest spawn groups), so the hosts a policy named are
-swapped for those, consistently for the rest of the pass.
+Host life cycle: free -> held by a job (``owner``) -> when the job ends, is interrupted or releases the host,
+*draining* (``drain`` = the job whose processes may still be there) until the daemon has checked that no process
+of that job is left -> free. A host released in a pass may be granted in the same pass; the new job is launched
+once all its hosts are clean. A shrink always releases the job's newest hosts (the runtime frees its newest
+spawn groups), so when a policy names others the core swaps the names for the rest of the pass.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from malleable.controller.sched import _model
+from malleable.controller.sched._ledger import Ledger
 from malleable.controller.sched._model import (
+    FAILED_PRIORITY,
     Job,
     JobKind,
-    QueueView,
-    Remember,
-    Reserve,
-    ResizeJob,
     RunningJob,
     Snapshot,
-    StartJob,
-    Wake,
 )
-from malleable.errors import PolicyError, Refusal, UnknownJob
+from malleable.controller.sched._speedup import declared, parse_speedup
+from malleable.errors import Refusal, UnknownJob
 
-from ._protocol import Committed, Order, Poll, Progress, Refused, Register, Submit
-from ._store import HostRec, JobRec, Store
+from . import _link, _pass
+from . import _protocol as P
+from ._events import (
+    AddEvent,
+    AddStep,
+    DeleteHost,
+    Event,
+    HostClean,
+    HostDown,
+    HostUp,
+    JobExited,
+    JobLaunched,
+    JobState,
+    Kill,
+    Launch,
+    LaunchFailed,
+    Relaunch,
+    Reply,
+    Request,
+    SaveHost,
+    SaveJob,
+    Schedule,
+    Stop,
+    Tick,
+)
+from ._link import mtct_of
+from ._store import HostRec, JobRec
 
-__all__ = ["Core", "CoreConfig", "Kill", "Launch", "Refusal", "Stop", "UnknownJob"]
+__all__ = ["Core", "CoreConfig"]
 
 log = logging.getLogger(__name__)
 
-_Interrupt = getattr(_model, "Interrupt", None)  # added by the malleable policies (issue 8); optional here
-_HAS_MTCT = "mtct" in getattr(RunningJob, "__dataclass_fields__", {})
-
-FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
-
-
-@dataclass(frozen=True, slots=True)
-class Launch:
-    """Start the job's processes on its hosts (``job`` is a copy of the record at that time)."""
-
-    job: JobRec
-
-
-@dataclass(frozen=True, slots=True)
-class Stop:
-    """Stop a running job's processes (cancel, time limit, interruption)."""
-
-    job_id: int
-    pid: int
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Kill:
-    """Kill processes of an ended job still found on a host after the grace period."""
-
-    job_id: int
-    host: str
-
-
-Action = Launch | Stop | Kill
+CONSTRAINTS = ("", "pof2", "even", "odd")
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,51 +96,105 @@ class CoreConfig:
 
 
 class Core:
-    """Jobs, hosts and orders; mutated only through its methods, which persist before returning actions.
+    """Jobs, hosts and orders; mutated only by :meth:`handle`, which returns what the shell must do.
 
     Args:
-        store: the state database (already holding the hosts of earlier runs, or empty).
         nodes: the host pool (node ids are host names), in allocation order.
         policy: ``decide(snapshot, now) -> list[Decision]``, a simulator policy, used unchanged.
         config: settings.
+        hosts, jobs: the records of an earlier run (from the store), re-attached.
+        ended: ids and final states of jobs that already ended (to answer a cancel of one).
+        policy_name: shown in logs and status.
     """
 
-    def __init__(self, store: Store, nodes: Sequence[str], policy: Callable[[Snapshot, float], list],
-                 config: CoreConfig | None = None) -> None:
-        self.store = store
-        self.policy = policy
-        self.config = config or CoreConfig()
-        self.jobs: dict[int, JobRec] = {}
-        self.hosts: dict[str, HostRec] = {}
-        self.memo: Any = None
-        self.reservations: dict[int, Reserve] = {}
-        self.wakes: list[float] = []
-        self.backoff: dict[int, float] = {}
-        self.passes = 0
-        self.policy_errors = 0
-        self.pending_stops: list[Stop] = []
-        self.pool: tuple[str, ...] = tuple(nodes)
-        self._load(list(nodes))
-
-    # -- loading ---------------------------------------------------------------------------------------------
-    def _load(self, nodes: list[str]) -> None:
+    def __init__(self, nodes: Sequence[str], policy: Callable[[Snapshot, float], list], config: CoreConfig | None
+                 = None, *, hosts: Sequence[HostRec] = (), jobs: Sequence[JobRec] = (),
+                 ended: dict[int, str] | None = None, policy_name: str = "") -> None:
         if len(set(nodes)) != len(nodes) or not nodes:
             raise ValueError("the host pool must name distinct hosts")
-        old = {h.name: h for h in self.store.load_hosts()}
-        with self.store.tx():
-            for i, name in enumerate(nodes):
-                h = old.pop(name, None) or HostRec(name, i)
-                h.idx = i
+        self.policy = policy
+        self.policy_name = policy_name or getattr(policy, "__name__", type(policy).__name__)
+        self.config = config or CoreConfig()
+        self.pool: tuple[str, ...] = tuple(nodes)
+        self.jobs: dict[int, JobRec] = {}
+        self.hosts: dict[str, HostRec] = {}
+        self.ended: dict[int, str] = dict(ended or {})
+        self.wakes: list[float] = []
+        self.backoff: dict[int, float] = {}
+        self.reported: dict[int, float] = {}      # job id -> progress fraction last reported by its runtime
+        self.passes = 0
+        self.policy_errors = 0
+        self.last_error = ""
+        self._out: list[Any] = []
+        self.next_id = max([j.id for j in jobs] + list(self.ended) + [0]) + 1
+        self._load(list(nodes), list(hosts), list(jobs))
+
+    # -- the one entry point ---------------------------------------------------------------------------------
+    def handle(self, event: Event) -> list[Any]:
+        """Apply one event; returns the actions to carry out (persistence first, in order, then the others).
+
+        Raises:
+            Refusal: a request the controller will not carry out (nothing changed).
+        """
+        self._out = []
+        _HANDLERS[type(event)](self, event)
+        out, self._out = self._out, []
+        return out
+
+    def take_actions(self) -> list[Any]:
+        """Actions produced outside :meth:`handle` (re-attaching state at construction)."""
+        out, self._out = self._out, []
+        return out
+
+    # -- loading ---------------------------------------------------------------------------------------------
+    def _load(self, nodes: list[str], hosts: list[HostRec], jobs: list[JobRec]) -> None:
+        old = {h.name: h for h in hosts}
+        for i, name in enumerate(nodes):
+            h = old.pop(name, None) or HostRec(name, i)
+            h.idx = i
+            self.hosts[name] = h
+            self.save_host(h)
+        for name, h in old.items():             # left the pool: kept only while a job still uses it
+            if h.owner is None and h.drain is None:
+                self.emit(DeleteHost(name))
+            else:
+                h.idx = len(self.hosts)
                 self.hosts[name] = h
-                self.store.save_host(h)
-            for name, h in old.items():  # left the pool: keep only while a job still uses it
-                if h.owner is None and h.drain is None:
-                    self.store.delete_host(name)
-                else:
-                    h.idx = len(self.hosts)
-                    self.hosts[name] = h
-            for j in self.store.load_jobs():
-                self.jobs[j.id] = j
+        led = self.ledger = Ledger(tuple(self.hosts), speedup=declared, progress=self._progress_of, order="pool")
+        led.track_owner = led.dirty_release = True
+        led.withhold(n for n in self.hosts if n not in self.pool)
+        for j in jobs:
+            self.jobs[j.id] = j
+        for j in sorted(self.jobs.values(), key=lambda j: j.id):
+            if j.state in (JobState.STARTING, JobState.RUNNING) and j.reason != "INTERRUPTED":
+                led.restore(None, self._view(j))
+        for h in self.hosts.values():
+            if h.drain is not None and h.owner is None:
+                led.dirty.add(h.name)
+            if h.down:
+                led.node_down(h.name, math.inf)
+        for j in sorted(self.jobs.values(), key=lambda j: (-j.priority, j.id)):
+            if j.state == JobState.PENDING:
+                led.submit(self.to_job(j))
+
+    def _view(self, j: JobRec) -> RunningJob:
+        start, since, done, end, resizes = (j.view or [j.start, j.since, 0.0, 0.0, 0])
+        nodes = tuple(j.order.target if j.order else j.hosts)
+        end = end or (start or 0.0) + j.time_limit
+        return RunningJob(self.to_job(j), nodes, len(nodes), start, since, done, end, resizes, mtct_of(j.progress))
+
+    def to_job(self, j: JobRec) -> Job:
+        serial, rho = parse_speedup(j.speedup or "linear")
+        kind = JobKind.MALLEABLE if j.malleable else JobKind.RIGID
+        return Job(j.id, j.submit, j.nodes, j.time_limit, kind, j.min_nodes, j.max_nodes, serial, rho,
+                   j.priority, j.constraint)
+
+    def _progress_of(self, v: RunningJob, now: float) -> float:
+        rep = self.reported.get(v.job.id)
+        if rep is not None:
+            return rep
+        full = v.job.estimate * declared(v.job, v.size)
+        return min(1.0, v.progress + (max(0.0, now - v.since) / full if full > 0 else 1.0))
 
     # -- views -----------------------------------------------------------------------------------------------
     @property
@@ -157,49 +204,72 @@ class Core:
 
     def queue(self) -> list[JobRec]:
         """Pending jobs in priority order (priority, then submission)."""
-        return sorted((j for j in self.jobs.values() if j.state == "PENDING"), key=lambda j: (-j.priority, j.id))
-
-    def job(self, job_id: int) -> JobRec:
-        """An active job (pending or running).
-
-        Raises:
-            UnknownJob: no active job has this id.
-        """
-        j = self.jobs.get(job_id)
-        if j is None:
-            raise UnknownJob(f"no active job {job_id}")
-        return j
+        return sorted((j for j in self.jobs.values() if j.state == JobState.PENDING),
+                      key=lambda j: (-j.priority, j.id))
 
     def draining(self) -> list[HostRec]:
-        """Hosts to check (their job ended or released them), oldest first."""
-        return sorted((h for h in self.hosts.values() if h.drain is not None and h.drain_since > 0),
+        """Hosts to check (their job ended or released them), oldest first (down hosts cannot be checked)."""
+        return sorted((h for h in self.hosts.values() if h.drain is not None and h.drain_since > 0 and not h.down),
                       key=lambda h: h.drain_since)
 
-    # -- persistence helpers ---------------------------------------------------------------------------------
-    def _save(self, j: JobRec) -> None:
-        self.store.save_job(j)
-        if j.state in FINAL:
+    def snapshot(self, now: float) -> Snapshot:
+        """The machine as the policy sees it (jobs with an order in flight at their target size)."""
+        _pass.refresh_busy(self, now)
+        return self.ledger.snapshot(now)
+
+    def reservation(self, job_id: int) -> float | None:
+        """The expected start the policy reserved for a queued job, or None."""
+        r = self.ledger.reservations.get(job_id)
+        return r.start if r is not None else None
+
+    def status(self) -> dict[str, Any]:
+        """Counters for ``controller status``."""
+        states: dict[str, int] = {}
+        for j in self.jobs.values():
+            states[str(j.state)] = states.get(str(j.state), 0) + 1
+        return {"hosts": len(self.nodes), "free": sum(self.hosts[n].free for n in self.nodes),
+                "down": sorted(n for n, h in self.hosts.items() if h.down), "jobs": states, "passes": self.passes,
+                "policy_errors": self.policy_errors, "last_policy_error": self.last_error,
+                "decisions": dict(self.ledger.counts)}
+
+    # -- output helpers --------------------------------------------------------------------------------------
+    def emit(self, action: Any) -> None:
+        self._out.append(action)
+
+    def save(self, j: JobRec) -> None:
+        self.emit(SaveJob(j.id, str(j.state), j.to_json()))
+        if JobState(j.state).final:
             self.jobs.pop(j.id, None)
+            self.ended[j.id] = str(j.state)
         else:
             self.jobs[j.id] = j
 
-    def _set_host(self, name: str, **kw: Any) -> None:
+    def save_host(self, h: HostRec) -> None:
+        self.emit(SaveHost(h.name, h.idx, h.owner, h.drain, h.drain_since, h.down))
+
+    def set_host(self, name: str, **kw: Any) -> None:
         h = self.hosts[name]
         for k, v in kw.items():
             setattr(h, k, v)
-        self.store.save_host(h)
+        self.save_host(h)
 
-    def _event(self, job_id: int | None, kind: str, text: str, now: float) -> None:
+    def log_event(self, job_id: int | None, kind: str, text: str, now: float) -> None:
         log.info("job %s %s: %s", job_id if job_id is not None else "-", kind, text)
-        self.store.add_event(job_id, kind, text, now)
+        self.emit(AddEvent(job_id, kind, text, now))
 
-    # -- commands --------------------------------------------------------------------------------------------
-    def submit(self, m: Submit, now: float) -> int:
-        """Queue a job; returns its id.
+    def keep_view(self, j: JobRec) -> None:
+        v = self.ledger.view(j.id)
+        if v is not None:
+            j.view = [v.start, v.since, v.progress, v.end_estimate, v.resizes]
 
-        Raises:
-            Refusal: sizes inconsistent or larger than the pool, or a bad time limit.
-        """
+    # -- requests --------------------------------------------------------------------------------------------
+    def _request(self, e: Request) -> None:
+        fn = _REQUESTS.get(type(e.msg))
+        if fn is None:
+            raise Refusal(f"{getattr(e.msg, 'TYPE', type(e.msg).__name__)} is not a request the core handles")
+        fn(self, e.msg, e.now)
+
+    def _submit(self, m: P.Submit, now: float) -> None:
         n_hosts = len(self.nodes)
         lo, hi, pref = (m.min_nodes, m.max_nodes, m.nodes) if m.malleable else (m.nodes, m.nodes, m.nodes)
         if pref < 1 or lo < 1:
@@ -209,438 +279,221 @@ class Core:
         if lo > n_hosts or (not m.malleable and pref > n_hosts):
             raise Refusal(f"job asks for {lo if m.malleable else pref} node(s) but the controller has only "
                           f"{n_hosts}")
+        speedup = getattr(m, "speedup", "") or "linear"
+        constraint = getattr(m, "constraint", "")
+        try:
+            parse_speedup(speedup)
+        except ValueError as e:
+            raise Refusal(str(e)) from None
+        if constraint not in CONSTRAINTS:
+            raise Refusal(f"unknown node constraint {constraint!r}; known: pof2, even, odd")
         hi = min(hi, n_hosts)
         pref = min(pref, hi)
         limit = m.time_limit or self.config.default_time
-        with self.store.tx():
-            jid = self.store.next_job_id()
-            j = JobRec(jid, m.name or m.cmd[0].rsplit("/", 1)[-1], list(m.cmd), pref, lo, hi, m.malleable, limit,
-                       m.out.replace("%j", str(jid)), m.err.replace("%j", str(jid)), m.cwd, dict(m.env), now,
-                       reason="Priority")
-            self._save(j)
-            self._event(jid, "submit", f"{'malleable' if m.malleable else 'rigid'} {lo}..{hi} pref {pref} nodes, "
-                        f"limit {limit:g} s: {' '.join(m.cmd)[:200]}", now)
-        return jid
+        jid = self.next_id
+        self.next_id += 1
+        j = JobRec(jid, m.name or m.cmd[0].rsplit("/", 1)[-1], list(m.cmd), pref, lo, hi, m.malleable, limit,
+                   m.out.replace("%j", str(jid)), m.err.replace("%j", str(jid)), m.cwd, dict(m.env), now,
+                   reason="Priority", speedup=speedup, constraint=constraint)
+        self.ledger.submit(self.to_job(j))
+        self.save(j)
+        self.log_event(jid, "submit", f"{'malleable' if m.malleable else 'rigid'} {lo}..{hi} pref {pref} nodes, "
+                    f"limit {limit:g} s, speedup {speedup}: {' '.join(m.cmd)[:200]}", now)
+        self.emit(Reply(P.Submitted(jid)))
 
-    def cancel(self, job_id: int, now: float) -> list[Action]:
-        """Cancel a job: a pending one at once, a running one by stopping its processes.
-
-        Raises:
-            UnknownJob: no such job; Refusal: it already ended.
-        """
-        j = self.jobs.get(job_id)
+    def _cancel(self, m: P.Cancel, now: float) -> None:
+        j = self.jobs.get(m.job_id)
         if j is None:
-            old = self.store.load_job(job_id)
-            if old is None:
-                raise UnknownJob(f"no job {job_id}")
-            raise Refusal(f"job {job_id} already ended ({old.state})")
-        with self.store.tx():
-            self._event(job_id, "cancel", "cancel requested", now)
-            if j.state == "PENDING" or (j.state == "STARTING" and not j.launched):
-                self._release_unlaunched(j)
-                self._finish(j, "CANCELLED", None, now, "cancelled before it started")
-                return []
+            if m.job_id in self.ended:
+                raise Refusal(f"job {m.job_id} already ended ({self.ended[m.job_id]})")
+            raise UnknownJob(f"no job {m.job_id}")
+        self.log_event(j.id, "cancel", "cancel requested", now)
+        if j.state == JobState.PENDING or (j.state == JobState.STARTING and not j.launched):
+            self.forget_unlaunched(j)
+            self.finish(j, JobState.CANCELLED, None, now, "cancelled before it started")
+        else:
             j.cancel = True
-            self._save(j)
-        return [Stop(j.id, j.pid, "cancelled")]
+            self.save(j)
+            self.emit(Stop(j.id, j.pid, "cancelled"))
+        self.emit(Reply(P.Ok()))
 
-    def _release_unlaunched(self, j: JobRec) -> None:
-        for name in self._all_hosts(j):
-            h = self.hosts[name]
-            if h.owner == j.id:
-                self._set_host(name, owner=None)
+    def forget_unlaunched(self, j: JobRec) -> None:
+        """Take a job that never ran out of the ledger (queue or granted hosts)."""
+        led = self.ledger
+        if j.id in led.running:
+            led.unstart(j.id)
+        if j.id in led.queued:
+            led.dequeue(j.id)
+        for name in self.all_hosts(j):
+            if self.hosts[name].owner == j.id:
+                self.set_host(name, owner=None)
         j.hosts = []
 
-    def _all_hosts(self, j: JobRec) -> list[str]:
+    def all_hosts(self, j: JobRec) -> list[str]:
         out = list(j.hosts)
-        if j.order and j.order["kind"] == "expand":
-            out += [h for h in j.order["added"] if h not in out]
+        if j.order and j.order.kind == "expand":
+            out += [h for h in j.order.added if h not in out]
         return out
 
-    def _finish(self, j: JobRec, state: str, code: int | None, now: float, reason: str) -> None:
+    def finish(self, j: JobRec, state: JobState, code: int | None, now: float, reason: str) -> None:
         j.state, j.exit_code, j.end, j.reason, j.order = state, code, now, reason, None
-        self.reservations.pop(j.id, None)
+        self.ledger.reservations.pop(j.id, None)
+        self.ledger.busy.pop(j.id, None)
         self.backoff.pop(j.id, None)
-        self._save(j)
-        self._event(j.id, "end", f"{state} ({reason})", now)
+        self.reported.pop(j.id, None)
+        self.save(j)
+        self.log_event(j.id, "end", f"{state} ({reason})", now)
 
-    # -- process events --------------------------------------------------------------------------------------
-    def launched(self, job_id: int, pid: int, ctime: float, now: float) -> None:
-        """The job's shepherd process started."""
-        j = self.job(job_id)
-        with self.store.tx():
-            j.pid, j.pid_ctime = pid, ctime
-            self._save(j)
+    # -- process and host events -----------------------------------------------------------------------------
+    def _launched(self, e: JobLaunched) -> None:
+        j = self.active(e.job_id)
+        j.pid, j.pid_ctime = e.pid, e.ctime
+        self.save(j)
 
-    def launch_failed(self, job_id: int, reason: str, now: float) -> None:
-        """The job could not be started at all (missing program, bad working directory)."""
-        j = self.job(job_id)
-        with self.store.tx():
-            self._drain_all(j, now)
-            self._finish(j, "FAILED", None, now, f"launch failed: {reason}")
+    def _launch_failed(self, e: LaunchFailed) -> None:
+        j = self.active(e.job_id)
+        self.drain_all(j, e.now)
+        self.finish(j, JobState.FAILED, None, e.now, f"launch failed: {e.reason}")
 
-    def relaunch(self, job_id: int, now: float) -> list[Action]:
-        """A launched job left no trace at all (the daemon died between recording and starting it): start it."""
-        j = self.job(job_id)
-        with self.store.tx():
-            j.launched, j.state = False, "STARTING"
-            self._save(j)
-            self._event(j.id, "recover", "never started before the controller stopped; starting it now", now)
-        return self._launchable(now)
+    def _relaunch(self, e: Relaunch) -> None:
+        j = self.active(e.job_id)
+        j.launched, j.state = False, JobState.STARTING
+        self.save(j)
+        self.log_event(j.id, "recover", "never started before the controller stopped; starting it now", e.now)
+        self.launch_ready(e.now)
 
-    def exited(self, job_id: int, code: int | None, now: float, reason: str = "") -> list[Action]:
-        """The job's processes ended (``code`` None: unknown, e.g. lost while the daemon was down)."""
+    def active(self, job_id: int) -> JobRec:
         j = self.jobs.get(job_id)
         if j is None:
-            return []
-        with self.store.tx():
-            self._drain_all(j, now)
-            if j.cancel and j.reason == "TIMEOUT":
-                state, why = "TIMEOUT", "time limit reached"
-            elif j.cancel:
-                state, why = "CANCELLED", "cancelled"
-            elif j.reason == "INTERRUPTED":
-                self._requeue(j, now)
-                return self._launchable(now)
-            elif code == 0:
-                state, why = "COMPLETED", "exit code 0"
-            else:
-                state, why = "FAILED", reason or (f"exit code {code}" if code is not None else "exit code unknown")
-            self._finish(j, state, code, now, why)
-        return self._launchable(now)
-
-    def _drain_all(self, j: JobRec, now: float) -> None:
-        for name, h in self.hosts.items():
-            if h.owner == j.id:
-                self._set_host(name, owner=None, drain=j.id, drain_since=now)
-            elif h.drain == j.id and h.drain_since == 0:
-                self._set_host(name, drain_since=now)
-
-    def _requeue(self, j: JobRec, now: float) -> None:
-        j.state, j.hosts, j.order, j.launched, j.pid, j.registered = "PENDING", [], None, False, 0, False
-        j.cancel, j.reason, j.start, j.since = False, "Requeued", 0.0, 0.0
-        self._save(j)
-        self._event(j.id, "requeue", f"interrupted; back in the queue with priority {j.priority}", now)
-
-    def host_clean(self, name: str, now: float) -> list[Action]:
-        """The daemon found no process of the draining job on host ``name``."""
-        h = self.hosts.get(name)
-        if h is None or h.drain is None:
-            return []
-        with self.store.tx():
-            job = h.drain
-            if name not in self.pool:
-                self.store.delete_host(name)
-                del self.hosts[name]
-            else:
-                self._set_host(name, drain=None, drain_since=0.0)
-            self._event(job, "host-free", f"{name}: no process of job {job} left; host reusable", now)
-        return self._launchable(now)
-
-    def _clean(self, names: Sequence[str]) -> bool:
-        return all(self.hosts[n].drain is None for n in names)
-
-    def _launchable(self, now: float) -> list[Action]:
-        out: list[Action] = []
-        for j in list(self.jobs.values()):
-            if j.state == "STARTING" and not j.launched and self._clean(j.hosts):
-                j.launched, j.state, j.start, j.since, j.reason = True, "RUNNING", now, now, ""
-                self._save(j)
-                self.store.add_step(j.id, now, "start", list(j.hosts))
-                self._event(j.id, "start", f"on {','.join(j.hosts)}", now)
-                out.append(Launch(dataclasses.replace(j, hosts=list(j.hosts), env=dict(j.env))))
-        return out
-
-    def tick(self, now: float) -> list[Action]:
-        """Time limits, unacknowledged orders, processes left behind on hosts of ended jobs."""
-        out: list[Action] = []
-        with self.store.tx():
-            for j in list(self.jobs.values()):
-                if j.state == "RUNNING" and not j.cancel and now > j.start + j.time_limit:
-                    j.cancel, j.reason = True, "TIMEOUT"
-                    self._save(j)
-                    self._event(j.id, "timeout", f"time limit of {j.time_limit:g} s reached", now)
-                    out.append(Stop(j.id, j.pid, "time limit"))
-                o = j.order
-                if o and o.get("sent") and not j.unresponsive and now - o["sent"] > self.config.ack_timeout:
-                    j.unresponsive = True
-                    self._save(j)
-                    self._event(j.id, "unresponsive", f"order {o['seq']} ({o['kind']} to {o['procs']}) not "
-                                f"acknowledged within {self.config.ack_timeout:g} s; its hosts stay reserved", now)
-        for h in self.draining():
-            if h.drain not in self.jobs and now - h.drain_since > self.config.drain_grace:
-                out.append(Kill(h.drain, h.name))  # type: ignore[arg-type]
-        return out
-
-    # -- the runtime link ------------------------------------------------------------------------------------
-    def _linked(self, job_id: int) -> JobRec:
-        j = self.jobs.get(job_id)
-        if j is None or j.state != "RUNNING" or not j.malleable:
-            raise UnknownJob(f"no running malleable job {job_id}")
+            raise UnknownJob(f"no active job {job_id}")
         return j
 
-    def register(self, m: Register, now: float) -> None:
-        """Rank 0 of a malleable job is up."""
-        j = self._linked(m.job_id)
-        with self.store.tx():
-            j.registered, j.link_pid = True, m.pid
-            self._save(j)
-            self._event(j.id, "register", f"rank 0 pid {m.pid} on {m.host}, {m.size} processes on "
-                        f"{','.join(sorted(set(m.hosts)))}", now)
-
-    def poll(self, m: Poll, now: float) -> Order | None:
-        """The job's deliverable order, if any (an expansion's only once its new hosts are clean)."""
-        j = self._linked(m.job_id)
-        if not j.registered:
-            with self.store.tx():
-                j.registered = True
-                self._save(j)
-        o = j.order
-        if not o:
-            return None
-        if o["kind"] == "expand" and not self._clean(o["added"]):
-            return None
-        if not o.get("sent"):
-            with self.store.tx():
-                o["sent"] = now
-                self._save(j)
-        return Order(o["seq"], o["procs"], list(o["hosts"]))
-
-    def committed(self, m: Committed, now: float) -> list[Action]:
-        """The job carried out an order.
-
-        Raises:
-            Refusal: not the job's current order (a duplicate of an acknowledged order is accepted silently).
-        """
-        j = self._linked(m.job_id)
-        o = j.order
-        if o is None or o["seq"] != m.seq:
-            if m.seq <= j.seq and (o is None or m.seq < o["seq"]):
-                return []   # a retransmission of an acknowledged order
-            raise Refusal(f"job {j.id} has no order {m.seq}")
-        with self.store.tx():
-            j.hosts = list(o["target"])
-            j.order, j.unresponsive, j.since = None, False, now
-            self._save(j)
-            if o["kind"] == "shrink":
-                for name in o["removed"]:
-                    if self.hosts[name].drain == j.id:
-                        self._set_host(name, drain_since=now)
-            self.store.add_step(j.id, now, o["kind"], list(j.hosts), o["decided"], m.seconds)
-            unfreed = sorted(set(o.get("removed", ())) - set(m.freed))
-            note = f"; runtime did not report {','.join(unfreed)} freed" if unfreed else ""
-            self._event(j.id, o["kind"], f"{m.old_size} -> {m.new_size} processes on {len(j.hosts)} hosts in "
-                        f"{m.seconds:.3f} s (decided {now - o['decided']:.3f} s ago){note}", now)
-        return self._launchable(now)
-
-    def refused(self, m: Refused, now: float) -> list[Action]:
-        """The job could not carry out its order: undo it (hosts promised to others go back)."""
-        j = self._linked(m.job_id)
-        o = j.order
-        if o is None or o["seq"] != m.seq:
-            raise Refusal(f"job {j.id} has no order {m.seq}")
-        with self.store.tx():
-            if o["kind"] == "expand":
-                for name in o["added"]:  # a failed spawn may have left something behind: check before reuse
-                    self._set_host(name, owner=None, drain=j.id, drain_since=now)
-            else:
-                for name in o["removed"]:
-                    other = self.hosts[name].owner
-                    if other is not None and other != j.id:
-                        self._unstart(self.jobs[other], now)
-                    self._set_host(name, owner=j.id, drain=None, drain_since=0.0)
-            j.order, j.unresponsive = None, False
-            self._save(j)
-            self.backoff[j.id] = now + self.config.refuse_backoff
-            self._event(j.id, "refused", f"order {m.seq} ({o['kind']} to {o['procs']}): {m.reason[:300]}", now)
-        return self._launchable(now)
-
-    def _unstart(self, j: JobRec, now: float) -> None:
-        """Put a job that was waiting for hosts back in the queue (its hosts are not coming)."""
-        for name in j.hosts:
-            if self.hosts[name].owner == j.id:
-                self._set_host(name, owner=None)
-        j.state, j.hosts, j.reason = "PENDING", [], "Resources"
-        self._save(j)
-        self._event(j.id, "unstart", "a host it was waiting for stays with its job; back in the queue", now)
-
-    def progress(self, m: Progress, now: float) -> None:
-        """Keep the job's last per-phase data (shown by ``info``; MTCT goes to the policy)."""
-        j = self._linked(m.job_id)
-        text = json.dumps(m.data)
-        if len(text) > 4096:
-            raise Refusal("progress data larger than 4096 bytes")
-        with self.store.tx():
-            j.progress[m.phase[:64]] = m.data
-            self._save(j)
-
-    # -- the scheduling pass ---------------------------------------------------------------------------------
-    def snapshot(self, now: float) -> Snapshot:
-        """The machine as the policy sees it: target sizes of jobs with an order in flight."""
-        free = tuple(n for n in self.nodes if self.hosts[n].free)
-        running = []
-        for j in self.jobs.values():
-            if j.state not in ("STARTING", "RUNNING"):
-                continue
-            nodes = tuple(j.order["target"]) if j.order else tuple(j.hosts)
-            start = j.start or now
-            kw = {}
-            if _HAS_MTCT:
-                kw["mtct"] = _mtct(j.progress)
-            running.append(RunningJob(self._job(j), nodes, len(nodes), start, j.since or start, 0.0,
-                                      start + j.time_limit, 0, **kw))
-        running.sort(key=lambda r: (r.end_estimate, r.start, r.id))
-        queue = [self._job(j) for j in self.queue()]
-        return Snapshot(now, self.nodes, free, tuple(running), QueueView(queue), True, len(queue),
-                        dict(self.reservations), self.memo)
-
-    def _job(self, j: JobRec) -> Job:
-        kind = JobKind.MALLEABLE if j.malleable else JobKind.RIGID
-        kw = {"priority": j.priority} if "priority" in Job.__dataclass_fields__ else {}
-        return Job(j.id, j.submit, j.nodes, j.time_limit, kind, j.min_nodes, j.max_nodes, 0.0, **kw)
-
-    def schedule(self, now: float) -> list[Action]:
-        """One scheduling pass: call the policy on a snapshot and carry out its decisions, shrinks first.
-
-        A decision that breaks an invariant (or cannot be carried out now, such as a second resize of a job
-        whose order is in flight) is logged and skipped; the rest of the pass goes on.
-        """
-        self.passes += 1
-        snap = self.snapshot(now)
-        decisions = list(self.policy(snap, now))
-        sizes = {r.id: r.size for r in snap.running}
-        shrinks = [d for d in decisions if type(d) is ResizeJob and len(d.nodes) < sizes.get(d.job_id, 0)]
-        rest = [d for d in decisions if not any(d is s for s in shrinks)]
-        self.wakes = [w for w in self.wakes if w > now]
-        rename: dict[str, str] = {}
-        released: set[str] = set()
-        with self.store.tx():
-            for d in shrinks + rest:
-                try:
-                    self._apply(d, now, rename, released)
-                except PolicyError as e:
-                    self.policy_errors += 1
-                    log.debug("pass at %.3f: decision skipped: %s", now, e)
-            return self._launchable(now) + self.take_stops()
-
-    def _apply(self, d: Any, now: float, rename: dict[str, str], released: set[str]) -> None:
-        t = type(d)
-        if t is StartJob:
-            self._start(d, now, rename, released)
-        elif t is ResizeJob:
-            self._resize(d, now, rename, released)
-        elif t is Reserve:
-            self.reservations[d.job_id] = d
-        elif t is Remember:
-            self.memo = d.value
-        elif t is Wake:
-            if d.at > now:
-                self.wakes.append(float(d.at))
-        elif _Interrupt is not None and t is _Interrupt:
-            self._interrupt(d, now)
-        else:
-            raise PolicyError(f"not a decision: {d!r}")
-
-    def _take(self, d: Any, nodes: Sequence[str], rename: dict[str, str], released: set[str]) -> list[str]:
-        """Rename and check nodes a decision takes: distinct, in the pool, free or released in this pass."""
-        out = [rename.get(n, n) for n in nodes]
-        if len(set(out)) != len(out):
-            raise PolicyError(f"{d!r}: a node is named twice")
-        for n in out:
-            h = self.hosts.get(n) if isinstance(n, str) else None
-            if h is None:
-                raise PolicyError(f"{d!r}: unknown node {n!r}")
-            if not (h.free or (n in released and h.owner is None)):
-                raise PolicyError(f"{d!r}: node {n} is not free")
-        return out
-
-    def _start(self, d: StartJob, now: float, rename: dict[str, str], released: set[str]) -> None:
-        j = self.jobs.get(d.job_id)
-        if j is None or j.state != "PENDING":
-            raise PolicyError(f"{d!r}: job is not queued")
-        if not isinstance(d.nodes, tuple) or not j.min_nodes <= len(d.nodes) <= j.max_nodes:
-            raise PolicyError(f"{d!r}: size outside {j.min_nodes}..{j.max_nodes}")
-        nodes = self._take(d, d.nodes, rename, released)
-        for n in nodes:
-            self._set_host(n, owner=j.id)
-        j.state, j.hosts, j.launched, j.reason = "STARTING", nodes, False, ""
-        self.reservations.pop(j.id, None)
-        self._save(j)
-
-    def _resize(self, d: ResizeJob, now: float, rename: dict[str, str], released: set[str]) -> None:
-        j = self.jobs.get(d.job_id)
-        if j is None or j.state != "RUNNING":
-            raise PolicyError(f"{d!r}: job is not running")
-        if not j.malleable:
-            raise PolicyError(f"{d!r}: job {j.id} is rigid")
-        if j.order or not j.registered or j.cancel or self.backoff.get(j.id, 0) > now:
-            raise PolicyError(f"{d!r}: job {j.id} cannot take an order now (one in flight, not registered yet, "
-                              "stopping, or backing off after a refusal)")
-        k = len(d.nodes)
-        if not isinstance(d.nodes, tuple) or not j.min_nodes <= k <= j.max_nodes:
-            raise PolicyError(f"{d!r}: size outside {j.min_nodes}..{j.max_nodes}")
-        cur = list(j.hosts)
-        slots = self.config.slots
-        if k < len(cur):
-            named = [rename.get(n, n) for n in d.nodes]
-            if len(set(named)) != k or not set(named) <= set(cur):
-                raise PolicyError(f"{d!r}: a shrink must keep a subset of the job's nodes (no mixed resize)")
-            keep, gone = cur[:k], cur[k:]
-            wanted_gone = sorted(set(cur) - set(named), key=cur.index)
-            swap_from = [n for n in wanted_gone if n not in gone]
-            swap_to = [n for n in gone if n not in wanted_gone]
-            rename.update(zip(swap_from, swap_to, strict=True))
-            for n in gone:
-                self._set_host(n, owner=None, drain=j.id, drain_since=0.0)
-                released.add(n)
-            order = {"kind": "shrink", "target": keep, "removed": gone, "added": [], "hosts": []}
-        elif k > len(cur):
-            if set(cur) - {rename.get(n, n) for n in d.nodes}:
-                raise PolicyError(f"{d!r}: an expansion must keep all the job's nodes (no mixed resize)")
-            added = self._take(d, [n for n in d.nodes if rename.get(n, n) not in cur], rename, released)
-            for n in added:
-                self._set_host(n, owner=j.id)
-            order = {"kind": "expand", "target": cur + added, "removed": [], "added": added, "hosts": added}
-        else:
-            raise PolicyError(f"{d!r}: same size; moving a job between nodes is not supported")
-        j.seq += 1
-        order.update(seq=j.seq, procs=k * slots, decided=now, sent=0.0)
-        j.order = order
-        self._save(j)
-        self._event(j.id, "order", f"order {j.seq}: {order['kind']} {len(cur)} -> {k} nodes "
-                    f"({'+' + ','.join(order['added']) if order['added'] else '-' + ','.join(order['removed'])})",
-                    now)
-
-    def _interrupt(self, d: Any, now: float) -> None:
-        j = self.jobs.get(d.job_id)
-        if j is None or j.state not in ("STARTING", "RUNNING"):
-            raise PolicyError(f"{d!r}: job is not running")
-        j.priority = max(j.priority, int(getattr(d, "priority", 1)))
-        if not j.launched:
-            self._release_unlaunched(j)
-            self._requeue(j, now)
+    def _exited(self, e: JobExited) -> None:
+        j = self.jobs.get(e.job_id)
+        if j is None:
             return
-        j.cancel, j.reason = False, "INTERRUPTED"
-        self._save(j)
-        self._event(j.id, "interrupt", "interrupted by the policy; stopping it", now)
-        self.pending_stops.append(Stop(j.id, j.pid, "interrupted"))
+        now = e.now
+        self.drain_all(j, now)
+        if j.cancel and j.reason == "TIMEOUT":
+            self.finish(j, JobState.TIMEOUT, e.code, now, "time limit reached")
+        elif j.cancel:
+            self.finish(j, JobState.CANCELLED, e.code, now, "cancelled")
+        elif j.reason == "INTERRUPTED":
+            self.requeue(j, now)
+        elif e.code == 0:
+            self.finish(j, JobState.COMPLETED, e.code, now, "exit code 0")
+        else:
+            why = e.reason or (f"exit code {e.code}" if e.code is not None else "exit code unknown")
+            self.finish(j, JobState.FAILED, e.code, now, why)
+        self.launch_ready(now)
 
-    def take_stops(self) -> list[Stop]:
-        """Stops decided inside a pass (interruptions), handed to the daemon once."""
-        out, self.pending_stops = self.pending_stops, []
-        return out
+    def drain_all(self, j: JobRec, now: float) -> None:
+        if j.id in self.ledger.running:
+            self.ledger.finish(j.id)
+        for name, h in self.hosts.items():
+            if h.owner == j.id:
+                self.set_host(name, owner=None, drain=j.id, drain_since=now)
+            elif h.drain == j.id and h.drain_since == 0:
+                self.set_host(name, drain_since=now)
 
-    # -- read-only views for the command line ----------------------------------------------------------------
-    def status(self) -> dict[str, Any]:
-        """Counters for ``controller status``."""
-        states: dict[str, int] = {}
-        for j in self.jobs.values():
-            states[j.state] = states.get(j.state, 0) + 1
-        return {"hosts": len(self.nodes), "free": sum(self.hosts[n].free for n in self.nodes),
-                "jobs": states, "passes": self.passes, "policy_errors": self.policy_errors}
+    def requeue(self, j: JobRec, now: float) -> None:
+        j.state, j.hosts, j.order, j.launched, j.pid, j.registered = JobState.PENDING, [], None, False, 0, False
+        j.cancel, j.reason, j.start, j.since, j.view = False, "Requeued", 0.0, 0.0, None
+        self.reported.pop(j.id, None)
+        if j.id not in self.ledger.queued:
+            self.ledger.enqueue(self.to_job(j))
+        self.save(j)
+        self.log_event(j.id, "requeue", f"interrupted; back in the queue with priority {j.priority}", now)
 
+    def _host_clean(self, e: HostClean) -> None:
+        h = self.hosts.get(e.host)
+        if h is None or h.drain is None:
+            return
+        job = h.drain
+        if e.host not in self.pool:
+            self.emit(DeleteHost(e.host))
+            del self.hosts[e.host]
+        else:
+            self.set_host(e.host, drain=None, drain_since=0.0)
+            self.ledger.clean(e.host)
+        self.log_event(job, "host-free", f"{e.host}: no process of job {job} left; host reusable", e.now)
+        self.launch_ready(e.now)
 
-def _mtct(progress: dict[str, Any]) -> float | None:
-    vals = [v.get("mtct") for v in progress.values() if isinstance(v, dict)]
-    vals = [float(v) for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    return vals[-1] if vals else None
+    def _host_down(self, e: HostDown) -> None:
+        h = self.hosts.get(e.host)
+        if h is None or h.down:
+            return
+        self.set_host(e.host, down=e.reason[:200] or "down")
+        self.log_event(h.owner, "host-down", f"{e.host}: {e.reason[:200]}", e.now)
+        jid = self.ledger.node_down(e.host, math.inf)
+        if jid is not None and jid in self.jobs:
+            v = self.ledger.view(jid)
+            assert v is not None
+            self.ledger.requeue(v, FAILED_PRIORITY)
+            _pass.interrupted(self, self.jobs[jid], FAILED_PRIORITY, e.now, f"host {e.host} is down")
+
+    def _host_up(self, e: HostUp) -> None:
+        h = self.hosts.get(e.host)
+        if h is None or not h.down:
+            return
+        self.set_host(e.host, down="")
+        self.ledger.node_up(e.host)
+        if h.drain is not None:
+            self.ledger.dirty.add(e.host)
+        self.log_event(None, "host-up", f"{e.host} answers again", e.now)
+        self.launch_ready(e.now)
+
+    def _tick(self, e: Tick) -> None:
+        now = e.now
+        for j in list(self.jobs.values()):
+            if j.state == JobState.RUNNING and not j.cancel and now > j.start + j.time_limit:
+                j.cancel, j.reason = True, "TIMEOUT"
+                self.save(j)
+                self.log_event(j.id, "timeout", f"time limit of {j.time_limit:g} s reached", now)
+                self.emit(Stop(j.id, j.pid, "time limit"))
+            o = j.order
+            if o and o.sent and not j.unresponsive and now - o.sent > self.config.ack_timeout:
+                j.unresponsive = True
+                self.save(j)
+                self.log_event(j.id, "unresponsive", f"order {o.seq} ({o.kind} to {o.procs}) not acknowledged "
+                            f"within {self.config.ack_timeout:g} s; its hosts stay reserved", now)
+        for h in self.draining():
+            if h.drain not in self.jobs and now - h.drain_since > self.config.drain_grace:
+                self.emit(Kill(h.drain, h.name))  # type: ignore[arg-type]
+
+    def hosts_clean(self, names: Sequence[str]) -> bool:
+        return all(self.hosts[n].drain is None and not self.hosts[n].down for n in names)
+
+    def launch_ready(self, now: float) -> None:
+        for j in list(self.jobs.values()):
+            if j.state == JobState.STARTING and not j.launched and self.hosts_clean(j.hosts):
+                j.launched, j.state, j.start, j.since, j.reason = True, JobState.RUNNING, now, now, ""
+                self.save(j)
+                self.emit(AddStep(j.id, now, "start", tuple(j.hosts)))
+                self.log_event(j.id, "start", f"on {','.join(j.hosts)}", now)
+                self.emit(Launch(dataclasses.replace(j, hosts=list(j.hosts))))
+
+_HANDLERS: dict[type, Callable[[Core, Any], None]] = {
+    Request: Core._request,
+    JobLaunched: Core._launched,
+    LaunchFailed: Core._launch_failed,
+    Relaunch: Core._relaunch,
+    JobExited: Core._exited,
+    HostClean: Core._host_clean,
+    HostDown: Core._host_down,
+    HostUp: Core._host_up,
+    Tick: Core._tick,
+    Schedule: _pass.schedule,
+}
+"""One handler per event type."""
+
+_REQUESTS: dict[type, Callable[[Core, Any, float], None]] = {
+    P.Submit: Core._submit,
+    P.Cancel: Core._cancel,
+    P.Register: _link.register,
+    P.Poll: _link.poll,
+    P.Committed: _link.committed,
+    P.Refused: _link.refused,
+    P.Progress: _link.progress,
+}
+"""One handler per state-changing wire request (read-only ones are answered by the daemon from the views)."""

@@ -3,7 +3,9 @@ snapshot the policies see, and the validation and application of the policies' d
 
 A :class:`Ledger` holds what a policy may know: the node ids and which are free (in allocation order), the queue
 in priority order, the running jobs' views (sorted by estimated end), reservations, the policy's memo and the
-down nodes. :meth:`Ledger.apply` checks every decision against that state (job queued or running, size within
+down nodes. :meth:`Ledger.apply` applies a pass's shrinks first (so the nodes a policy frees are free for its
+starts and expansions, whatever order it lists them in), then the rest in order; it checks every decision
+against that state (job queued or running, size within
 the job's bounds, nodes free or owned, a resize of a malleable job only, reservations of queued jobs in the
 future within the job's bounds, wake-ups in the future) and applies it, so a later decision of the same pass
 sees the earlier ones. It returns the effects (what was started, resized, interrupted) for the caller to act on:
@@ -20,15 +22,19 @@ What the two callers differ in is kept outside the checks:
 - *clean hosts* (live only): nodes that a job released stay *dirty* until the controller has checked that no
   process is left on them; dirty nodes are not shown as free, but nodes released by a decision may be taken by a
   later decision of the same pass (the new job then waits for the check);
-- *busy jobs* (live only): a job with a resize order in flight (or not yet registered) cannot be resized.
+- *busy jobs* (live only): a job with a resize order in flight (or not yet registered) cannot be resized; such
+  a decision is *deferred* (a later pass may repeat it), not counted as a bad one;
+- *allocation order*: ``order="release"`` (the simulator's default) hands free nodes out in the order they were
+  freed; ``order="pool"`` (the live controller, and the simulator when asked) keeps the free list in the
+  machine's node order, lowest first, as a resource manager hands out hosts.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Sequence
 from types import MappingProxyType
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 from malleable.errors import PolicyError
 
@@ -48,7 +54,7 @@ from ._model import (
 )
 from ._speedup import MtctModel, ReconfigCost, SpeedupModel, amdahl, no_reconfig_cost
 
-__all__ = ["Effect", "Ledger", "Progress", "Rejected", "elapsed_progress"]
+__all__ = ["Applied", "Effect", "Ledger", "Progress", "Rejected", "elapsed_progress"]
 
 Progress: TypeAlias = Callable[[RunningJob, float], float]
 """``progress(view, now)``: the fraction of the job's work done at ``now`` (in [0, 1])."""
@@ -86,14 +92,19 @@ class Ledger:
         mtct: ``mtct(job, size)`` shown in the views (simulated MTCT), or None (views carry what
             :meth:`annotate` sets).
         progress: fraction of work done at a resize (default: elapsed share of the estimate).
+        order: ``"release"`` or ``"pool"`` (module docstring).
     """
 
     def __init__(self, nodes: Sequence[NodeId], *, speedup: SpeedupModel = amdahl,
                  reconfig_cost: ReconfigCost = no_reconfig_cost, mtct: MtctModel | None = None,
-                 progress: Progress | None = None) -> None:
+                 progress: Progress | None = None, order: str = "release") -> None:
         self.nodes: tuple[NodeId, ...] = tuple(nodes)
         if len(set(self.nodes)) != len(self.nodes):
             raise ValueError("node ids must be distinct")
+        if order not in ("release", "pool"):
+            raise ValueError(f"order must be 'release' or 'pool', got {order!r}")
+        self._rank: dict[NodeId, int] | None = (
+            {x: i for i, x in enumerate(self.nodes)} if order == "pool" else None)
         self.speedup = speedup
         self.reconfig_cost = reconfig_cost
         self.mtct = mtct
@@ -149,11 +160,16 @@ class Ledger:
         q.insert(i, job)
 
     def dequeue(self, job_id: int) -> Job:
-        """Remove a queued job (cancelled before it started) and return it."""
+        """Remove a queued job (cancelled before it started, or held back until its old processes are gone)."""
         job = self.queued.pop(job_id)
         self.queue.remove(job)
         self.reservations.pop(job_id, None)
         return job
+
+    def enqueue(self, job: Job) -> None:
+        """Put a job back in the queue at its place by ``(-priority, submission)``."""
+        self.queued[job.id] = job
+        self._insert(job)
 
     # -- views ----------------------------------------------------------------------------------------------
     def snapshot(self, now: float, changed: bool = True, arrived: int = -1) -> Snapshot:
@@ -180,7 +196,7 @@ class Ledger:
 
     # -- the decision path ----------------------------------------------------------------------------------
     def apply(self, decisions: Iterable[Any], now: float, strict: bool = True,
-              sink: Callable[[Effect], None] | None = None) -> tuple[list[Effect], list[Rejected]]:
+              sink: Callable[[Effect], None] | None = None) -> Applied:
         """Validate and apply one pass's decisions in order.
 
         Args:
@@ -191,16 +207,22 @@ class Ledger:
                 checked), for callers whose own state must follow the ledger's within the pass.
 
         Returns:
-            The effects of the applied decisions and the rejected decisions with their reasons.
+            The effects of the applied decisions, the rejected decisions with their reasons, and the deferred
+            ones (a resize of a job that cannot take one now: live only).
 
         Raises:
             PolicyError: a bad decision, in strict mode (the message names the pass time and the decision).
         """
         effects: list[Effect] = []
         rejected: list[Rejected] = []
+        deferred: list[Rejected] = []
         released: set[NodeId] = set()
         n_eff = 0
         counts = self.counts
+        if not isinstance(decisions, list):
+            decisions = list(decisions)
+        if len(decisions) > 1:
+            decisions = self._shrinks_first(decisions)
         for d in decisions:
             t = type(d)
             fn = _DISPATCH.get(t, _not_a_decision)
@@ -210,13 +232,24 @@ class Ledger:
                 if sink is not None and len(effects) > n_eff:
                     sink(effects[-1])
                     n_eff = len(effects)
+            except _Busy as e:
+                deferred.append((d, str(e)))
             except _Bad as e:
                 if strict:
                     raise PolicyError(f"t={now:g}: {d!r}: {e}") from None
                 rejected.append((d, str(e)))
         if released and self.dirty_release:
             self._stale()
-        return effects, rejected
+        return Applied(effects, rejected, deferred)
+
+    def _shrinks_first(self, decisions: list[Any]) -> list[Any]:
+        running = self.running
+        shrinks = [d for d in decisions if type(d) is ResizeJob and d.job_id in running
+                   and len(d.nodes) < running[d.job_id].size]
+        if not shrinks or decisions[:len(shrinks)] == shrinks:
+            return decisions
+        ids = {id(d) for d in shrinks}
+        return shrinks + [d for d in decisions if id(d) not in ids]
 
     def _take(self, nodes: tuple, released: set[NodeId]) -> None:
         """Remove ``nodes`` from the free list (they must be free, distinct, and clean unless released now)."""
@@ -243,9 +276,10 @@ class Ledger:
             for x in nodes:
                 self.owner[x] = jid
 
-    def _give_back(self, nodes: Iterable[NodeId], released: set[NodeId] | None) -> None:
-        """Nodes a job no longer holds become free (dirty in the live controller until checked)."""
-        if not (self.down or self.track_owner or self.dirty_release):
+    def _give_back(self, nodes: Iterable[NodeId], released: set[NodeId] | None, dirty: bool = True) -> None:
+        """Nodes a job no longer holds become free (dirty in the live controller until checked, unless the job
+        never ran on them: ``dirty`` False)."""
+        if not (self.down or self.track_owner or self.dirty_release or self._rank):
             self.free.extend(nodes)
             self.free_set.update(nodes)
             return
@@ -255,12 +289,11 @@ class Ledger:
                 self.owner.pop(x, None)
             if x in down:
                 continue
-            self.free.append(x)
-            self.free_set.add(x)
-            if self.dirty_release:
+            self._free_one(x)
+            if self.dirty_release and dirty:
                 self.dirty.add(x)
-                if released is not None:
-                    released.add(x)
+            if released is not None:
+                released.add(x)
 
     def _start(self, d: StartJob, now: float, effects: list[Effect], released: set[NodeId]) -> None:
         job = self.queued.get(d.job_id)
@@ -297,7 +330,7 @@ class Ledger:
             raise _Bad(f"job {job.id} is {job.kind.value}, not malleable")
         why = self.busy.get(job.id) if self.busy else None
         if why:
-            raise _Bad(f"job {job.id} cannot be resized now: {why}")
+            raise _Busy(f"job {job.id} cannot be resized now: {why}")
         nodes = d.nodes
         k = len(nodes)
         if type(nodes) is not tuple or not job.min_procs <= k <= job.max_procs:
@@ -448,11 +481,53 @@ class Ledger:
     def node_up(self, x: NodeId) -> None:
         """Node ``x`` is back: free again."""
         if self.down.pop(x, None) is not None:
-            self.free.append(x)
-            self.free_set.add(x)
+            self._free_one(x)
             self._stale()
 
+    def _free_one(self, x: NodeId) -> None:
+        if self._rank is None:
+            self.free.append(x)
+        else:
+            insort(self.free, x, key=self._rank.__getitem__)
+        self.free_set.add(x)
+
     # -- live-only state ------------------------------------------------------------------------------------
+    def revert(self, job_id: int, prev: RunningJob) -> None:
+        """Undo a resize that could not be carried out: the job's view goes back to ``prev``. Nodes it had
+        gained are given back (dirty: a failed spawn may have left something); nodes it had released must be
+        free (the caller first un-starts a job that took them) and are its own again."""
+        cur = self.running[job_id]
+        now_has, had = set(cur.nodes), set(prev.nodes)
+        back = [x for x in prev.nodes if x not in now_has]
+        if not self.free_set.issuperset(back):
+            raise PolicyError(f"job {job_id}: cannot take back nodes held by others: "
+                              f"{[x for x in back if x not in self.free_set]}")
+        self._owner_for = job_id
+        self.withhold(back)
+        for x in back:
+            self.dirty.discard(x)
+            if self.track_owner:
+                self.owner[x] = job_id
+        self._give_back([x for x in cur.nodes if x not in had], None)
+        self._unlist(cur)
+        self._list(prev)
+
+    def unstart(self, job_id: int) -> Job:
+        """Put a job that was granted nodes but never ran back in the queue; its nodes are free again."""
+        v = self.running[job_id]
+        self._unlist(v)
+        self._give_back(v.nodes, None, dirty=False)
+        self.enqueue(v.job)
+        return v.job
+
+    def withhold(self, nodes: Iterable[NodeId]) -> None:
+        """Take free nodes out of the free list without giving them to a running job."""
+        for x in nodes:
+            if x in self.free_set:
+                self.free.remove(x)
+                self.free_set.discard(x)
+        self._stale()
+
     def clean(self, x: NodeId) -> None:
         """Node ``x`` was checked: nothing of its previous job is left; it is free for every policy."""
         if x in self.dirty:
@@ -478,6 +553,18 @@ class Ledger:
 
 class _Bad(Exception):
     """A decision that breaks an invariant (internal: turned into PolicyError or a rejection)."""
+
+
+class _Busy(_Bad):
+    """A resize of a job that cannot take one now (live only: deferred, not rejected)."""
+
+
+class Applied(NamedTuple):
+    """What :meth:`Ledger.apply` did with one pass's decisions."""
+
+    effects: list[Effect]
+    rejected: list[Rejected]
+    deferred: list[Rejected]
 
 
 def _not_a_decision(self: Ledger, d: Any, *_: Any) -> None:

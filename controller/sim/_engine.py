@@ -117,6 +117,8 @@ class Simulator:
         progress: called with the number of submitted jobs every 8192 submissions.
         failures: ``(time, node id, downtime)`` node failures to inject (module docstring).
         mtct: ``mtct(job, size)``, the MTCT a running job reports (``RunningJob.mtct``); default none.
+        order: how free nodes are handed out: ``"release"`` (in the order they were freed) or ``"pool"`` (node
+            order, lowest first, as the live controller does); start and end times do not depend on it.
         record: a list that receives what happened, in order, for replaying the run elsewhere (the live core's
             equivalence test): ``("submit", t, job)``, ``("end", t, job id)``, ``("down", t, node, until)``,
             ``("up", t, node)``, ``("pass", t, decisions, effects)``.
@@ -127,7 +129,8 @@ class Simulator:
                  node_ids: Sequence[Hashable] | None = None, hints: bool = True,
                  progress: Callable[[int], None] | None = None,
                  failures: Sequence[tuple[float, Hashable, float]] = (),
-                 mtct: MtctModel | None = None, record: list[tuple[Any, ...]] | None = None) -> None:
+                 mtct: MtctModel | None = None, record: list[tuple[Any, ...]] | None = None,
+                 order: str = "release") -> None:
         self.workload = workload
         self.policy = policy
         self.name = name or getattr(policy, "__name__", "policy")
@@ -156,7 +159,7 @@ class Simulator:
         self._done = False
         self.mtct = mtct
         self.ledger = Ledger(nodes, speedup=speedup, reconfig_cost=reconfig_cost, mtct=mtct,
-                             progress=self._real_progress)
+                             progress=self._real_progress, order=order)
         self._failures = sorted((float(t), x, float(d)) for t, x, d in failures)
         for t, x, d in self._failures:
             if x not in self.ledger.free_set or not (t >= 0 and d > 0):
@@ -254,7 +257,7 @@ class Simulator:
             changed = False
             if decisions:
                 self._changed = False
-                effects, _ = apply(decisions, now, True, effect)
+                effects = apply(decisions, now, True, effect).effects
                 changed = self._changed
                 if record is not None:
                     record.append(("pass", now, list(decisions), effects))
