@@ -279,8 +279,7 @@ class Core:
         if lo > n_hosts or (not m.malleable and pref > n_hosts):
             raise Refusal(f"job asks for {lo if m.malleable else pref} node(s) but the controller has only "
                           f"{n_hosts}")
-        speedup = getattr(m, "speedup", "") or "linear"
-        constraint = getattr(m, "constraint", "")
+        speedup, constraint = m.speedup or "linear", m.constraint
         try:
             parse_speedup(speedup)
         except ValueError as e:
@@ -421,11 +420,14 @@ class Core:
 
     def _host_down(self, e: HostDown) -> None:
         h = self.hosts.get(e.host)
-        if h is None or h.down:
+        if h is None:
+            return
+        if h.down:                              # already down: the later expected repair wins
+            self.ledger.node_down(e.host, e.until)
             return
         self.set_host(e.host, down=e.reason[:200] or "down")
         self.log_event(h.owner, "host-down", f"{e.host}: {e.reason[:200]}", e.now)
-        jid = self.ledger.node_down(e.host, math.inf)
+        jid = self.ledger.node_down(e.host, e.until)
         if jid is not None and jid in self.jobs:
             v = self.ledger.view(jid)
             assert v is not None

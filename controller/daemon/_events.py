@@ -8,6 +8,7 @@ returned actions in order: the persistence actions first, in one transaction, th
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
@@ -151,11 +152,13 @@ class HostClean:
 
 @dataclass(frozen=True, slots=True)
 class HostDown:
-    """``host`` failed its check or stopped answering; the job on it is interrupted and re-queued."""
+    """``host`` failed its check or stopped answering; the job on it is interrupted and re-queued. ``until`` is
+    when it is expected back (``inf``: unknown), what a policy sees in ``Snapshot.down``."""
 
     now: float
     host: str
     reason: str
+    until: float = math.inf
 
 
 @dataclass(frozen=True, slots=True)

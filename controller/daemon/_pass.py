@@ -25,6 +25,9 @@ def refresh_busy(core: Core, now: float) -> None:
     busy = core.ledger.busy
     busy.clear()
     for j in core.jobs.values():
+        if j.reason == "INTERRUPTED" and j.state == JobState.RUNNING:
+            busy[j.id] = "its processes are being stopped"
+            continue
         if not j.malleable or j.state not in (JobState.STARTING, JobState.RUNNING):
             continue
         if j.order:
@@ -103,9 +106,9 @@ def ordered(core: Core, old: RunningJob, new: RunningJob, now: float) -> None:
                 f"({'+' + ','.join(added) if added else '-' + ','.join(gone)})", now)
 
 def interrupted(core: Core, j: JobRec, priority: int, now: float, why: str) -> None:
-    """The ledger stopped and re-queued job ``j``: stop its processes; it is queued again once they are
-    gone (a job that never ran is queued again at once)."""
-    j.priority = max(j.priority, priority)
+    """The ledger stopped and re-queued job ``j``: stop its processes (it may not start again before they are
+    gone; a job that never ran is simply queued again)."""
+    j.priority = priority
     if not j.launched:
         hosts = core.all_hosts(j)
         core.forget_unlaunched(j)
@@ -117,7 +120,7 @@ def interrupted(core: Core, j: JobRec, priority: int, now: float, why: str) -> N
         core.save(j)
         core.log_event(j.id, "requeue", f"{why}; back in the queue with priority {j.priority}", now)
         return
-    core.ledger.dequeue(j.id)         # held back until its processes are gone
+    core.ledger.busy[j.id] = "its processes are being stopped"      # queued, but not started before they end
     for name in core.all_hosts(j):
         h = core.hosts[name]
         if h.owner == j.id:
@@ -126,8 +129,6 @@ def interrupted(core: Core, j: JobRec, priority: int, now: float, why: str) -> N
     core.save(j)
     core.log_event(j.id, "interrupt", f"{why}; stopping it", now)
     core.emit(Stop(j.id, j.pid, "interrupted"))
-
-
 
 
 def _newest_first(decisions: list, snap: Snapshot) -> list:

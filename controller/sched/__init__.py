@@ -30,27 +30,30 @@ from ._model import (
 from ._registry import ENTRY_POINT_GROUP, POLICIES, get_policy
 from ._rigid import easy, easy_shadow, fcfs
 from ._sfsj import baseline, pick_victim, sfsj
+from ._ledger import Applied, Effect, Ledger
 from ._speedup import (
     SPEEDUPS,
     MtctModel,
     ReconfigCost,
     SpeedupModel,
     amdahl,
+    declared,
     fixed_reconfig_cost,
     linear,
     linear_reconfig_cost,
     mtct_amdahl,
     no_reconfig_cost,
+    parse_speedup,
     per_job_reconfig_cost,
     rho_power,
 )
 
 __all__ = [
-    "EBS", "ENTRY_POINT_GROUP", "FAILED_PRIORITY", "MEBF", "MEBF0", "POLICIES", "SPEEDUPS",
+    "Applied", "EBS", "ENTRY_POINT_GROUP", "Effect", "Ledger", "FAILED_PRIORITY", "MEBF", "MEBF0", "POLICIES", "SPEEDUPS",
     "Decision", "EBSConfig", "Interrupt", "Job", "JobKind", "MEBF0Config", "MEBFConfig", "MtctModel", "NodeId",
     "Policy", "Profile", "QueueView", "ReconfigCost", "Remember", "Reserve", "ResizeJob", "RunningJob", "Snapshot",
     "SpeedupModel", "StartJob", "Wake",
-    "amdahl", "baseline", "conservative", "conservative_reference", "easy", "easy_shadow", "fcfs",
+    "amdahl", "baseline", "declared", "conservative", "conservative_reference", "easy", "easy_shadow", "fcfs",
     "fixed_reconfig_cost", "get_policy", "linear", "linear_reconfig_cost", "malleable_fill", "mtct_amdahl",
-    "no_reconfig_cost", "per_job_reconfig_cost", "pick_victim", "rho_power", "sfsj",
+    "no_reconfig_cost", "parse_speedup", "per_job_reconfig_cost", "pick_victim", "rho_power", "sfsj",
 ]

@@ -22,8 +22,9 @@ What the two callers differ in is kept outside the checks:
 - *clean hosts* (live only): nodes that a job released stay *dirty* until the controller has checked that no
   process is left on them; dirty nodes are not shown as free, but nodes released by a decision may be taken by a
   later decision of the same pass (the new job then waits for the check);
-- *busy jobs* (live only): a job with a resize order in flight (or not yet registered) cannot be resized; such
-  a decision is *deferred* (a later pass may repeat it), not counted as a bad one;
+- *busy jobs* (live only): a job with a resize order in flight (or not yet registered) cannot be resized, and a
+  re-queued job whose processes are still being stopped cannot start; such a decision is *deferred* (a later
+  pass may repeat it), not counted as a bad one;
 - *allocation order*: ``order="release"`` (the simulator's default) hands free nodes out in the order they were
   freed; ``order="pool"`` (the live controller, and the simulator when asked) keeps the free list in the
   machine's node order, lowest first, as a resource manager hands out hosts.
@@ -299,6 +300,8 @@ class Ledger:
         job = self.queued.get(d.job_id)
         if job is None:
             raise _Bad("job is " + ("already running" if d.job_id in self.running else "not queued"))
+        if self.busy and job.id in self.busy:
+            raise _Busy(f"job {job.id} cannot start now: {self.busy[job.id]}")
         nodes = d.nodes
         if type(nodes) is not tuple:
             raise _Bad("nodes must be a tuple of node ids")
@@ -428,10 +431,18 @@ class Ledger:
         self._stale()
 
     def replace_view(self, view: RunningJob) -> None:
-        """Put a new view of a running job in place of the old one (after a report or a refused resize)."""
-        old = self.running[view.job.id]
-        self._unlist(old)
-        self._list(view)
+        """Put a new view of a running job in place of the old one (after a report); with the same estimated end
+        it keeps its place among jobs ending at the same time."""
+        jid = view.job.id
+        old = self.running[jid]
+        if old.end_estimate != view.end_estimate:
+            self._unlist(old)
+            self._list(view)
+            return
+        j = bisect_left(self._rkeys, self._key[jid])
+        self._rviews[j] = view
+        self.running[jid] = view
+        self._stale()
 
     def annotate(self, job_id: int, mtct: float | None) -> None:
         """Show a running job's last reported MTCT in its view."""
