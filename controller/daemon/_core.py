@@ -122,6 +122,8 @@ class Core:
         self.wakes: list[float] = []
         self.backoff: dict[int, float] = {}
         self.reported: dict[int, float] = {}      # job id -> progress fraction last reported by its runtime
+        self.holding: list[int] = []              # jobs interrupted in the current pass (see _pass.interrupted)
+        self.held: set[int] = set()               # interrupted jobs kept out of the queue until their hosts are clean
         self.passes = 0
         self.policy_errors = 0
         self.last_error = ""
@@ -175,7 +177,10 @@ class Core:
                 led.node_down(h.name, math.inf)
         for j in sorted(self.jobs.values(), key=lambda j: (-j.priority, j.id)):
             if j.state == JobState.PENDING:
-                led.submit(self.to_job(j))
+                if any(h.drain == j.id and not h.down for h in self.hosts.values()):
+                    self.held.add(j.id)           # re-queued, its hosts not checked yet
+                else:
+                    led.submit(self.to_job(j))
 
     def _view(self, j: JobRec) -> RunningJob:
         start, since, done, end, resizes = (j.view or [j.start, j.since, 0.0, 0.0, 0])
@@ -335,6 +340,7 @@ class Core:
         return out
 
     def finish(self, j: JobRec, state: JobState, code: int | None, now: float, reason: str) -> None:
+        self.held.discard(j.id)
         j.state, j.exit_code, j.end, j.reason, j.order = state, code, now, reason, None
         self.ledger.reservations.pop(j.id, None)
         self.ledger.busy.pop(j.id, None)
@@ -399,10 +405,22 @@ class Core:
         j.state, j.hosts, j.order, j.launched, j.pid, j.registered = JobState.PENDING, [], None, False, 0, False
         j.cancel, j.reason, j.start, j.since, j.view = False, "Requeued", 0.0, 0.0, None
         self.reported.pop(j.id, None)
-        if j.id not in self.ledger.queued:
-            self.ledger.enqueue(self.to_job(j))
+        self.held.add(j.id)
         self.save(j)
         self.log_event(j.id, "requeue", f"interrupted; back in the queue with priority {j.priority}", now)
+        self.release_held()
+
+    def release_held(self) -> None:
+        """Queue again the held jobs whose processes are gone and whose hosts are all checked (or down)."""
+        for jid in sorted(self.held):
+            j = self.jobs.get(jid)
+            if j is None or j.state != JobState.PENDING:
+                continue
+            if any(h.drain == jid and not h.down for h in self.hosts.values()):
+                continue
+            self.held.discard(jid)
+            if jid not in self.ledger.queued:
+                self.ledger.enqueue(self.to_job(j))
 
     def _host_clean(self, e: HostClean) -> None:
         h = self.hosts.get(e.host)
@@ -415,6 +433,7 @@ class Core:
         else:
             self.set_host(e.host, drain=None, drain_since=0.0)
             self.ledger.clean(e.host)
+        self.release_held()
         self.log_event(job, "host-free", f"{e.host}: no process of job {job} left; host reusable", e.now)
         self.launch_ready(e.now)
 
@@ -432,7 +451,8 @@ class Core:
             v = self.ledger.view(jid)
             assert v is not None
             self.ledger.requeue(v, FAILED_PRIORITY)
-            _pass.interrupted(self, self.jobs[jid], FAILED_PRIORITY, e.now, f"host {e.host} is down")
+            _pass.interrupted(self, self.jobs[jid], FAILED_PRIORITY, e.now, f"host {e.host} is down", in_pass=False)
+        self.release_held()
 
     def _host_up(self, e: HostUp) -> None:
         h = self.hosts.get(e.host)

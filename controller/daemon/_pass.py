@@ -55,6 +55,10 @@ def schedule(core: Core, e: Schedule) -> None:
         reject(core, f"{d!r}: {why}", now)
     for d, why in done.deferred:
         log.debug("pass at %.3f: deferred %r: %s", now, d, why)
+    for jid in core.holding:                  # interrupted in this pass: out of sight until their processes end
+        if jid in core.ledger.queued and jid in core.held:
+            core.ledger.dequeue(jid, keep_reservation=True)
+    core.holding.clear()
     core.launch_ready(now)
 
 def reject(core: Core, text: str, now: float) -> None:
@@ -105,9 +109,11 @@ def ordered(core: Core, old: RunningJob, new: RunningJob, now: float) -> None:
     core.log_event(j.id, "order", f"order {j.seq}: {kind} {len(cur)} -> {new.size} nodes "
                 f"({'+' + ','.join(added) if added else '-' + ','.join(gone)})", now)
 
-def interrupted(core: Core, j: JobRec, priority: int, now: float, why: str) -> None:
-    """The ledger stopped and re-queued job ``j``: stop its processes (it may not start again before they are
-    gone; a job that never ran is simply queued again)."""
+def interrupted(core: Core, j: JobRec, priority: int, now: float, why: str, in_pass: bool = True) -> None:
+    """The ledger stopped and re-queued job ``j``: stop its processes. Until they are gone and its hosts checked
+    clean it is *held*: out of the queue the policies see, from the end of the pass that interrupted it (or at
+    once, after a host failure), so a policy first sees it again when it could really restart (SFSJ considers a
+    failed job once). A job that never ran is simply queued again."""
     j.priority = priority
     if not j.launched:
         hosts = core.all_hosts(j)
@@ -121,6 +127,11 @@ def interrupted(core: Core, j: JobRec, priority: int, now: float, why: str) -> N
         core.log_event(j.id, "requeue", f"{why}; back in the queue with priority {j.priority}", now)
         return
     core.ledger.busy[j.id] = "its processes are being stopped"      # queued, but not started before they end
+    core.held.add(j.id)
+    if in_pass:
+        core.holding.append(j.id)
+    else:
+        core.ledger.dequeue(j.id, keep_reservation=True)
     for name in core.all_hosts(j):
         h = core.hosts[name]
         if h.owner == j.id:

@@ -160,11 +160,13 @@ class Ledger:
             i += 1
         q.insert(i, job)
 
-    def dequeue(self, job_id: int) -> Job:
-        """Remove a queued job (cancelled before it started, or held back until its old processes are gone)."""
+    def dequeue(self, job_id: int, keep_reservation: bool = False) -> Job:
+        """Remove a queued job (cancelled before it started, or held back until its old processes are gone: then
+        its reservation, if any, is kept)."""
         job = self.queued.pop(job_id)
         self.queue.remove(job)
-        self.reservations.pop(job_id, None)
+        if not keep_reservation:
+            self.reservations.pop(job_id, None)
         return job
 
     def enqueue(self, job: Job) -> None:

@@ -35,10 +35,11 @@ def wait_for(pred: Callable[[], Any], timeout: float, what: str, every: float = 
 
 
 @contextlib.contextmanager
-def daemon_thread(state: Path, pool: HostPool, policy: str = "easy", tick: float = 0.2,
-                  **core: Any) -> Iterator[tuple[Daemon, Client]]:
+def daemon_thread(state: Path, pool: HostPool, policy: str = "easy", tick: float = 0.2, host_check: float = 5.0,
+                  params: dict[str, Any] | None = None, **core: Any) -> Iterator[tuple[Daemon, Client]]:
     """A daemon serving in a thread, and a client. On exit every job is cancelled and waited for (bounded)."""
-    d = Daemon(DaemonConfig(str(state), pool, policy, tick=tick, core=CoreConfig(**core)), token=TOKEN.encode())
+    d = Daemon(DaemonConfig(str(state), pool, policy, params or {}, tick=tick, core=CoreConfig(**core),
+                            host_check=host_check), token=TOKEN.encode())
     addr = d.start()
     stop = threading.Event()
     t = threading.Thread(target=d.serve, args=(stop,), daemon=True)
