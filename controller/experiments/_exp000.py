@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 
 from malleable.controller.sched import get_policy
-from malleable.controller.sched._ebs import EBS, EBSConfig
 from malleable.controller.sched._mebf000 import MEBF0, MEBF0Config
 from malleable.controller.sched._speedup import amdahl, fixed_reconfig_cost
 from malleable.controller.sim._engine import simulate

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import logging
-import math
 from pathlib import Path
 
 import numpy as np
 
 from malleable.controller.sched import get_policy
 from malleable.controller.sched._ebs import EBS, EBSConfig
-from malleable.controller.sched._mebf000 import MEBF0, MEBF0Config
-from malleable.controller.sched._speedup import amdahl, fixed_reconfig_cost
+from malleable.controller.sched._speedup import amdahl
 from malleable.controller.sim._engine import simulate
 from malleable.controller.sim._workload import Workload
 
-from ._common import Recorder, Report, Row, jobs_per_node, pct, plot_bars, plot_timelines, result_metrics
+from ._common import Recorder, Report, Row, pct, plot_bars, plot_timelines, result_metrics
 
 __all__ = ["columns", "exp_003_w1", "exp_003_w2", "w1", "w2"]
 
