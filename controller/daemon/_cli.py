@@ -112,7 +112,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     _client_opts(p)
     p.add_argument("--limit", type=int, default=0, help="only the newest N jobs")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--export", metavar="FILE",
+                   help="write the completed jobs as a workload (JSON lines) that 'malleable simulate --workload "
+                        "FILE --policy P' replays; reads the state file, the daemon need not run")
     p.set_defaults(func=_history)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from ._export import export_workload
+    from ._paths import default_state
+    from ._store import Store
+
+    state = args.state or default_state()
+    if not os.path.exists(state):
+        raise ConfigError(f"no controller state file at {state} (give --state)")
+    store = Store(state, readonly=True)
+    try:
+        n = export_workload(store, args.export, len([h for h in store.load_hosts()]) or 1)
+    finally:
+        store.close()
+    print(f"wrote {n} job(s) to {args.export}")                   # the CLI's own output
+    return 0
 
 
 # ------------------------------------------------------------------------------------------------ daemon
@@ -403,6 +423,8 @@ def _info(args: argparse.Namespace) -> int:
 def _history(args: argparse.Namespace) -> int:
     from ._protocol import History
 
+    if args.export:
+        return _export(args)
     with _client(args) as c:
         rows = c.rows(History(max(0, args.limit)))
     if args.json:

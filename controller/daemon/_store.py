@@ -138,10 +138,16 @@ class Store:
 
     Args:
         path: the database file (``":memory:"`` for tests of the core).
+        readonly: open an existing file for reading only (``history`` while the daemon may run or not).
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, readonly: bool = False) -> None:
         self.path = path
+        if readonly:                                # another process (the daemon) may be writing
+            self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None,
+                                      check_same_thread=False, timeout=10.0)
+            self._depth = 0
+            return
         self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10.0)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")

@@ -119,6 +119,8 @@ class Simulator:
         mtct: ``mtct(job, size)``, the MTCT a running job reports (``RunningJob.mtct``); default none.
         order: how free nodes are handed out: ``"release"`` (in the order they were freed) or ``"pool"`` (node
             order, lowest first, as the live controller does); start and end times do not depend on it.
+        tick: also run a pass every ``tick`` seconds while jobs are queued or running, as the live controller
+            does (``malleable controller start --tick``); None: passes only at events.
         record: a list that receives what happened, in order, for replaying the run elsewhere (the live core's
             equivalence test): ``("submit", t, job)``, ``("end", t, job id)``, ``("down", t, node, until)``,
             ``("up", t, node)``, ``("pass", t, decisions, effects)``.
@@ -130,7 +132,7 @@ class Simulator:
                  progress: Callable[[int], None] | None = None,
                  failures: Sequence[tuple[float, Hashable, float]] = (),
                  mtct: MtctModel | None = None, record: list[tuple[Any, ...]] | None = None,
-                 order: str = "release") -> None:
+                 order: str = "release", tick: float | None = None) -> None:
         self.workload = workload
         self.policy = policy
         self.name = name or getattr(policy, "__name__", "policy")
@@ -143,6 +145,9 @@ class Simulator:
         self.hints = hints
         self.progress = progress
         self.record = record
+        if tick is not None and not tick > 0:
+            raise SimulationError(f"tick must be > 0, got {tick}")
+        self.tick = tick
         n = len(workload)
         self._start = array("d", [math.nan]) * n
         self._end = array("d", [math.nan]) * n
@@ -211,6 +216,8 @@ class Simulator:
         passes = 0
         i = 0
         changed = True
+        tick = self.tick
+        next_tick = _INF
         t0 = time.perf_counter()
         while True:
             ts = subs[i] if i < n else _INF
@@ -263,6 +270,10 @@ class Simulator:
                     record.append(("pass", now, list(decisions), effects))
             elif record is not None:
                 record.append(("pass", now, [], []))
+            if tick is not None and (queue or running) and not now < next_tick < _INF:
+                next_tick = now + tick          # the next periodic pass (one pending at a time)
+                self._seq += 1
+                heappush(heap, (next_tick, _WAKE, self._seq, -1))
         elapsed = time.perf_counter() - t0
         if progress is not None:
             progress(n)
