@@ -20,8 +20,9 @@ What the two callers differ in is kept outside the checks:
 - *progress*: how much of a job's work is done when it is resized (the simulator knows the hidden real run
   time; the live controller uses the runtime's reports, else the elapsed share of the estimate), a callable;
 - *clean hosts* (live only): nodes that a job released stay *dirty* until the controller has checked that no
-  process is left on them; dirty nodes are not shown as free, but nodes released by a decision may be taken by a
-  later decision of the same pass (the new job then waits for the check);
+  process is left on them; dirty nodes are not shown as free but as down, expected back ``dirty_eta`` seconds
+  later (so availability profiles still see the whole machine), and nodes released by a decision may be taken
+  by a later decision of the same pass (the new job then waits for the check);
 - *busy jobs* (live only): a job with a resize order in flight (or not yet registered) cannot be resized, and a
   re-queued job whose processes are still being stopped cannot start; such a decision is *deferred* (a later
   pass may repeat it), not counted as a bad one;
@@ -127,6 +128,7 @@ class Ledger:
         self.busy: dict[int, str] = {}
         self.track_owner = False      # keep ``owner`` (node -> job): needed for node failures and live
         self.dirty_release = False    # live: released nodes stay dirty until checked clean
+        self.dirty_eta = 1.0          # seconds a dirty node is expected to take to be checked (Snapshot.down)
         self._owner_for = 0
         self.counts: dict[str, int] = dict.fromkeys(
             ("StartJob", "ResizeJob", "Reserve", "Wake", "Remember", "Interrupt"), 0)
@@ -184,7 +186,12 @@ class Ledger:
         run_t = self._run_t
         if run_t is None:
             run_t = self._run_t = tuple(self._rviews)
-        down = tuple(sorted(self.down.items(), key=lambda kv: kv[1])) if self.down else ()
+        if self.dirty:          # free but not checked yet: shown as down until shortly (live only)
+            back = now + self.dirty_eta
+            down = tuple(sorted([*self.down.items(), *((x, back) for x in self.free if x in self.dirty)],
+                                key=lambda kv: kv[1]))
+        else:
+            down = tuple(sorted(self.down.items(), key=lambda kv: kv[1])) if self.down else ()
         q = self.queue
         return Snapshot(now, self.nodes, free_t, run_t, QueueView(q), changed,
                         len(q) if arrived < 0 else arrived, self._res, self.memo, down)

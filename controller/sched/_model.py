@@ -236,8 +236,9 @@ class Snapshot:
             unknown).
         reservations: the last ``Reserve`` decision per queued job id (empty when the policy makes none).
         memo: the value of the last ``Remember`` decision of this policy, or None.
-        down: failed nodes as ``(node id, expected repair time)``, sorted by repair time (``inf`` when
-            unknown); they are neither free nor held by a job.
+        down: nodes that are neither free nor held by a job, as ``(node id, expected return time)`` sorted by
+            that time (``inf`` when unknown): failed nodes, and (live) nodes being checked after their last job.
+            Policies that build availability profiles count them back at that time.
     """
 
     now: float

@@ -15,6 +15,7 @@ from importlib.metadata import entry_points
 from malleable.errors import PolicyError
 
 from ._conservative import conservative
+from ._down import counting_down
 from ._ebs import EBS, EBSConfig
 from ._fill import malleable_fill
 from ._mebf000 import MEBF0, MEBF0Config
@@ -29,7 +30,7 @@ ENTRY_POINT_GROUP = "malleable.policies"
 
 
 def _table() -> dict[str, Policy]:
-    t: dict[str, Policy] = {"fcfs": fcfs, "easy": easy, "conservative": conservative}
+    t: dict[str, Policy] = {"fcfs": fcfs, "easy": easy, "conservative": counting_down(conservative)}
     for e in EXPANDS:
         t[f"mebf-{e}"] = MEBF(MEBFConfig(variant="basic", expand=e))
         t[f"mebf-{e}-expand+"] = MEBF(MEBFConfig(variant="expand+", expand=e))

@@ -14,6 +14,7 @@ from itertools import islice
 from malleable.errors import PolicyError
 
 from ._model import Decision, RunningJob, Snapshot, StartJob
+from ._down import down_ends
 from ._resize import first_fit_end
 
 __all__ = ["easy", "easy_shadow", "fcfs"]
@@ -48,7 +49,7 @@ def fcfs(snapshot: Snapshot, now: float) -> list[Decision]:
 
 
 def easy_shadow(running: Sequence[RunningJob], started: list[tuple[float, int]], avail: int,
-                need: int) -> tuple[float, int]:
+                need: int, down: Sequence[tuple[float, int]] = ()) -> tuple[float, int]:
     """The head job's reservation under EASY: ``(shadow time, extra nodes)``.
 
     Args:
@@ -56,22 +57,26 @@ def easy_shadow(running: Sequence[RunningJob], started: list[tuple[float, int]],
         started: ``(estimated end, size)`` of jobs started earlier in the same pass, sorted.
         avail: nodes free now (after those starts).
         need: the head job's size (> avail).
+        down: ``(expected return, 1)`` of nodes that are down (``Snapshot.down``), sorted.
 
     Returns:
-        The earliest estimated end at which ``need`` nodes are free, and how many nodes beyond ``need`` are free
-        then (all jobs ending exactly at the shadow time count).
+        The earliest estimated end (or return of a down node) at which ``need`` nodes are free, and how many
+        nodes beyond ``need`` are free then (all jobs ending exactly at the shadow time count); ``(inf, 0)``
+        when the head needs a node whose return is unknown.
 
     Raises:
         PolicyError: ``need`` nodes never become free (more than the machine).
     """
-    if started:
-        ends = sorted([(r.end_estimate, r.size) for r in running] + started)
+    if started or down:
+        ends = sorted([(r.end_estimate, r.size) for r in running] + started + list(down))
     else:
         ends = [(r.end_estimate, r.size) for r in running]
     t, extra = first_fit_end(ends, avail, need)
     if t == float("inf"):
         total = avail + sum(size for _, size in ends)
-        raise PolicyError(f"a job of {need} nodes can never start: only {total} nodes exist")
+        if need > total:
+            raise PolicyError(f"a job of {need} nodes can never start: only {total} nodes exist")
+        return t, 0
     return t, extra
 
 
@@ -128,7 +133,7 @@ def easy(snapshot: Snapshot, now: float) -> list[Decision]:
         if p > avail:
             continue
         if shadow < 0:
-            shadow, extra = easy_shadow(snapshot.running, started, avail, head.procs)
+            shadow, extra = easy_shadow(snapshot.running, started, avail, head.procs, down_ends(snapshot))
         if now + j.estimate <= shadow:
             pass
         elif p <= extra:

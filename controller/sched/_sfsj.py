@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from heapq import merge
 
 from ._conservative import conservative
+from ._down import with_down
 from ._model import FAILED_PRIORITY, Decision, Interrupt, Job, RunningJob, Snapshot
 
 __all__ = ["MEDIUM_PRIORITY", "baseline", "pick_victim", "sfsj"]
@@ -25,29 +25,10 @@ log = logging.getLogger(__name__)
 MEDIUM_PRIORITY = 1
 """Queue priority of an SFSJ victim: after failed jobs, before every other job."""
 
-_DOWN = Job(-1, 0.0, 1, 0.0)
-
-
 @dataclass(frozen=True, slots=True)
 class _Memo:
     inner: object                   # the conservative policy's memo
     seen: frozenset[int]            # failed jobs already considered for stealing
-
-
-def _with_down(snapshot: Snapshot) -> Snapshot:
-    """The snapshot with every down node shown as a one-node job ending at its repair time, so the
-    conservative profile reaches the whole machine again.
-
-    ``changed`` is left as is: a failure or repair always makes the engine send ``changed=True``, so between
-    them the conservative policy's incremental profile (built with the same down nodes) stays exact; the
-    ghosts are still passed so that any rebuild sees them.
-    """
-    if not snapshot.down:
-        return snapshot
-    now = snapshot.now
-    ghosts = [RunningJob(_DOWN, (x,), 1, now, now, 0.0, back, 0) for x, back in snapshot.down]
-    run = tuple(merge(snapshot.running, ghosts, key=lambda r: r.end_estimate))
-    return replace(snapshot, running=run)
 
 
 def baseline(snapshot: Snapshot, now: float) -> list[Decision]:
@@ -63,7 +44,7 @@ def baseline(snapshot: Snapshot, now: float) -> list[Decision]:
     """
     memo = snapshot.memo
     inner = memo.inner if isinstance(memo, _Memo) else memo
-    return conservative(_with_down(replace(snapshot, memo=inner)), now)
+    return conservative(with_down(replace(snapshot, memo=inner)), now)
 
 
 def pick_victim(failed: Job, running: tuple[RunningJob, ...] | list[RunningJob], now: float) -> RunningJob | None:
@@ -120,7 +101,7 @@ def sfsj(snapshot: Snapshot, now: float) -> list[Decision]:
         q.insert(k, again)
         s = replace(s, free=s.free + v.nodes, running=tuple(r for r in s.running if r.id != v.id),
                     queue=tuple(q), changed=True)
-    inner_out = conservative(_with_down(s), now)
+    inner_out = conservative(with_down(s), now)
     for i, d in enumerate(inner_out):
         if type(d).__name__ == "Remember":
             inner_out[i] = type(d)(_Memo(d.value, seen))
