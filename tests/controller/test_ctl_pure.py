@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from malleable.controller import Job, JobKind, Simulator, Workload
 from malleable.controller.daemon import _protocol as P
@@ -10,6 +12,7 @@ from malleable.controller.daemon._timefmt import format_duration, parse_time
 from malleable.controller.sched._fill import malleable_fill
 from malleable.errors import AuthError, ConfigError, ProtocolError
 from malleable.launch import compress_hostlist, expand_hostlist
+from malleable.launch._hostlist import sort_key
 
 TOKEN = b"secret"
 
@@ -33,8 +36,38 @@ def test_expand_hostlist_rejects(bad):
 
 def test_compress_round_trip():
     for hosts in (["node1", "node2", "node3", "node7"], ["a", "node1", "b2"], ["n08", "n09", "n10"]):
-        assert expand_hostlist(compress_hostlist(hosts)) == hosts
+        assert expand_hostlist(compress_hostlist(hosts, sort=False)) == hosts
     assert compress_hostlist(["node1", "node2", "node3", "node7"]) == "node[1-3,7]"
+
+
+@pytest.mark.parametrize("hosts, text", [
+    (["n9", "n10"], "n[9-10]"),                         # unpadded numbers run across a digit count, as Slurm's
+    (["local2", "local1"], "local[1-2]"),               # sorted like Slurm prints them
+    (["node10", "a", "node9", "b2", "node1"], "a,b2,node[1,9-10]"),
+    (["n08", "n10", "n09"], "n[08-10]"),                # zero padding kept
+    (["n9", "n010", "n08"], "n[08,9,010]"),             # by number; each keeps its width
+    (["x", "x"], "x,x"),
+    (["r1n2", "r1n1", "r2n1"], "r1n[1-2],r2n1"),
+    ([], ""),
+])
+def test_compress_sorted_like_slurm(hosts, text):
+    assert compress_hostlist(hosts) == text
+    if hosts:
+        assert expand_hostlist(text) == sorted(hosts, key=sort_key)
+
+
+_HOST = st.builds(lambda p, n, pad: p + (str(n).zfill(pad) if n is not None else ""),
+                  st.sampled_from(["n", "node", "gpu", "r1n", "a-b", "x"]),
+                  st.none() | st.integers(0, 130), st.integers(0, 4))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(_HOST, min_size=1, max_size=40))
+def test_compress_round_trips_on_random_lists(hosts):
+    assert expand_hostlist(compress_hostlist(hosts)) == sorted(hosts, key=sort_key)
+    assert expand_hostlist(compress_hostlist(hosts, sort=False)) == hosts
+    numbered = {h.rstrip("0123456789") for h in hosts if h[-1].isdigit()}
+    assert compress_hostlist(hosts).count("[") <= len(numbered)      # sorted: one bracket per prefix at most
 
 
 @pytest.mark.parametrize("text, seconds", [
