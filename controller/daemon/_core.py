@@ -216,7 +216,7 @@ class Core:
             jid = self.store.next_job_id()
             j = JobRec(jid, m.name or m.cmd[0].rsplit("/", 1)[-1], list(m.cmd), pref, lo, hi, m.malleable, limit,
                        m.out.replace("%j", str(jid)), m.err.replace("%j", str(jid)), m.cwd, dict(m.env), now,
-                       reason="Priority")
+                       reason="Priority", speedup=m.speedup, constraint=m.constraint, user=m.user)
             self._save(j)
             self._event(jid, "submit", f"{'malleable' if m.malleable else 'rigid'} {lo}..{hi} pref {pref} nodes, "
                         f"limit {limit:g} s: {' '.join(m.cmd)[:200]}", now)

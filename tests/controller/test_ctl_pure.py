@@ -95,7 +95,8 @@ def _all_messages():
         P.Ok(), P.Error("Refused", "no"), P.Submitted(3), P.Table([{"a": 1}]), P.JobInfo({}, [], []),
         P.StatusReply({"x": 1}), P.Order(2, 4, ["node2"]),
         P.Submit("n", ["python", "x.py"], 2, 1, 4, True, 60.0, "o", "", "/work", {"A": "1"}), P.Queue(),
-        P.History(0), P.Cancel(5), P.Nodes(), P.Info(1), P.Status(), P.Shutdown(False),
+        P.Submit("n", ["x"], 2, 2, 8, True, 0.0, "", "", "/", {}, "amdahl:0.05", "pof2", "ann"),
+        P.History(0), P.History(5, [1, 7], ["ann"], ["FAILED", "TIMEOUT"], 100.5, 200.0), P.Cancel(5), P.Nodes(), P.Info(1), P.Status(), P.Shutdown(False),
         P.Register(1, 2, "node1", 1, ["node1"]), P.Poll(1, 3),
         P.Committed(1, 1, "expand", 1, 4, 0.5, [], ["node1"] * 4, 0), P.Refused(1, 1, "why"),
         P.Progress(1, "elastic", {"mtct": 0.2}),
@@ -113,27 +114,65 @@ def _frames(header: dict) -> list[bytes]:
     return pack(header, TOKEN)
 
 
+_NEW = {"speedup": "", "constraint": "", "user": ""}
+_SUBMIT = {"v": 2, "type": "submit", "name": "", "cmd": ["x"], "nodes": 1, "min_nodes": 1, "max_nodes": 1,
+           "malleable": False, "time_limit": 0, "out": "", "err": "", "cwd": "/", "env": {}, **_NEW}
+_HISTORY = {"v": 2, "type": "history", "limit": 0, "jobs": [], "users": [], "states": [], "since": 0.0,
+            "until": 0.0}
+
+
 @pytest.mark.parametrize("header, match", [
-    ({"v": 2, "type": "queue"}, "version"),
-    ({"v": 1, "type": "nope"}, "unknown message type"),
-    ({"v": 1, "type": "cancel"}, "missing field"),
-    ({"v": 1, "type": "cancel", "job_id": "3"}, "must be int"),
-    ({"v": 1, "type": "cancel", "job_id": True}, "boolean"),
-    ({"v": 1, "type": "cancel", "job_id": -1}, "must be in"),
-    ({"v": 1, "type": "cancel", "job_id": 1, "x": 2}, "unknown field"),
-    ({"v": 1, "type": "poll", "job_id": 1, "probe": 1.5}, "must be int"),
-    ({"v": 1, "type": "order", "seq": 1, "procs": 2, "hosts": [1]}, "only strs"),
-    ({"v": 1, "type": "submit", "name": "", "cmd": [], "nodes": 1, "min_nodes": 1, "max_nodes": 1,
-      "malleable": False, "time_limit": 0, "out": "", "err": "", "cwd": "/", "env": {}}, "empty command"),
-    ({"v": 1, "type": "submit", "name": "", "cmd": ["x"], "nodes": 1, "min_nodes": 1, "max_nodes": 1,
-      "malleable": False, "time_limit": 0, "out": "", "err": "", "cwd": "/", "env": {"A": 1}}, "env"),
-    ({"v": 1, "type": "committed", "job_id": 1, "seq": 1, "kind": "x", "old_size": 1, "new_size": 1,
+    ({"v": 3, "type": "queue"}, "version"),
+    ({"v": 2, "type": "nope"}, "unknown message type"),
+    ({"v": 2, "type": "cancel"}, "missing field"),
+    ({"v": 2, "type": "cancel", "job_id": "3"}, "must be int"),
+    ({"v": 2, "type": "cancel", "job_id": True}, "boolean"),
+    ({"v": 2, "type": "cancel", "job_id": -1}, "must be in"),
+    ({"v": 2, "type": "cancel", "job_id": 1, "x": 2}, "unknown field"),
+    ({"v": 2, "type": "poll", "job_id": 1, "probe": 1.5}, "must be int"),
+    ({"v": 2, "type": "order", "seq": 1, "procs": 2, "hosts": [1]}, "only strs"),
+    ({"v": 2, "type": "submit", "name": "", "cmd": [], "nodes": 1, "min_nodes": 1, "max_nodes": 1,
+      "malleable": False, "time_limit": 0, "out": "", "err": "", "cwd": "/", "env": {}, **_NEW}, "empty command"),
+    ({"v": 2, "type": "submit", "name": "", "cmd": ["x"], "nodes": 1, "min_nodes": 1, "max_nodes": 1,
+      "malleable": False, "time_limit": 0, "out": "", "err": "", "cwd": "/", "env": {"A": 1}, **_NEW}, "env"),
+    ({**_SUBMIT, "speedup": "amdahl:2"}, "between 0 and 1"),
+    ({**_SUBMIT, "speedup": "quadratic"}, "bad speedup"),
+    ({**_SUBMIT, "constraint": "prime"}, "bad constraint"),
+    ({**_SUBMIT, "user": 5}, "must be str"),
+    ({**_HISTORY, "states": ["DONE"]}, "unknown state"),
+    ({**_HISTORY, "jobs": [True]}, "only ints"),
+    ({**_HISTORY, "jobs": [-3]}, "ints in 0.."),
+    ({**_HISTORY, "since": -1.0}, ">= 0"),
+    ({"v": 2, "type": "history", "limit": 0}, "missing field 'jobs'"),
+    ({"v": 2, "type": "committed", "job_id": 1, "seq": 1, "kind": "x", "old_size": 1, "new_size": 1,
       "seconds": -1.0, "freed": [], "hosts": [], "idle": 0}, ">= 0"),
-    ({"v": 1, "type": "info", "job_id": 1, "id": "x"}, "request id"),
+    ({"v": 2, "type": "info", "job_id": 1, "id": "x"}, "request id"),
 ])
 def test_decode_rejects(header, match):
     with pytest.raises(ProtocolError, match=match):
         P.decode(_frames(header), TOKEN)
+
+
+def test_the_well_formed_new_fields_pass():
+    m, _ = P.decode(_frames({**_SUBMIT, "speedup": "rho:0.25", "constraint": "odd", "user": "bo"}), TOKEN)
+    assert (m.speedup, m.constraint, m.user) == ("rho:0.25", "odd", "bo")
+    h, _ = P.decode(_frames({**_HISTORY, "jobs": [3], "states": ["RUNNING"], "since": 5}), TOKEN)
+    assert (h.jobs, h.states, h.since) == ([3], ["RUNNING"], 5.0)
+
+
+@pytest.mark.parametrize("text, canon", [
+    ("linear", "linear"), ("amdahl:0.1", "amdahl:0.1"), ("amdahl:0", "amdahl:0.0"), ("rho:1", "rho:1.0"),
+    ("rho:.25", "rho:0.25"),
+])
+def test_parse_speedup(text, canon):
+    assert P.parse_speedup(text) == canon
+
+
+@pytest.mark.parametrize("bad", ["", "amdahl", "linear:1", "rho:x", "rho:nan", "amdahl:-0.1", "amdahl:inf",
+                                 "Amdahl:0.1"])
+def test_parse_speedup_rejects(bad):
+    with pytest.raises(ValueError, match="bad speedup"):
+        P.parse_speedup(bad)
 
 
 def test_decode_rejects_wrong_secret_and_truncation():
