@@ -182,6 +182,9 @@ def _state_path(path: str) -> str:
     p = Path(os.path.abspath(os.path.expanduser(path)))
     if p.is_dir():
         raise ConfigError(f"--state {path} is a directory: give a file in it, e.g. {p / 'controller.sqlite'}")
+    up = next((q for q in p.parents if q.exists()), None)
+    if up is not None and not up.is_dir():
+        raise ConfigError(f"--state {path}: {up} is a file, not a folder")
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -211,5 +211,6 @@ def resolve(given: dict[str, Any], slots: Callable[[], int]) -> JobRequest:
     limit = parse_time(o["time"]) if o["time"] else 0.0
     out = os.path.abspath(o["output"]) if o["output"] else ""
     err = os.path.abspath(o["error"]) if o["error"] else ""
-    return JobRequest(cmd, pref, lo, hi, malleable, limit, o["job_name"] or "", out, err, speedup, constraint,
+    name = o["job_name"] or ("wrap" if wrap is not None else "")          # sbatch names --wrap jobs "wrap"
+    return JobRequest(cmd, pref, lo, hi, malleable, limit, name, out, err, speedup, constraint,
                       bool(o["parsable"]))
