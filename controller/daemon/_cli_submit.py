@@ -60,12 +60,17 @@ class _DirectiveParser(argparse.ArgumentParser):
 
 
 def find_script(cmd: list[str]) -> Path | None:
-    """The script of the command, where directives are read: its first word if that is a file (``./job.sh``),
-    else its second if that is one (``sh job.sh``, ``python job.py``)."""
+    """The script of the command, where directives are read: the first of its first two words that is a file
+    starting with ``#`` (``./job.sh``, ``sh job.sh``, ``python job.py``; a program like ``/usr/bin/python3`` is
+    not a script)."""
     for word in cmd[:2]:
         p = Path(word)
-        if p.is_file():
-            return p
+        try:
+            with open(p, "rb") as f:
+                if p.is_file() and f.read(1) == b"#":
+                    return p
+        except OSError:
+            continue
     return None
 
 

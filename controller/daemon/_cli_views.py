@@ -169,8 +169,10 @@ def progress_lines(progress: dict[str, Any]) -> list[str]:
     table = [["PHASE", *(c.upper() for c in cols)]]
     table += [[p[:16], *(_cell(d.get(c)) for c in cols)] for p, d in phases]
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
-    lines = ["  " + "  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r))
+    text = [True] + [any(isinstance(d.get(c), str) for _, d in phases) for c in cols]   # left-aligned columns
+    lines = ["  " + "  ".join(c.ljust(widths[i]) if text[i] else c.rjust(widths[i]) for i, c in enumerate(r))
              for r in table]
+    lines = [line.rstrip() for line in lines]
     if more:
         lines[0] += "  (more with --json)"
     return lines
