@@ -15,7 +15,6 @@ from typing import Any
 from malleable.errors import ConfigError, MalleableError
 
 from ._cli_submit import add_submit_options
-from ._cli_views import JSON_SCHEMA
 from ._timefmt import format_duration, parse_time
 
 __all__ = ["register"]
@@ -94,7 +93,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("queue", help="pending and running jobs (like squeue)")
     _client_opts(p)
-    p.add_argument("--json", action="store_true", help=f"a JSON document (schema {JSON_SCHEMA}, see the docs)")
+    p.add_argument("--json", action="store_true", help="a JSON document with a schema number (see the docs)")
     p.set_defaults(func=_queue)
 
     p = sub.add_parser("cancel", help="cancel jobs (like scancel)")
@@ -104,7 +103,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("nodes", help="hosts and who holds them (like sinfo -N)")
     _client_opts(p)
-    p.add_argument("--json", action="store_true", help=f"a JSON document (schema {JSON_SCHEMA})")
+    p.add_argument("--json", action="store_true", help="a JSON document with a schema number")
     p.set_defaults(func=_nodes)
 
     p = sub.add_parser("info", help="one job: record, progress, size history with hosts, events "
@@ -112,7 +111,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _client_opts(p)
     p.add_argument("id", type=int, metavar="ID")
     p.add_argument("--events", type=int, default=5, metavar="N", help="show the last N events (default 5; 0: none)")
-    p.add_argument("--json", action="store_true", help=f"a JSON document (schema {JSON_SCHEMA}; every event)")
+    p.add_argument("--json", action="store_true", help="a JSON document with a schema number (every event)")
     p.set_defaults(func=_info)
 
     p = sub.add_parser("history", help="jobs of every state with exit code and elapsed time (like sacct)",
@@ -128,7 +127,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "forms: 2026-11-22T14:30, 14:30, today, now-2hours, ...)")
     p.add_argument("-E", "--endtime", metavar="TIME", help="only jobs submitted at or before TIME")
     p.add_argument("--limit", type=int, default=0, help="only the newest N jobs")
-    p.add_argument("--json", action="store_true", help=f"a JSON document (schema {JSON_SCHEMA})")
+    p.add_argument("--json", action="store_true", help="a JSON document with a schema number")
     p.set_defaults(func=_history)
 
 

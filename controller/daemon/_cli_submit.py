@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,6 +80,8 @@ def read_directives(script: Path) -> dict[str, Any]:
     Raises:
         ConfigError: an unreadable script, or a directive with a bad option (``FILE:LINE: ...``).
     """
+    import shlex
+
     parser = _DirectiveParser(prog=DIRECTIVE, add_help=False, argument_default=argparse.SUPPRESS)
     add_submit_options(parser)
     ns = argparse.Namespace()
