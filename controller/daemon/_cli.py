@@ -304,10 +304,9 @@ def _submit(args: argparse.Namespace) -> int:
         if not hasattr(args, k):
             setattr(args, k, v)
     with _client(args) as c:
-        req = resolve(vars(args), lambda: int(c.status()["slots"]))
-        jid = c.submit(req.cmd, req.nodes, req.min_nodes, req.max_nodes, req.malleable, req.time_limit, req.name,
-                       req.out, req.err, speedup=req.speedup, constraint=req.constraint)
-    print(jid if req.parsable else f"Submitted job {jid}")
+        request, parsable = resolve(vars(args), lambda: int(c.status()["slots"]))
+        jid = c.submit(**request)
+    print(jid if parsable else f"Submitted job {jid}")
     return 0
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -16,7 +15,7 @@ from malleable.errors import ConfigError
 
 from ._timefmt import parse_time
 
-__all__ = ["DIRECTIVE", "JobRequest", "add_submit_options", "find_script", "read_directives", "resolve"]
+__all__ = ["DIRECTIVE", "add_submit_options", "find_script", "read_directives", "resolve"]
 
 DIRECTIVE = "#MALLEABLE"
 MAX_SCRIPT_LINES = 1000   # directives are looked for in the script's first lines only, like sbatch's header
@@ -102,24 +101,6 @@ def read_directives(script: Path) -> dict[str, Any]:
     return vars(ns)
 
 
-@dataclass(frozen=True, slots=True)
-class JobRequest:
-    """A checked submission (what :meth:`~._client.Client.submit` takes)."""
-
-    cmd: list[str]
-    nodes: int
-    min_nodes: int
-    max_nodes: int
-    malleable: bool
-    time_limit: float
-    name: str
-    out: str
-    err: str
-    speedup: str
-    constraint: str
-    parsable: bool
-
-
 def _fits(n: int, constraint: str) -> bool:
     return {"pof2": n & (n - 1) == 0, "even": n % 2 == 0, "odd": n % 2 == 1}[constraint]
 
@@ -151,9 +132,10 @@ def _rigid_nodes(o: dict[str, Any], slots: Callable[[], int]) -> int:
     return ntasks // s
 
 
-def resolve(given: dict[str, Any], slots: Callable[[], int]) -> JobRequest:
+def resolve(given: dict[str, Any], slots: Callable[[], int]) -> tuple[dict[str, Any], bool]:
     """Merge the defaults, the script's directives and the command line (``given``, which wins), and check the
-    request. ``slots()`` asks the daemon for its processes per host (only ``-n``/``--ntasks-per-node`` need it).
+    request: the keyword arguments of :meth:`~._client.Client.submit`, and whether ``--parsable`` was asked.
+    ``slots()`` asks the daemon for its processes per host (only ``-n``/``--ntasks-per-node`` need it).
 
     Raises:
         ConfigError: a bad or contradictory option, with one line saying which.
@@ -218,5 +200,6 @@ def resolve(given: dict[str, Any], slots: Callable[[], int]) -> JobRequest:
     out = os.path.abspath(o["output"]) if o["output"] else ""
     err = os.path.abspath(o["error"]) if o["error"] else ""
     name = o["job_name"] or ("wrap" if wrap is not None else "")          # sbatch names --wrap jobs "wrap"
-    return JobRequest(cmd, pref, lo, hi, malleable, limit, name, out, err, speedup, constraint,
-                      bool(o["parsable"]))
+    return ({"cmd": cmd, "nodes": pref, "min_nodes": lo, "max_nodes": hi, "malleable": malleable,
+             "time_limit": limit, "name": name, "out": out, "err": err, "speedup": speedup, "constraint": constraint},
+            bool(o["parsable"]))

@@ -13,21 +13,14 @@ import pytest
 
 from malleable.controller.daemon import _protocol as P
 from malleable.controller.daemon._hostpool import HostPool
-from tests.controller._daemon_util import TOKEN, cli, daemon_thread, states, wait_final, wait_for
+from tests.controller._cli_util import cli_env
+from tests.controller._daemon_util import cli, daemon_thread, states, wait_final, wait_for
 
 pytestmark = pytest.mark.timeout(120)
+env = pytest.fixture(cli_env, name="env")
 
 SIZE_PROG = "from mpi4py import MPI; c = MPI.COMM_WORLD\nif c.rank == 0: print('size', c.size, flush=True)"
 
-
-@pytest.fixture
-def env(monkeypatch, tmp_path):
-    monkeypatch.setenv("MALLEABLE_TOKEN", TOKEN)
-    monkeypatch.delenv("MALLEABLE_CONTROLLER", raising=False)
-    monkeypatch.setenv("USER", "ann")
-    monkeypatch.setenv("LOGNAME", "ann")
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 def _hist(state: str) -> dict[int, dict]:
