@@ -303,8 +303,12 @@ def _submit(args: argparse.Namespace) -> int:
     for k, v in (("controller", None), ("state", None), ("timeout", 10.0)):
         if not hasattr(args, k):
             setattr(args, k, v)
+    def slots() -> int:
+        with _client(args) as c:
+            return int(c.status()["slots"])
+
+    request, parsable = resolve(vars(args), slots)      # bad options fail here, before any daemon is asked
     with _client(args) as c:
-        request, parsable = resolve(vars(args), lambda: int(c.status()["slots"]))
         jid = c.submit(**request)
     print(jid if parsable else f"Submitted job {jid}")
     return 0
