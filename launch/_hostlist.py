@@ -1,4 +1,5 @@
-"""Slurm host lists: expand ``node[1-4,7],gpu[01-02]`` into host names (and compress them back for display)."""
+"""Slurm host lists: expand ``node[1-4,7],gpu[01-02]`` into host names, and compress names back, sorted the way
+Slurm prints them (``n[9-10]``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Iterable
 
 from malleable.errors import ConfigError
 
-__all__ = ["compress_hostlist", "expand_hostlist"]
+__all__ = ["compress_hostlist", "expand_hostlist", "sort_key"]
 
 MAX_HOSTS = 1 << 16  # refuse lists that would expand to more hosts than any allocation has
 
@@ -88,20 +89,38 @@ def expand_hostlist(text: str) -> list[str]:
     return hosts
 
 
-def compress_hostlist(hosts: Iterable[str]) -> str:
-    """A short Slurm-style form of ``hosts`` (``node[1-3,7]``); consecutive runs of one prefix are merged,
-    order is kept otherwise. ``expand_hostlist(compress_hostlist(h)) == list(h)`` for distinct names."""
-    groups: list[tuple[str, list[str]]] = []
-    for h in hosts:
-        m = re.fullmatch(r"(.*?)(\d+)", h)
-        prefix, num = (m.group(1), m.group(2)) if m else (h, "")
-        if groups and num and groups[-1][0] == prefix and groups[-1][1] and groups[-1][1][-1] != "":
+def _split_num(host: str) -> tuple[str, str]:
+    """``(prefix, trailing digits)`` of a host name (``("node", "07")``; ``(host, "")`` without digits)."""
+    m = re.fullmatch(r"(.*?)(\d+)", host)
+    return (m.group(1), m.group(2)) if m else (host, "")
+
+
+def sort_key(host: str) -> tuple[str, int, int, str]:
+    """Slurm's host order: by prefix, then by number (``n9`` before ``n10``), names without a number first."""
+    prefix, num = _split_num(host)
+    return (prefix, 1, int(num), num) if num else (prefix, 0, 0, "")
+
+
+def compress_hostlist(hosts: Iterable[str], sort: bool = True) -> str:
+    """The Slurm form of ``hosts``, as squeue prints it: ``n[9-10]``, ``local[1-2]``, ``a,node[1-3,7]``.
+
+    With ``sort`` (the default) the names are put in Slurm's order first (:func:`sort_key`), so one prefix
+    gives one bracket; without it the order is kept and only neighbours of one prefix are merged
+    (``local2,local1`` gives ``local[2,1]``). Zero padding is kept (``n[08-10]``). Duplicates are kept.
+    ``expand_hostlist(compress_hostlist(h, sort=False)) == list(h)`` and
+    ``expand_hostlist(compress_hostlist(h)) == sorted(h, key=sort_key)`` for names without brackets or commas.
+    """
+    names = sorted(hosts, key=sort_key) if sort else list(hosts)
+    groups: list[tuple[str, list[str]]] = []   # (prefix, numbers); numbers == [] for a name without digits
+    for h in names:
+        prefix, num = _split_num(h)
+        if num and groups and groups[-1][0] == prefix and groups[-1][1]:
             groups[-1][1].append(num)
         else:
-            groups.append((prefix, [num] if num else [""]))
+            groups.append((prefix, [num] if num else []))
     parts = []
     for prefix, nums in groups:
-        if nums == [""]:
+        if not nums:
             parts.append(prefix)
         elif len(nums) == 1:
             parts.append(prefix + nums[0])
@@ -110,13 +129,19 @@ def compress_hostlist(hosts: Iterable[str]) -> str:
     return ",".join(parts)
 
 
+def _next_in_range(lo: str, prev: str, cur: str) -> bool:
+    """Does ``cur`` continue the range ``lo-prev`` so that expanding the range gives it back?"""
+    i = int(prev) + 1
+    padded = lo.startswith("0") and len(lo) > 1          # the rule of _expand_range
+    return int(cur) == i and cur == (str(i).zfill(len(lo)) if padded else str(i))
+
+
 def _ranges(nums: list[str]) -> str:
     out: list[str] = []
     i = 0
     while i < len(nums):
         j = i
-        while (j + 1 < len(nums) and int(nums[j + 1]) == int(nums[j]) + 1
-               and len(nums[j + 1]) == len(nums[j])):
+        while j + 1 < len(nums) and _next_in_range(nums[i], nums[j], nums[j + 1]):
             j += 1
         out.append(nums[i] if i == j else f"{nums[i]}-{nums[j]}")
         i = j + 1

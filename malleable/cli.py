@@ -38,7 +38,22 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    p = sub.add_parser("completion", help="print the shell completion script (bash, zsh or tcsh)",
+                       description="Print a static completion script for the malleable command (no hook runs at "
+                                   "completion time).",
+                       epilog="install for bash: malleable completion bash > "
+                              "~/.local/share/bash-completion/completions/malleable (zsh: malleable completion zsh > "
+                              "~/.zfunc/_malleable with ~/.zfunc in fpath)")
+    p.add_argument("shell", choices=("bash", "zsh", "tcsh"))
+    p.set_defaults(func=_completion)
     return parser
+
+
+def _completion(args: argparse.Namespace) -> int:
+    import shtab  # only here: building the parser must stay cheap
+
+    print(shtab.complete(build_parser(), args.shell), end="")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

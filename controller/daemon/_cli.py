@@ -14,17 +14,24 @@ from typing import Any
 
 from malleable.errors import ConfigError, MalleableError
 
+from ._cli_submit import add_submit_options
 from ._timefmt import format_duration, parse_time
 
 __all__ = ["register"]
 
 _STATE_HELP = ("controller state file (default $MALLEABLE_CONTROLLER_STATE or "
                "~/.local/state/malleable/controller.sqlite)")
+_FILE = {"bash": "_shtab_compgen_files", "zsh": "_files", "tcsh": "f"}  # shtab: complete file names here
+
+
+def _file_arg(p: Any, *names: str, **kw: Any) -> None:
+    """An option whose value is a file name (shell completion offers files)."""
+    setattr(p.add_argument(*names, **kw), "complete", _FILE)  # noqa: B010 - shtab reads this attribute
 
 
 def _client_opts(p: argparse.ArgumentParser) -> None:
     p.add_argument("--controller", metavar="ADDR", help="daemon address tcp://HOST:PORT (default: from --state)")
-    p.add_argument("--state", help=_STATE_HELP)
+    _file_arg(p, "--state", help=_STATE_HELP)
     p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the daemon (default 10)")
 
 
@@ -41,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         epilog="example: malleable controller start --local 4 --policy malleable-fill")
     pool = p.add_mutually_exclusive_group(required=True)
     pool.add_argument("--hosts", help="hosts, comma-separated, Slurm syntax allowed (node[1-4])")
-    pool.add_argument("--hostfile", help="file with one host (or host:slots) per line")
+    _file_arg(pool, "--hostfile", help="file with one host (or host:slots) per line")
     pool.add_argument("--slurm", action="store_true", help="the hosts of the current Slurm allocation")
     pool.add_argument("--local", type=int, metavar="N", help="N host slots on this machine")
     p.add_argument("--launcher-exec", help="ssh stand-in used by mpiexec to reach the hosts "
@@ -49,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--slots", type=int, default=1, help="processes per host (default 1)")
     p.add_argument("--policy", default="easy", help="scheduling policy (default easy; see 'malleable simulate -h')")
     p.add_argument("--param", action="append", default=[], metavar="K=V", help="policy parameter (repeatable)")
-    p.add_argument("--state", help=_STATE_HELP)
+    _file_arg(p, "--state", help=_STATE_HELP + "; its folder is created if missing")
     p.add_argument("--bind", help="address to listen on (default 127.0.0.1; the bridge for namespace hosts)")
     p.add_argument("--port", type=int, help="TCP port (default: the previous run's, else a free one)")
     p.add_argument("--tick", type=float, default=1.0, help="seconds between periodic scheduling passes")
@@ -70,26 +77,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_status)
 
     p = sub.add_parser("submit", help="submit a rigid or malleable job (like sbatch)",
-                       description="Queue CMD. Rigid: -N nodes. Malleable: --min/--max (and --pref): the job "
-                                   "starts between min and max nodes and may be resized while it runs.",
-                       epilog="example: malleable submit --min 1 --max 4 --time 10:00 -o jacobi-%%j.out -- "
-                              "python -m malleable.apps.jacobi --n 512 --iters 2000")
-    p.add_argument("-N", "--nodes", type=int, help="rigid job on exactly this many nodes")
-    p.add_argument("--min", type=int, help="malleable: fewest nodes")
-    p.add_argument("--max", type=int, help="malleable: most nodes")
-    p.add_argument("--pref", type=int, help="malleable: preferred start size (default min)")
-    p.add_argument("-t", "--time", help="time limit: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S")
-    p.add_argument("-o", "--output", default="", help="stdout file (%%j = job id; default malleable-%%j.out)")
-    p.add_argument("-e", "--error", default="", help="stderr file (default: with stdout)")
-    p.add_argument("-J", "--job-name", default="", help="job name")
-    p.add_argument("--parsable", action="store_true", help="print only the job id")
+                       argument_default=argparse.SUPPRESS,
+                       description="Queue a job. Rigid: -N nodes (or -n tasks). Malleable: --min/--max (and --pref): "
+                                   "the job starts between min and max nodes and may be resized while it runs. "
+                                   "Options may also be given in '#MALLEABLE' lines at the top of the script, as "
+                                   "sbatch reads '#SBATCH' (the command line wins).",
+                       epilog="examples: malleable submit --min 1 --max 4 --time 10:00 -o jacobi-%%j.out -- "
+                              "python -m malleable.apps.jacobi --n 512 --iters 2000;  malleable submit -n 4 "
+                              "--wrap 'python prog.py';  malleable submit job.sh")
+    add_submit_options(p)
     _client_opts(p)
-    p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command (after --)")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS] | -- CMD ...",
+                   help="the script (its #MALLEABLE lines are read) or the command after --")
     p.set_defaults(func=_submit)
 
     p = sub.add_parser("queue", help="pending and running jobs (like squeue)")
     _client_opts(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="a JSON document with a schema number (see the docs)")
     p.set_defaults(func=_queue)
 
     p = sub.add_parser("cancel", help="cancel jobs (like scancel)")
@@ -99,19 +103,31 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("nodes", help="hosts and who holds them (like sinfo -N)")
     _client_opts(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="a JSON document with a schema number")
     p.set_defaults(func=_nodes)
 
-    p = sub.add_parser("info", help="one job: record, size history with hosts, events (like scontrol show job)")
+    p = sub.add_parser("info", help="one job: record, progress, size history with hosts, events "
+                                    "(like scontrol show job)")
     _client_opts(p)
     p.add_argument("id", type=int, metavar="ID")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--events", type=int, default=5, metavar="N", help="show the last N events (default 5; 0: none)")
+    p.add_argument("--json", action="store_true", help="a JSON document with a schema number (every event)")
     p.set_defaults(func=_info)
 
-    p = sub.add_parser("history", help="all jobs with their end state and exit code (like sacct)")
+    p = sub.add_parser("history", help="jobs of every state with exit code and elapsed time (like sacct)",
+                       description="Jobs of every state, newest first. Read from the state file (the daemon need not "
+                                   "run, as sacct reads the accounting database); from the daemon with --controller.",
+                       epilog="example: malleable history -s failed,timeout -S now-2hours")
     _client_opts(p)
+    p.add_argument("-j", "--jobs", metavar="ID[,ID...]", help="only these jobs")
+    p.add_argument("-u", "--user", metavar="USER[,USER...]", help="only jobs of these users")
+    p.add_argument("-s", "--states", metavar="STATE[,STATE...]",
+                   help="only jobs in these states (names or codes: PD, CF, R, CD, F, CA, TO)")
+    p.add_argument("-S", "--starttime", metavar="TIME", help="only jobs not ended before TIME (see the docs for the "
+                   "forms: 2026-11-22T14:30, 14:30, today, now-2hours, ...)")
+    p.add_argument("-E", "--endtime", metavar="TIME", help="only jobs submitted at or before TIME")
     p.add_argument("--limit", type=int, default=0, help="only the newest N jobs")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="a JSON document with a schema number")
     p.add_argument("--export", metavar="FILE",
                    help="write the completed jobs as a workload (JSON lines) that 'malleable simulate --workload "
                         "FILE --policy P' replays; reads the state file, the daemon need not run")
@@ -123,12 +139,9 @@ def _export(args: argparse.Namespace) -> int:
     from ._paths import default_state
     from ._store import Store
 
-    state = args.state or default_state()
-    if not os.path.exists(state):
-        raise ConfigError(f"no controller state file at {state} (give --state)")
-    store = Store(state, readonly=True)
+    store = Store.reader(args.state or default_state())
     try:
-        n = export_workload(store, args.export, len([h for h in store.load_hosts()]) or 1)
+        n = export_workload(store, args.export, len(store.load_hosts()) or 1)
     finally:
         store.close()
     print(f"wrote {n} job(s) to {args.export}")                   # the CLI's own output
@@ -173,8 +186,30 @@ def _daemon_config(args: argparse.Namespace) -> Any:
     params = _params(args.param)
     make_policy(args.policy, params)  # fail here, before anything starts
     core = CoreConfig(slots=args.slots, ack_timeout=args.ack_timeout, default_time=parse_time(args.default_time))
-    state = os.path.abspath(args.state or default_state())
+    state = _state_path(args.state or default_state())
     return DaemonConfig(state, _pool(args), args.policy, params, args.bind, args.port, args.tick, core)
+
+
+def _state_path(path: str) -> str:
+    """The absolute state file for ``controller start``: its folder is created if missing; a folder, a file that
+    is not a controller state, or a place that cannot be written is refused with one line."""
+    from ._store import Store
+
+    p = Path(os.path.abspath(os.path.expanduser(path)))
+    if p.is_dir():
+        raise ConfigError(f"--state {path} is a directory: give a file in it, e.g. {p / 'controller.sqlite'}")
+    up = next((q for q in p.parents if q.exists()), None)
+    if up is not None and not up.is_dir():
+        raise ConfigError(f"--state {path}: {up} is a file, not a folder")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"cannot create the state folder {p.parent}: {e.strerror}") from None
+    if not os.access(p.parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"cannot write in the state folder {p.parent}")
+    if p.exists() and p.stat().st_size > 0:
+        Store.reader(str(p)).close()         # raises if it is not a controller state file
+    return str(p)
 
 
 def _start(args: argparse.Namespace) -> int:
@@ -280,81 +315,37 @@ def _status(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------------------------------ jobs
 def _submit(args: argparse.Namespace) -> int:
-    cmd = list(args.cmd)
-    if cmd and cmd[0] == "--":
-        cmd = cmd[1:]
-    if not cmd:
-        raise ConfigError("no command: malleable submit [options] -- CMD ...")
-    malleable = args.min is not None or args.max is not None
-    if malleable and args.nodes is not None:
-        raise ConfigError("give either -N (rigid) or --min/--max (malleable), not both")
-    if malleable:
-        if args.min is None or args.max is None:
-            raise ConfigError("a malleable job needs both --min and --max")
-        lo, hi = args.min, args.max
-        pref = args.pref if args.pref is not None else lo
-        if lo < 1 or not lo <= pref <= hi:
-            raise ConfigError(f"need 1 <= --min <= --pref <= --max, got {lo}, {pref}, {hi}")
-    else:
-        if args.pref is not None:
-            raise ConfigError("--pref is for malleable jobs (with --min/--max)")
-        pref = lo = hi = args.nodes if args.nodes is not None else 1
-        if pref < 1:
-            raise ConfigError(f"-N must be >= 1, got {pref}")
-    limit = parse_time(args.time) if args.time else 0.0
-    out = os.path.abspath(args.output) if args.output else ""
-    err = os.path.abspath(args.error) if args.error else ""
+    from ._cli_submit import resolve
+
+    for k, v in (("controller", None), ("state", None), ("timeout", 10.0)):
+        if not hasattr(args, k):
+            setattr(args, k, v)
+    def slots() -> int:
+        with _client(args) as c:
+            return int(c.status()["slots"])
+
+    request, parsable = resolve(vars(args), slots)      # bad options fail here, before any daemon is asked
     with _client(args) as c:
-        jid = c.submit(cmd, pref, lo, hi, malleable, limit, args.job_name, out, err)
-    print(jid if args.parsable else f"Submitted job {jid}")
+        jid = c.submit(**request)
+    print(jid if parsable else f"Submitted job {jid}")
     return 0
 
 
-_ST = {"PENDING": "PD", "STARTING": "CF", "RUNNING": "R", "COMPLETED": "CD", "FAILED": "F", "CANCELLED": "CA",
-       "TIMEOUT": "TO"}
-
-
-def _short(j: dict[str, Any]) -> str:
-    st = _ST.get(j["state"], j["state"])
-    if j["state"] == "RUNNING" and j.get("order"):
-        st = "RS"  # resizing
-    return st
-
-
-def _nodelist(j: dict[str, Any]) -> str:
-    from malleable.launch import compress_hostlist
-
-    if j["state"] == "PENDING":
-        return f"({j.get('reason') or 'Priority'})"
-    hosts = compress_hostlist(j["hosts"]) if j["hosts"] else ""
-    if j.get("order"):
-        o = j["order"]
-        hosts += f" -> {len(o['target'])}"
-    if j.get("unresponsive"):
-        hosts += " (unresponsive)"
-    return hosts
-
-
-def _size(j: dict[str, Any]) -> str:
-    if j["malleable"]:
-        return f"{j['size'] or '-'}[{j['min_nodes']}-{j['max_nodes']}]"
-    return str(j["nodes"])
+def _print_json(doc: Any) -> None:
+    print(json.dumps(doc, indent=2))
 
 
 def _queue(args: argparse.Namespace) -> int:
+    from ._cli_views import document, job_json, queue_lines
     from ._protocol import Queue
 
     with _client(args) as c:
         rows = c.rows(Queue())
-    if args.json:
-        print(json.dumps(rows, indent=2))
-        return 0
     now = time.time()
-    print(f"{'JOBID':>6} {'NAME':<14} {'KIND':<9} {'ST':<3} {'TIME':>9} {'NODES':>9}  NODELIST(REASON)")
-    for j in rows:
-        t = format_duration(now - j["start"]) if j["start"] else "0:00"
-        kind = "malleable" if j["malleable"] else "rigid"
-        print(f"{j['id']:>6} {j['name'][:14]:<14} {kind:<9} {_short(j):<3} {t:>9} {_size(j):>9}  {_nodelist(j)}")
+    if args.json:
+        _print_json(document("jobs", [job_json(j, now) for j in rows]))
+    else:
+        print("\n".join(queue_lines(rows, now)))
     return 0
 
 
@@ -373,68 +364,100 @@ def _cancel(args: argparse.Namespace) -> int:
 
 
 def _nodes(args: argparse.Namespace) -> int:
+    from ._cli_views import document, node_lines
     from ._protocol import Nodes
 
     with _client(args) as c:
         rows = c.rows(Nodes())
     if args.json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    print(f"{'NODE':<12} {'STATE':<12} JOB")
-    for r in rows:
-        job = "" if r["job"] is None else str(r["job"])
-        if r["drain"] is not None:
-            job += f" (checking: job {r['drain']})"
-        print(f"{r['name']:<12} {r['state']:<12} {job.strip()}")
+        _print_json(document("nodes", [{k: r[k] for k in ("name", "state", "job", "drain")} for r in rows]))
+    else:
+        print("\n".join(node_lines(rows)))
     return 0
-
-
-def _fmt_t(t: float | None) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t)) if t else "-"
 
 
 def _info(args: argparse.Namespace) -> int:
+    from ._cli_views import document, info_lines, job_json
+
+    if args.events < 0:
+        raise ConfigError(f"--events must be >= 0, got {args.events}")
     with _client(args) as c:
         inf = c.info(args.id)
+    now = time.time()
     if args.json:
-        print(json.dumps({"job": inf.job, "steps": inf.steps, "events": inf.events}, indent=2))
-        return 0
-    j = inf.job
-    kind = f"malleable {j['min_nodes']}..{j['max_nodes']} (pref {j['nodes']})" if j["malleable"] else \
-        f"rigid {j['nodes']}"
-    print(f"JobId={j['id']} Name={j['name']} State={j['state']} Kind={kind} ExitCode={j['exit_code']}")
-    print(f"  Submit={_fmt_t(j['submit'])} Start={_fmt_t(j['start'])} End={_fmt_t(j['end'])} "
-          f"TimeLimit={format_duration(j['time_limit'])} Reason={j['reason'] or '-'}")
-    print(f"  Command={' '.join(j['cmd'])}")
-    print(f"  WorkDir={j['cwd']} StdOut={j['out'] or '-'}")
-    if j.get("progress"):
-        print(f"  Progress={json.dumps(j['progress'])}")
-    print("  size history:")
-    t0 = inf.steps[0]["t"] if inf.steps else 0.0
-    for s in inf.steps:
-        extra = ""
-        if s["decided"] is not None:
-            extra = f"  (decided +{s['decided'] - t0:.2f} s, took {s['t'] - s['decided']:.2f} s"
-            extra += f", runtime {s['seconds']:.3f} s)" if s["seconds"] is not None else ")"
-        print(f"    +{s['t'] - t0:8.2f} s  {s['kind']:<7} {s['size']:>3} nodes  {','.join(s['hosts'])}{extra}")
+        _print_json(document("", {"job": job_json(inf.job, now), "steps": inf.steps, "events": inf.events}))
+    else:
+        print("\n".join(info_lines(inf.job, inf.steps, inf.events, args.events, now)))
     return 0
 
 
+def _status(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        st = c.status()
+    if args.json:
+        from ._cli_views import document
+
+        _print_json(document("", st))
+        return 0
+    jobs = ", ".join(f"{n} {s.lower()}" for s, n in sorted(st["jobs"].items())) or "no jobs"
+    print(f"controller {st['controller_id']} at {st['address']} (pid {st['pid']}), up {format_duration(st['uptime'])}")
+    print(f"pool: {st['pool']}, {st['hosts']} hosts ({st['free']} free), {st['slots']} slot(s) per host")
+    print(f"policy: {st['policy']}, {st['passes']} passes; {jobs}; state {st['state']}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------ history
+def _split(text: str | None) -> list[str]:
+    return [x.strip() for x in (text or "").split(",") if x.strip()]
+
+
+def _history_query(args: argparse.Namespace) -> Any:
+    from ._cli_views import STATE_CODES
+    from ._protocol import STATES, History
+    from ._timefmt import parse_when
+
+    if args.limit < 0:
+        raise ConfigError(f"--limit must be >= 0, got {args.limit}")
+    jobs = []
+    for x in _split(args.jobs):
+        if not x.isdigit():
+            raise ConfigError(f"-j wants job ids separated by commas, got {args.jobs!r}")
+        jobs.append(int(x))
+    by_code = {v: k for k, v in STATE_CODES.items()}
+    states = []
+    for x in _split(args.states):
+        st = by_code.get(x.upper(), x.upper())
+        if st not in STATES:
+            raise ConfigError(f"unknown job state {x!r}: use {', '.join(STATES)} or {', '.join(STATE_CODES.values())}")
+        states.append(st)
+    now = time.time()
+    since = parse_when(args.starttime, now) if args.starttime else 0.0
+    until = parse_when(args.endtime, now) if args.endtime else 0.0
+    if since and until and until < since:
+        raise ConfigError("--endtime is before --starttime")
+    return History(args.limit, jobs, _split(args.user), states, max(0.0, since), max(0.0, until))
+
+
 def _history(args: argparse.Namespace) -> int:
-    from ._protocol import History
+    from ._cli_views import document, history_lines, job_json
+    from ._paths import default_state
+    from ._store import Store
 
     if args.export:
         return _export(args)
-    with _client(args) as c:
-        rows = c.rows(History(max(0, args.limit)))
+    q = _history_query(args)
+    if args.controller or (os.environ.get("MALLEABLE_CONTROLLER") and not args.state):
+        with _client(args) as c:
+            rows = c.history(q.limit, q.jobs, q.users, q.states, q.since, q.until)
+    else:
+        store = Store.reader(args.state or default_state())
+        try:
+            rows = [j.public() for j in store.history(q)]
+        finally:
+            store.close()
+    now = time.time()
     if args.json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    print(f"{'JOBID':>6} {'NAME':<14} {'KIND':<9} {'STATE':<10} {'EXIT':>4} {'ELAPSED':>9} {'NODES':>9}  START")
-    for j in rows:
-        el = format_duration((j["end"] or time.time()) - j["start"]) if j["start"] else "-"
-        kind = "malleable" if j["malleable"] else "rigid"
-        code = "-" if j["exit_code"] is None else str(j["exit_code"])
-        print(f"{j['id']:>6} {j['name'][:14]:<14} {kind:<9} {j['state']:<10} {code:>4} {el:>9} {_size(j):>9}  "
-              f"{_fmt_t(j['start'])}")
+        _print_json(document("jobs", [job_json(j, now) for j in rows]))
+    else:
+        print("\n".join(history_lines(rows, now)))
     return 0

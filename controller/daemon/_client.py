@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import getpass
 import itertools
 import json
 import os
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import zmq
@@ -51,7 +53,16 @@ def find_address(address: str | None = None, state: str | None = None) -> str:
 
 
 class Client:
-    """One DEALER connection to the daemon (use as a context manager).
+    """One DEALER connection to the daemon (use as a context manager)::
+
+        from malleable.controller import Client
+
+        with Client(state="/tmp/ctl.sqlite") as c:
+            jid = c.submit(["python", "prog.py"], min_nodes=1, max_nodes=4, malleable=True, time_limit=600)
+            print(c.info(jid).job["state"], [r["id"] for r in c.history(states=["FAILED"])])
+
+    Rows are the daemon's job records (as ``malleable queue --json`` prints them before its projection); errors
+    the daemon sends back are raised as :mod:`malleable.errors` exceptions.
 
     Args:
         address: ``tcp://host:port`` (see :func:`find_address` for the default).
@@ -116,14 +127,15 @@ class Client:
     # -- conveniences ----------------------------------------------------------------------------------------
     def submit(self, cmd: list[str], nodes: int = 1, min_nodes: int = 0, max_nodes: int = 0,
                malleable: bool = False, time_limit: float = 0.0, name: str = "", out: str = "", err: str = "",
-               cwd: str | None = None, env: dict[str, str] | None = None, speedup: str = "linear",
-               constraint: str = "") -> int:
-        """Submit a job; returns its id (see :class:`~._protocol.Submit`)."""
+               cwd: str | None = None, env: dict[str, str] | None = None, speedup: str = "",
+               constraint: str = "", user: str | None = None) -> int:
+        """Submit a job; returns its id (see :class:`~._protocol.Submit`; ``nodes`` is the preferred size of a
+        malleable job, ``user`` defaults to the login name, ``env`` to this process's environment)."""
         e = dict(os.environ) if env is None else dict(env)
         for k in ("MALLEABLE_TOKEN", "MALLEABLE_JOB", "MALLEABLE_CONTROLLER"):
             e.pop(k, None)
         m = P.Submit(name, list(cmd), nodes, min_nodes or nodes, max_nodes or nodes, malleable, float(time_limit),
-                     out, err, cwd or os.getcwd(), e, speedup, constraint)
+                     out, err, cwd or os.getcwd(), e, speedup, constraint, _login() if user is None else user)
         reply = self.call(m)
         assert isinstance(reply, P.Submitted)
         return reply.job_id
@@ -134,6 +146,15 @@ class Client:
         if not isinstance(reply, P.Table):
             raise ProtocolError(f"expected a table, got {reply.TYPE}")
         return reply.rows
+
+    def history(self, limit: int = 0, jobs: Sequence[int] = (), users: Sequence[str] = (),
+                states: Sequence[str] = (), since: float = 0.0, until: float = 0.0) -> list[dict[str, Any]]:
+        """Jobs of every state, newest first, filtered as sacct does (see :class:`~._protocol.History`)."""
+        from ._store import history_match
+
+        q = P.History(limit, list(jobs), list(users), list(states), since, until)
+        rows = [r for r in self.rows(P.History(0, q.jobs, q.users, q.states, since, until)) if history_match(q, r)]
+        return rows[:limit] if limit else rows
 
     def info(self, job_id: int) -> P.JobInfo:
         """One job's record, steps and events."""
@@ -149,3 +170,11 @@ class Client:
             raise ProtocolError(f"expected status_reply, got {reply.TYPE}")
         return reply.info
 
+
+
+def _login() -> str:
+    """The login name (``LOGNAME``/``USER``, else the password database), or "" if there is none."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return ""

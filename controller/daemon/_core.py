@@ -37,7 +37,7 @@ from malleable.controller.sched._model import (
     RunningJob,
     Snapshot,
 )
-from malleable.controller.sched._speedup import declared, parse_speedup
+from malleable.controller.sched._speedup import declared, speedup_params
 from malleable.errors import Refusal, UnknownJob
 
 from . import _link, _pass
@@ -189,7 +189,7 @@ class Core:
         return RunningJob(self.to_job(j), nodes, len(nodes), start, since, done, end, resizes, mtct_of(j.progress))
 
     def to_job(self, j: JobRec) -> Job:
-        serial, rho = parse_speedup(j.speedup or "linear")
+        serial, rho = speedup_params(j.speedup or "linear")
         kind = JobKind.MALLEABLE if j.malleable else JobKind.RIGID
         return Job(j.id, j.submit, j.nodes, j.time_limit, kind, j.min_nodes, j.max_nodes, serial, rho,
                    j.priority, j.constraint)
@@ -284,9 +284,9 @@ class Core:
         if lo > n_hosts or (not m.malleable and pref > n_hosts):
             raise Refusal(f"job asks for {lo if m.malleable else pref} node(s) but the controller has only "
                           f"{n_hosts}")
-        speedup, constraint = m.speedup or "linear", m.constraint
+        speedup, constraint = m.speedup, m.constraint           # "": not declared (linear)
         try:
-            parse_speedup(speedup)
+            speedup_params(speedup)
         except ValueError as e:
             raise Refusal(str(e)) from None
         if constraint not in CONSTRAINTS:
@@ -298,11 +298,11 @@ class Core:
         self.next_id += 1
         j = JobRec(jid, m.name or m.cmd[0].rsplit("/", 1)[-1], list(m.cmd), pref, lo, hi, m.malleable, limit,
                    m.out.replace("%j", str(jid)), m.err.replace("%j", str(jid)), m.cwd, dict(m.env), now,
-                   reason="Priority", speedup=speedup, constraint=constraint)
+                   reason="Priority", speedup=speedup, constraint=constraint, user=m.user)
         self.ledger.submit(self.to_job(j))
         self.save(j)
         self.log_event(jid, "submit", f"{'malleable' if m.malleable else 'rigid'} {lo}..{hi} pref {pref} nodes, "
-                    f"limit {limit:g} s, speedup {speedup}: {' '.join(m.cmd)[:200]}", now)
+                    f"limit {limit:g} s, speedup {speedup or 'linear'}: {' '.join(m.cmd)[:200]}", now)
         self.emit(Reply(P.Submitted(jid)))
 
     def _cancel(self, m: P.Cancel, now: float) -> None:

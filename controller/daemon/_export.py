@@ -14,7 +14,7 @@ import os
 from typing import Any
 
 from malleable.controller.sched._model import Job, JobKind
-from malleable.controller.sched._speedup import declared, parse_speedup
+from malleable.controller.sched._speedup import declared, speedup_params
 
 from ._store import JobRec, Store
 
@@ -23,7 +23,7 @@ __all__ = ["export_workload", "job_line"]
 
 def job_line(j: JobRec, steps: list[dict[str, Any]], t0: float) -> dict[str, Any]:
     """The workload line of one ended job (``steps`` from :meth:`Store.steps`, ``t0`` the time origin)."""
-    serial, rho = parse_speedup(j.speedup or "linear")
+    serial, rho = speedup_params(j.speedup or "linear")
     kind = JobKind.MALLEABLE if j.malleable else JobKind.RIGID
     job = Job(j.id, j.submit, j.nodes, j.time_limit, kind, j.min_nodes, j.max_nodes, serial, rho)
     starts = [i for i, s in enumerate(steps) if s["kind"] == "start"]

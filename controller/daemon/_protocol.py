@@ -18,13 +18,17 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from malleable._wire import MessageTypes, check_fields, pack, unpack
+from malleable.controller.sched._speedup import SPEEDUP_MODELS, parse_speedup
 from malleable.errors import ProtocolError
 
 __all__ = [
+    "CONSTRAINTS",
+    "SPEEDUP_MODELS",
+    "STATES",
     "VERSION",
     "Cancel",
     "Committed",
@@ -49,15 +53,24 @@ __all__ = [
     "Table",
     "decode",
     "encode",
+    "parse_speedup",
 ]
 
-VERSION = 1
-VERSIONS = (VERSION,)
+VERSION = 2             # 2: submit carries speedup, constraint and user; history carries filters
+VERSIONS = (VERSION,)   # the command line, the runtime link and the daemon ship together
 
 MAX_INT = (1 << 31) - 1
 MAX_STR = 4096          # one string field (a command word, a path, a reason)
 MAX_LIST = 4096         # items of a list field (command words, hosts, rows)
 MAX_ENV = 1024          # entries of a job's environment
+
+STATES = ("PENDING", "STARTING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
+"""Every state a job can be in (``submit`` → PENDING → STARTING → RUNNING → one of the last four)."""
+
+"""Speedup declarations of ``submit --speedup``: ``linear``, ``amdahl:F`` (serial fraction F), ``rho:R``."""
+
+CONSTRAINTS = ("pof2", "even", "odd")
+"""Node-count constraints of ``submit --constraint`` (the sizes a malleable job may take)."""
 
 _TYPES = MessageTypes()
 
@@ -144,8 +157,9 @@ class Submit(Message):
     err: str
     cwd: str
     env: dict
-    speedup: str = "linear"
-    constraint: str = ""
+    speedup: str = ""       # "" (not declared), "linear", "amdahl:F" or "rho:R" (see parse_speedup)
+    constraint: str = ""    # "" or one of CONSTRAINTS
+    user: str = ""          # who submitted (shown and filtered by history -u)
 
 
 @_msg("queue")
@@ -155,9 +169,16 @@ class Queue(Message):
 
 @_msg("history")
 class History(Message):
-    """Jobs of every state, newest first, at most ``limit`` (0: all)."""
+    """Jobs of every state, newest first, at most ``limit`` (0: all), as sacct selects them: only ``jobs``,
+    ``users`` and ``states`` if given (empty: all), and only jobs that existed between ``since`` and ``until``
+    (submitted at or before ``until`` and not ended before ``since``; 0: no bound)."""
 
     limit: int
+    jobs: list[int] = field(default_factory=list)
+    users: list[str] = field(default_factory=list)
+    states: list[str] = field(default_factory=list)
+    since: float = 0.0
+    until: float = 0.0
 
 
 @_msg("cancel")
@@ -247,7 +268,9 @@ class Progress(Message):
 
 
 # ------------------------------------------------------------------------------------------- codec
-_JSON = {"int": int, "str": str, "float": float, "bool": bool, "dict": dict, "list[str]": list, "list[dict]": list}
+_JSON = {"int": int, "str": str, "float": float, "bool": bool, "dict": dict, "list[str]": list, "list[dict]": list,
+         "list[int]": list}
+_ITEM = {"list[str]": str, "list[dict]": dict, "list[int]": int}
 
 
 def _spec(cls: type[Message]) -> dict[str, Any]:
@@ -270,15 +293,17 @@ def _check_value(where: str, name: str, typ: str, val: Any) -> None:
             raise ProtocolError(f"{where}: field {name!r} must be a finite number >= 0, got {val}")
     elif typ == "str":
         _check_str(where, name, val)
-    elif typ in ("list[str]", "list[dict]"):
+    elif typ in _ITEM:
         if len(val) > MAX_LIST:
             raise ProtocolError(f"{where}: field {name!r} has more than {MAX_LIST} items")
-        want = str if typ == "list[str]" else dict
+        want = _ITEM[typ]
         for x in val:
-            if not isinstance(x, want):
+            if not isinstance(x, want) or isinstance(x, bool):
                 raise ProtocolError(f"{where}: field {name!r} must hold only {want.__name__}s")
             if want is str:
                 _check_str(where, name, x)
+            elif want is int and not 0 <= x <= MAX_INT:
+                raise ProtocolError(f"{where}: field {name!r} must hold ints in 0..{MAX_INT}")
     elif typ == "dict" and len(val) > MAX_ENV:
         raise ProtocolError(f"{where}: field {name!r} has more than {MAX_ENV} entries")
 
@@ -290,6 +315,19 @@ def _check_submit(m: Submit) -> None:
         if not isinstance(v, str) or not k or "=" in k or "\x00" in k:
             raise ProtocolError("submit: env must map variable names to strings")
         _check_str("submit", "env", v)
+    if m.speedup:
+        try:
+            parse_speedup(m.speedup)
+        except ValueError as e:
+            raise ProtocolError(f"submit: {e}") from None
+    if m.constraint and m.constraint not in CONSTRAINTS:
+        raise ProtocolError(f"submit: bad constraint {m.constraint[:64]!r}: use one of {', '.join(CONSTRAINTS)}")
+
+
+def _check_history(m: History) -> None:
+    bad = [s for s in m.states if s not in STATES]
+    if bad:
+        raise ProtocolError(f"history: unknown state {bad[0][:64]!r}")
 
 
 def encode(msg: Message, token: bytes, rid: int = 0) -> list[Any]:
@@ -330,4 +368,6 @@ def decode(frames: Sequence[Any], token: bytes) -> tuple[Message, int]:
     msg = cls(**kwargs)
     if isinstance(msg, Submit):
         _check_submit(msg)
+    elif isinstance(msg, History):
+        _check_history(msg)
     return msg, rid

@@ -2,7 +2,8 @@
 
 Every change is committed before the daemon acts on it (starts a process, sends an order), so ``kill -9`` of
 the daemon loses nothing: a restart reloads the hosts, the queue in its order, the running jobs (which are
-re-attached) and the orders in flight. Only the daemon writes; other processes may read.
+re-attached) and the orders in flight. Only the daemon writes; other processes may read
+(:meth:`Store.reader`: ``malleable history`` while the daemon is down).
 """
 
 from __future__ import annotations
@@ -13,11 +14,15 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
-from ._events import AddEvent, AddStep, DeleteHost, ResizeOrder, SaveHost, SaveJob
+from malleable.errors import ConfigError
 
-__all__ = ["HostRec", "JobRec", "Store"]
+from ._events import AddEvent, AddStep, DeleteHost, ResizeOrder, SaveHost, SaveJob
+from ._protocol import History
+
+__all__ = ["HostRec", "JobRec", "Store", "history_match"]
 
 SCHEMA_VERSION = 1
 
@@ -79,8 +84,9 @@ class JobRec:
     unresponsive: bool = False               # an order was not acknowledged in time
     progress: dict[str, Any] = field(default_factory=dict)   # last data per phase
     cancel: bool = False                     # cancel requested; the processes are being stopped
-    speedup: str = "linear"                  # declared speedup model: linear, amdahl:F or rho:R
-    constraint: str = ""                     # node-count constraint: "", pof2, even or odd
+    speedup: str = ""                        # declared speedup model ("", linear, amdahl:F, rho:R)
+    constraint: str = ""                     # node-count constraint ("", pof2, even, odd)
+    user: str = ""                           # who submitted it
     view: list[Any] | None = None            # the scheduler's view: start, since, progress, est. end, resizes
 
     @property
@@ -112,7 +118,21 @@ class JobRec:
         out["state"] = str(self.state)
         out["order"] = self.order.to_dict() if self.order is not None else None
         out["size"] = self.size
+        out["user"] = self.user or self.env.get("USER", "")     # records written before the field existed
         return out
+
+
+def history_match(q: History, job: dict[str, Any]) -> bool:
+    """Does a job (a :meth:`JobRec.public` row) pass the filters of ``q`` (limit aside)?"""
+    if q.jobs and job["id"] not in q.jobs:
+        return False
+    if q.users and job.get("user", "") not in q.users:
+        return False
+    if q.states and job["state"] not in q.states:
+        return False
+    if q.until and job["submit"] > q.until:
+        return False
+    return not (q.since and job["end"] and job["end"] < q.since)
 
 
 @dataclass
@@ -138,16 +158,10 @@ class Store:
 
     Args:
         path: the database file (``":memory:"`` for tests of the core).
-        readonly: open an existing file for reading only (``history`` while the daemon may run or not).
     """
 
-    def __init__(self, path: str, readonly: bool = False) -> None:
+    def __init__(self, path: str) -> None:
         self.path = path
-        if readonly:                                # another process (the daemon) may be writing
-            self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None,
-                                      check_same_thread=False, timeout=10.0)
-            self._depth = 0
-            return
         self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10.0)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
@@ -158,6 +172,35 @@ class Store:
         self._depth = 0
         if self.get_meta("schema") is None:
             self.set_meta("schema", str(SCHEMA_VERSION))
+
+    @classmethod
+    def reader(cls, path: str) -> Store:
+        """The state file opened read-only (it is never created or changed; the daemon may run meanwhile).
+
+        Raises:
+            ConfigError: no such file, not a controller state file, or one written by a newer version.
+        """
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"no controller state file {path}" + (" (it is a directory)" if p.is_dir() else ""))
+        self = cls.__new__(cls)
+        self.path, self._depth = path, 0
+        self.db = sqlite3.connect(p.absolute().as_uri() + "?mode=ro", uri=True, check_same_thread=False,
+                                  timeout=10.0)
+        try:
+            names = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            version = self.get_meta("schema") if "meta" in names else None
+        except sqlite3.DatabaseError as e:
+            self.db.close()
+            raise ConfigError(f"{path} is not a controller state file ({e})") from None
+        if not {"meta", "jobs", "steps", "events"} <= names or version is None:
+            self.db.close()
+            raise ConfigError(f"{path} is not a controller state file (no controller tables)")
+        if not version.isdigit() or int(version) > SCHEMA_VERSION:
+            self.db.close()
+            raise ConfigError(f"{path} was written by a newer malleable (state schema {version}, this one reads "
+                              f"up to {SCHEMA_VERSION})")
+        return self
 
     def close(self) -> None:
         """Close the database."""
@@ -199,7 +242,9 @@ class Store:
     # -- hosts -----------------------------------------------------------------------------------------------
     def load_hosts(self) -> list[HostRec]:
         """All hosts in pool order."""
-        rows = self.db.execute("SELECT name, idx, owner, drain, drain_since, down FROM hosts ORDER BY idx").fetchall()
+        down = "down" if "down" in {r[1] for r in self.db.execute("PRAGMA table_info(hosts)")} else "''"
+        rows = self.db.execute(f"SELECT name, idx, owner, drain, drain_since, {down} FROM hosts "  # noqa: S608
+                               "ORDER BY idx").fetchall()
         return [HostRec(n, i, o, d, ds or 0.0, dn or "") for n, i, o, d, ds, dn in rows]
 
     def save_host(self, h: HostRec | SaveHost) -> None:
@@ -263,6 +308,23 @@ class Store:
         """One job, or None."""
         row = self.db.execute("SELECT rec FROM jobs WHERE id=?", (job_id,)).fetchone()
         return None if row is None else JobRec.from_json(row[0])
+
+    def history(self, q: History) -> list[JobRec]:
+        """Jobs selected as sacct selects them (:class:`~._protocol.History`), newest first."""
+        where, args = [], []
+        for col, vals in (("id", q.jobs), ("state", q.states)):
+            if vals:
+                where.append(f"{col} IN ({','.join('?' * len(vals))})")
+                args += list(vals)
+        sql = "SELECT rec FROM jobs" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id DESC"  # noqa: S608 - placeholders only
+        out: list[JobRec] = []
+        for (rec,) in self.db.execute(sql, args):
+            j = JobRec.from_json(rec)
+            if history_match(q, j.public()):
+                out.append(j)
+                if q.limit and len(out) >= q.limit:
+                    break
+        return out
 
     def finished_jobs(self, limit: int = 0) -> list[JobRec]:
         """Jobs of every state, newest first (``limit`` 0: all)."""

@@ -8,6 +8,7 @@ Nothing here imports the simulator or the daemon.
 from ._conservative import Profile, conservative, conservative_reference
 from ._ebs import EBS, EBSConfig
 from ._fill import malleable_fill
+from ._ledger import Applied, Effect, Ledger
 from ._mebf000 import MEBF0, MEBF0Config
 from ._mebf002 import MEBF, MEBFConfig
 from ._model import (
@@ -30,7 +31,6 @@ from ._model import (
 from ._registry import ENTRY_POINT_GROUP, POLICIES, get_policy
 from ._rigid import easy, easy_shadow, fcfs
 from ._sfsj import baseline, pick_victim, sfsj
-from ._ledger import Applied, Effect, Ledger
 from ._speedup import (
     SPEEDUPS,
     MtctModel,

@@ -13,8 +13,8 @@ from itertools import islice
 
 from malleable.errors import PolicyError
 
-from ._model import Decision, RunningJob, Snapshot, StartJob
 from ._down import down_ends
+from ._model import Decision, RunningJob, Snapshot, StartJob
 from ._resize import first_fit_end
 
 __all__ = ["easy", "easy_shadow", "fcfs"]

@@ -25,8 +25,10 @@ __all__ = [
     "linear_reconfig_cost",
     "mtct_amdahl",
     "no_reconfig_cost",
+    "SPEEDUP_MODELS",
     "parse_speedup",
     "per_job_reconfig_cost",
+    "speedup_params",
     "rho_power",
 ]
 
@@ -72,24 +74,44 @@ SPEEDUPS: dict[str, SpeedupModel] = {"linear": linear, "amdahl": amdahl, "rho": 
 """Speedup models by name (``malleable simulate --speedup``)."""
 
 
-def parse_speedup(text: str) -> tuple[float, float]:
-    """A job's speedup declaration ``linear``, ``amdahl:F`` or ``rho:R`` as ``(serial, rho)`` for :func:`declared`.
+SPEEDUP_MODELS = ("linear", "amdahl", "rho")
+"""The forms of a job's speedup declaration (``malleable submit --speedup``)."""
+
+
+def parse_speedup(text: str) -> str:
+    """The canonical form of a speedup declaration: ``""``, ``linear``, ``amdahl:F`` or ``rho:R`` with F and R
+    in [0, 1] (``amdahl:0.1``: 10 % of the work does not speed up; ``rho:0.25``: seed 002's scalability).
 
     Raises:
-        ValueError: not one of those forms, or F / R outside [0, 1).
+        ValueError: anything else (the message says what is accepted).
     """
-    name, _, arg = text.partition(":")
-    if name == "linear" and not arg:
-        return 0.0, 0.0
-    if name in ("amdahl", "rho") and arg:
-        try:
-            x = float(arg)
-        except ValueError:
-            x = -1.0
-        if 0.0 <= x < 1.0:
-            return (x, 0.0) if name == "amdahl" else (0.0, x)
-        raise ValueError(f"speedup {text!r}: {name}'s parameter must be a number in [0, 1)")
-    raise ValueError(f"speedup {text!r}: expected linear, amdahl:F or rho:R")
+    name, sep, arg = text.partition(":")
+    forms = "linear, amdahl:F or rho:R (F and R between 0 and 1)"
+    if name not in SPEEDUP_MODELS or (name == "linear") == bool(sep):
+        raise ValueError(f"bad speedup {text!r}: use {forms}")
+    if name == "linear":
+        return name
+    try:
+        v = float(arg)
+    except ValueError:
+        raise ValueError(f"bad speedup {text!r}: {arg!r} is not a number; use {forms}") from None
+    if not 0.0 <= v <= 1.0:
+        raise ValueError(f"bad speedup {text!r}: {name} takes a value between 0 and 1")
+    return f"{name}:{v!r}"
+
+
+def speedup_params(text: str) -> tuple[float, float]:
+    """A job's speedup declaration as ``(serial, rho)`` for :func:`declared` (``""`` is ``linear``).
+
+    Raises:
+        ValueError: not a declaration :func:`parse_speedup` accepts.
+    """
+    name, _, arg = parse_speedup(text or "linear").partition(":")
+    if name == "amdahl":
+        return float(arg), 0.0
+    if name == "rho":
+        return 0.0, float(arg)
+    return 0.0, 0.0
 
 
 def mtct_amdahl(job: Job, n: int) -> float:

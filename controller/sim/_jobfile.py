@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from malleable.controller.sched._speedup import parse_speedup
+from malleable.controller.sched._speedup import speedup_params
 from malleable.errors import TraceError
 
 from ._workload import Workload, _sorted
@@ -122,7 +122,7 @@ def _row(obj: dict[str, Any], where: str) -> tuple:
     if not lo <= p <= hi:
         raise TraceError(f"{where}: sizes must satisfy min <= procs <= max, got {lo} <= {p} <= {hi}")
     try:
-        serial, rho = parse_speedup(str(obj.get("speedup", "linear")))
+        serial, rho = speedup_params(str(obj.get("speedup", "linear")))
     except ValueError as e:
         raise TraceError(f"{where}: {e}") from None
     return (jid, submit, run, est, p, _KINDS[kind], lo, hi, serial, rho)

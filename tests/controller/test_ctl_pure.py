@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from malleable.controller import Job, JobKind, Simulator, Workload
 from malleable.controller.daemon import _protocol as P
@@ -10,6 +12,7 @@ from malleable.controller.daemon._timefmt import format_duration, parse_time
 from malleable.controller.sched._fill import malleable_fill
 from malleable.errors import AuthError, ConfigError, ProtocolError
 from malleable.launch import compress_hostlist, expand_hostlist
+from malleable.launch._hostlist import sort_key
 
 TOKEN = b"secret"
 
@@ -33,8 +36,38 @@ def test_expand_hostlist_rejects(bad):
 
 def test_compress_round_trip():
     for hosts in (["node1", "node2", "node3", "node7"], ["a", "node1", "b2"], ["n08", "n09", "n10"]):
-        assert expand_hostlist(compress_hostlist(hosts)) == hosts
+        assert expand_hostlist(compress_hostlist(hosts, sort=False)) == hosts
     assert compress_hostlist(["node1", "node2", "node3", "node7"]) == "node[1-3,7]"
+
+
+@pytest.mark.parametrize("hosts, text", [
+    (["n9", "n10"], "n[9-10]"),                         # unpadded numbers run across a digit count, as Slurm's
+    (["local2", "local1"], "local[1-2]"),               # sorted like Slurm prints them
+    (["node10", "a", "node9", "b2", "node1"], "a,b2,node[1,9-10]"),
+    (["n08", "n10", "n09"], "n[08-10]"),                # zero padding kept
+    (["n9", "n010", "n08"], "n[08,9,010]"),             # by number; each keeps its width
+    (["x", "x"], "x,x"),
+    (["r1n2", "r1n1", "r2n1"], "r1n[1-2],r2n1"),
+    ([], ""),
+])
+def test_compress_sorted_like_slurm(hosts, text):
+    assert compress_hostlist(hosts) == text
+    if hosts:
+        assert expand_hostlist(text) == sorted(hosts, key=sort_key)
+
+
+_HOST = st.builds(lambda p, n, pad: p + (str(n).zfill(pad) if n is not None else ""),
+                  st.sampled_from(["n", "node", "gpu", "r1n", "a-b", "x"]),
+                  st.none() | st.integers(0, 130), st.integers(0, 4))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(_HOST, min_size=1, max_size=40))
+def test_compress_round_trips_on_random_lists(hosts):
+    assert expand_hostlist(compress_hostlist(hosts)) == sorted(hosts, key=sort_key)
+    assert expand_hostlist(compress_hostlist(hosts, sort=False)) == hosts
+    numbered = {h.rstrip("0123456789") for h in hosts if h[-1].isdigit()}
+    assert compress_hostlist(hosts).count("[") <= len(numbered)      # sorted: one bracket per prefix at most
 
 
 @pytest.mark.parametrize("text, seconds", [
@@ -62,7 +95,9 @@ def _all_messages():
         P.Ok(), P.Error("Refused", "no"), P.Submitted(3), P.Table([{"a": 1}]), P.JobInfo({}, [], []),
         P.StatusReply({"x": 1}), P.Order(2, 4, ["node2"]),
         P.Submit("n", ["python", "x.py"], 2, 1, 4, True, 60.0, "o", "", "/work", {"A": "1"}), P.Queue(),
-        P.History(0), P.Cancel(5), P.Nodes(), P.Info(1), P.Status(), P.Shutdown(False),
+        P.Submit("n", ["x"], 2, 2, 8, True, 0.0, "", "", "/", {}, "amdahl:0.05", "pof2", "ann"),
+        P.History(0), P.History(5, [1, 7], ["ann"], ["FAILED", "TIMEOUT"], 100.5, 200.0),
+        P.Cancel(5), P.Nodes(), P.Info(1), P.Status(), P.Shutdown(False),
         P.Register(1, 2, "node1", 1, ["node1"]), P.Poll(1, 3),
         P.Committed(1, 1, "expand", 1, 4, 0.5, [], ["node1"] * 4, 0), P.Refused(1, 1, "why"),
         P.Progress(1, "elastic", {"mtct": 0.2}),
@@ -80,27 +115,65 @@ def _frames(header: dict) -> list[bytes]:
     return pack(header, TOKEN)
 
 
+_NEW = {"speedup": "", "constraint": "", "user": ""}
+_SUBMIT = {"v": 2, "type": "submit", "name": "", "cmd": ["x"], "nodes": 1, "min_nodes": 1, "max_nodes": 1,
+           "malleable": False, "time_limit": 0, "out": "", "err": "", "cwd": "/", "env": {}, **_NEW}
+_HISTORY = {"v": 2, "type": "history", "limit": 0, "jobs": [], "users": [], "states": [], "since": 0.0,
+            "until": 0.0}
+
+
 @pytest.mark.parametrize("header, match", [
-    ({"v": 2, "type": "queue"}, "version"),
-    ({"v": 1, "type": "nope"}, "unknown message type"),
-    ({"v": 1, "type": "cancel"}, "missing field"),
-    ({"v": 1, "type": "cancel", "job_id": "3"}, "must be int"),
-    ({"v": 1, "type": "cancel", "job_id": True}, "boolean"),
-    ({"v": 1, "type": "cancel", "job_id": -1}, "must be in"),
-    ({"v": 1, "type": "cancel", "job_id": 1, "x": 2}, "unknown field"),
-    ({"v": 1, "type": "poll", "job_id": 1, "probe": 1.5}, "must be int"),
-    ({"v": 1, "type": "order", "seq": 1, "procs": 2, "hosts": [1]}, "only strs"),
-    ({"v": 1, "type": "submit", "name": "", "cmd": [], "nodes": 1, "min_nodes": 1, "max_nodes": 1,
-      "malleable": False, "time_limit": 0, "out": "", "err": "", "cwd": "/", "env": {}}, "empty command"),
-    ({"v": 1, "type": "submit", "name": "", "cmd": ["x"], "nodes": 1, "min_nodes": 1, "max_nodes": 1,
-      "malleable": False, "time_limit": 0, "out": "", "err": "", "cwd": "/", "env": {"A": 1}}, "env"),
-    ({"v": 1, "type": "committed", "job_id": 1, "seq": 1, "kind": "x", "old_size": 1, "new_size": 1,
+    ({"v": 3, "type": "queue"}, "version"),
+    ({"v": 2, "type": "nope"}, "unknown message type"),
+    ({"v": 2, "type": "cancel"}, "missing field"),
+    ({"v": 2, "type": "cancel", "job_id": "3"}, "must be int"),
+    ({"v": 2, "type": "cancel", "job_id": True}, "boolean"),
+    ({"v": 2, "type": "cancel", "job_id": -1}, "must be in"),
+    ({"v": 2, "type": "cancel", "job_id": 1, "x": 2}, "unknown field"),
+    ({"v": 2, "type": "poll", "job_id": 1, "probe": 1.5}, "must be int"),
+    ({"v": 2, "type": "order", "seq": 1, "procs": 2, "hosts": [1]}, "only strs"),
+    ({"v": 2, "type": "submit", "name": "", "cmd": [], "nodes": 1, "min_nodes": 1, "max_nodes": 1,
+      "malleable": False, "time_limit": 0, "out": "", "err": "", "cwd": "/", "env": {}, **_NEW}, "empty command"),
+    ({"v": 2, "type": "submit", "name": "", "cmd": ["x"], "nodes": 1, "min_nodes": 1, "max_nodes": 1,
+      "malleable": False, "time_limit": 0, "out": "", "err": "", "cwd": "/", "env": {"A": 1}, **_NEW}, "env"),
+    ({**_SUBMIT, "speedup": "amdahl:2"}, "between 0 and 1"),
+    ({**_SUBMIT, "speedup": "quadratic"}, "bad speedup"),
+    ({**_SUBMIT, "constraint": "prime"}, "bad constraint"),
+    ({**_SUBMIT, "user": 5}, "must be str"),
+    ({**_HISTORY, "states": ["DONE"]}, "unknown state"),
+    ({**_HISTORY, "jobs": [True]}, "only ints"),
+    ({**_HISTORY, "jobs": [-3]}, "ints in 0.."),
+    ({**_HISTORY, "since": -1.0}, ">= 0"),
+    ({"v": 2, "type": "history", "limit": 0}, "missing field 'jobs'"),
+    ({"v": 2, "type": "committed", "job_id": 1, "seq": 1, "kind": "x", "old_size": 1, "new_size": 1,
       "seconds": -1.0, "freed": [], "hosts": [], "idle": 0}, ">= 0"),
-    ({"v": 1, "type": "info", "job_id": 1, "id": "x"}, "request id"),
+    ({"v": 2, "type": "info", "job_id": 1, "id": "x"}, "request id"),
 ])
 def test_decode_rejects(header, match):
     with pytest.raises(ProtocolError, match=match):
         P.decode(_frames(header), TOKEN)
+
+
+def test_the_well_formed_new_fields_pass():
+    m, _ = P.decode(_frames({**_SUBMIT, "speedup": "rho:0.25", "constraint": "odd", "user": "bo"}), TOKEN)
+    assert (m.speedup, m.constraint, m.user) == ("rho:0.25", "odd", "bo")
+    h, _ = P.decode(_frames({**_HISTORY, "jobs": [3], "states": ["RUNNING"], "since": 5}), TOKEN)
+    assert (h.jobs, h.states, h.since) == ([3], ["RUNNING"], 5.0)
+
+
+@pytest.mark.parametrize("text, canon", [
+    ("linear", "linear"), ("amdahl:0.1", "amdahl:0.1"), ("amdahl:0", "amdahl:0.0"), ("rho:1", "rho:1.0"),
+    ("rho:.25", "rho:0.25"),
+])
+def test_parse_speedup(text, canon):
+    assert P.parse_speedup(text) == canon
+
+
+@pytest.mark.parametrize("bad", ["", "amdahl", "linear:1", "rho:x", "rho:nan", "amdahl:-0.1", "amdahl:inf",
+                                 "Amdahl:0.1"])
+def test_parse_speedup_rejects(bad):
+    with pytest.raises(ValueError, match="bad speedup"):
+        P.parse_speedup(bad)
 
 
 def test_decode_rejects_wrong_secret_and_truncation():

@@ -71,7 +71,7 @@ def test_command_line(env):
         code, out, _ = cli("info", "--state", state, str(jid))
         assert code == 0 and "State=CANCELLED" in out and "start" in out and "local1" in out
         code, out, _ = cli("history", "--state", state, "--json")
-        rows = json.loads(out)
+        rows = json.loads(out)["jobs"]
         assert {r["id"]: r["state"] for r in rows}[jid] == "CANCELLED"
         assert "MALLEABLE_TOKEN" not in out
     code, _, err = cli("queue", "--state", state, "--timeout", "1")

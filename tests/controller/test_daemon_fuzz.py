@@ -19,8 +19,10 @@ pytestmark = pytest.mark.timeout(180)
 N_MESSAGES = 10_000
 VALID = {
     "submit": {"name": "x", "cmd": ["true"], "nodes": 1, "min_nodes": 1, "max_nodes": 1, "malleable": False,
-               "time_limit": 10.0, "out": "", "err": "", "cwd": "/work", "env": {}},
-    "cancel": {"job_id": 1}, "info": {"job_id": 1}, "history": {"limit": 0}, "queue": {}, "nodes": {},
+               "time_limit": 10.0, "out": "", "err": "", "cwd": "/work", "env": {}, "speedup": "amdahl:0.1",
+               "constraint": "even", "user": "u"},
+    "cancel": {"job_id": 1}, "info": {"job_id": 1}, "queue": {}, "nodes": {},
+    "history": {"limit": 0, "jobs": [1], "users": ["u"], "states": ["RUNNING"], "since": 0.0, "until": 0.0},
     "status": {}, "shutdown": {"cancel_jobs": False},
     "register": {"job_id": 1, "pid": 1, "host": "h", "size": 1, "hosts": ["h"]},
     "poll": {"job_id": 1, "probe": 1},
@@ -60,27 +62,28 @@ def _draw(rng: random.Random, kind: int) -> list[bytes]:
     if kind == 0:  # random frames
         return [rng.randbytes(rng.randrange(0, 64)) for _ in range(rng.randrange(1, 5))]
     if kind == 1:  # truncated valid message
-        frames = pack({"v": 1, "type": "queue", "id": 1}, TOKEN.encode())
+        frames = pack({"v": P.VERSION, "type": "queue", "id": 1}, TOKEN.encode())
         return frames[:rng.randrange(0, 3)] or [b""]
     if kind == 2:  # wrong secret
         t = rng.choice(list(VALID))
-        return pack({"v": 1, "type": t, "id": 1, **VALID[t]}, b"not-the-secret")
+        return pack({"v": P.VERSION, "type": t, "id": 1, **VALID[t]}, b"not-the-secret")
     if kind == 3:  # wrong version
         t = rng.choice(list(VALID))
-        return pack({"v": rng.choice([0, 2, 99, "1", None, 1.0]), "type": t, "id": 1, **VALID[t]}, TOKEN.encode())
+        v = rng.choice([0, P.VERSION - 1, P.VERSION + 1, 99, str(P.VERSION), None, float(P.VERSION)])
+        return pack({"v": v, "type": t, "id": 1, **VALID[t]}, TOKEN.encode())
     if kind == 4:  # a field of the wrong type or out of range
         t = rng.choice([k for k in VALID if VALID[k]])
         body = dict(VALID[t])
         f = rng.choice(list(body))
         body[f] = _wrong(rng, body[f])
         try:
-            return pack({"v": 1, "type": t, "id": 2, **body}, TOKEN.encode())
+            return pack({"v": P.VERSION, "type": t, "id": 2, **body}, TOKEN.encode())
         except ValueError:
             return [MAGIC, b"{", b"x" * 32]
     if kind == 5:  # unknown job ids (well-formed)
         t = rng.choice(["cancel", "info", "register", "poll", "committed", "refused", "progress"])
         body = dict(VALID[t], job_id=rng.randrange(1000, 2**31 - 1))
-        return pack({"v": 1, "type": t, "id": 3, **body}, TOKEN.encode())
+        return pack({"v": P.VERSION, "type": t, "id": 3, **body}, TOKEN.encode())
     if kind == 6:  # missing or extra fields
         t = rng.choice([k for k in VALID if VALID[k]])
         body = dict(VALID[t])
@@ -88,17 +91,18 @@ def _draw(rng: random.Random, kind: int) -> list[bytes]:
             del body[rng.choice(list(body))]
         else:
             body["zz" + str(rng.randrange(9))] = 1
-        return pack({"v": 1, "type": t, "id": 4, **body}, TOKEN.encode())
+        return pack({"v": P.VERSION, "type": t, "id": 4, **body}, TOKEN.encode())
     if kind == 7:  # replies and unknown types sent as requests
         t = rng.choice(REPLIES + ["", "nope", "SUBMIT", "x" * 300])
-        return pack({"v": 1, "type": t, "id": 5}, TOKEN.encode())
+        return pack({"v": P.VERSION, "type": t, "id": 5}, TOKEN.encode())
     if kind == 8:  # authenticated garbage header, or payload frames
         import hashlib
         import hmac
-        raw = rng.choice([b"[1,2]", b"{bad", b'"s"', b"{}", json.dumps({"v": 1}).encode(), rng.randbytes(20)])
+        raw = rng.choice([b"[1,2]", b"{bad", b'"s"', b"{}", json.dumps({"v": P.VERSION}).encode(),
+                          rng.randbytes(20)])
         mac = hmac.new(TOKEN.encode(), MAGIC + raw, hashlib.sha256).digest()
         return [MAGIC, raw, mac]
-    frames = pack({"v": 1, "type": "queue", "id": 6}, TOKEN.encode(), [b"extra"])
+    frames = pack({"v": P.VERSION, "type": "queue", "id": 6}, TOKEN.encode(), [b"extra"])
     if rng.random() < 0.5:
         frames[1] = frames[1].replace(b'"id":6', b'"id":"six"')
     return frames

@@ -5,6 +5,7 @@ network mid-run. Malleable-fill has its own test (test_daemon_netns.py)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -113,6 +114,8 @@ def test_sfsj_steals_for_a_job_hit_by_a_host_failure(env, tmp_path, netns_cluste
     """sfsj: a host of a 2-host job goes off the network; the controller marks it down, interrupts and re-queues
     the job first in line; it cannot restart on the one free host, so SFSJ interrupts the smaller job and gives
     its host to it; the victim restarts once the failed host is back."""
+    lock = open("/run/malleable-test-node5.lock", "a+")  # noqa: SIM115 - the host is taken down: one user at a time
+    fcntl.flock(lock, fcntl.LOCK_EX)
     subprocess.run([str(TESTBED / "netns-cluster"), "up", "5"], check=True, capture_output=True)
     bad = "node5"
     hosts = [netns_cluster.hosts[0], netns_cluster.hosts[1], bad]
@@ -145,3 +148,4 @@ def test_sfsj_steals_for_a_job_hit_by_a_host_failure(env, tmp_path, netns_cluste
             assert not scan_tagged(d.cid + "."), "processes of the jobs left behind"
     finally:
         subprocess.run([*link, "up"], capture_output=True)
+        lock.close()

@@ -34,7 +34,7 @@ def wait_done(ids: list[int], limit: float) -> dict:
     end = time.monotonic() + limit
     while True:
         p = run("history", "--json")
-        rows = {r["id"]: r for r in json.loads(p.stdout)} if p.returncode == 0 else {}
+        rows = {r["id"]: r for r in json.loads(p.stdout)["jobs"]} if p.returncode == 0 else {}
         if all(rows.get(i, {}).get("state") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT") for i in ids):
             return rows
         if time.monotonic() > end:
@@ -50,7 +50,7 @@ try:
         raise SystemExit(1)
     res["pid"] = json.loads(run("controller", "status", "--json").stdout).get("pid")
     res["status"] = json.loads(run("controller", "status", "--json").stdout)
-    res["nodes"] = json.loads(run("nodes", "--json").stdout)
+    res["nodes"] = json.loads(run("nodes", "--json").stdout)["nodes"]
     a = run("submit", "-N", "3", "-J", "where", "-t", "1:00", "-o", "where-%j.out", "--parsable", "--",
             sys.executable, str(HERE / "where_prog.py"), "none")
     b = run("submit", "-N", "1", "-J", "exit3", "-t", "1:00", "-o", "exit3-%j.out", "--parsable", "--",
@@ -69,7 +69,7 @@ try:
         save()
         res["history_malleable"] = wait_done([jid], 30)
         res["info_malleable"] = run("info", str(jid)).stdout
-    res["history"] = run("history", "--json").stdout
+    res["history"] = json.dumps(json.loads(run("history", "--json").stdout)["jobs"])
 finally:
     res["stop_rc"] = run("controller", "stop", "--cancel-jobs", timeout=40).returncode if "pid" in res else None
     save()

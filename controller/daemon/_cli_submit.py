@@ -1,0 +1,205 @@
+"""``malleable submit`` with sbatch's habits: ``-N``, ``-n/--ntasks``, ``--ntasks-per-node``, ``--wrap``, and
+``#MALLEABLE`` directives at the top of the script (read as sbatch reads ``#SBATCH``: options in the comment
+lines before the first command; the command line wins). Checked here, so a bad request fails with one line
+before anything reaches the daemon."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+from malleable.errors import ConfigError
+
+from ._timefmt import parse_time
+
+__all__ = ["DIRECTIVE", "add_submit_options", "find_script", "read_directives", "resolve"]
+
+DIRECTIVE = "#MALLEABLE"
+MAX_SCRIPT_LINES = 1000   # directives are looked for in the script's first lines only, like sbatch's header
+
+# Every submit option and its value when neither the command line nor a directive gives it (the parsers use
+# argparse.SUPPRESS, so what they return is exactly what was given).
+DEFAULTS: dict[str, Any] = {
+    "nodes": None, "ntasks": None, "ntasks_per_node": None, "min": None, "max": None, "pref": None, "time": None,
+    "output": "", "error": "", "job_name": "", "wrap": None, "speedup": "", "constraint": "", "parsable": False,
+}
+
+
+def add_submit_options(p: argparse.ArgumentParser) -> None:
+    """The job options (the same on the command line and in ``#MALLEABLE`` lines); no defaults here."""
+    p.add_argument("-N", "--nodes", type=int, help="rigid job on exactly this many nodes")
+    p.add_argument("-n", "--ntasks", type=int,
+                   help="rigid job of this many processes: ntasks / slots-per-host nodes (must fill whole hosts)")
+    p.add_argument("--ntasks-per-node", type=int, help="processes per node: must equal the controller's --slots")
+    p.add_argument("--min", type=int, help="malleable: fewest nodes")
+    p.add_argument("--max", type=int, help="malleable: most nodes")
+    p.add_argument("--pref", type=int, help="malleable: preferred start size (default min)")
+    p.add_argument("-t", "--time", help="time limit: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S")
+    p.add_argument("-o", "--output", help="stdout file (%%j = job id; default malleable-%%j.out)")
+    p.add_argument("-e", "--error", help="stderr file (default: with stdout)")
+    p.add_argument("-J", "--job-name", help="job name")
+    p.add_argument("--wrap", metavar="CMD", help="run the shell command CMD (sh -c CMD) instead of a script")
+    p.add_argument("--speedup", metavar="MODEL",
+                   help="how the job speeds up with nodes, for the policy: linear, amdahl:F (serial fraction F) "
+                        "or rho:R (scalability R); F and R between 0 and 1")
+    p.add_argument("--constraint", choices=("pof2", "even", "odd"),
+                   help="malleable: node counts the job may take (powers of two, even or odd)")
+    p.add_argument("--parsable", action="store_true", help="print only the job id")
+
+
+class _DirectiveParser(argparse.ArgumentParser):
+    """The submit options of ``#MALLEABLE`` lines; errors are raised, not printed with a usage."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(message)
+
+
+def find_script(cmd: list[str]) -> Path | None:
+    """The script of the command, where directives are read: the first of its first two words that is a file
+    starting with ``#`` (``./job.sh``, ``sh job.sh``, ``python job.py``; a program like ``/usr/bin/python3`` is
+    not a script)."""
+    for word in cmd[:2]:
+        p = Path(word)
+        try:
+            with open(p, "rb") as f:
+                if p.is_file() and f.read(1) == b"#":
+                    return p
+        except OSError:
+            continue
+    return None
+
+
+def read_directives(script: Path) -> dict[str, Any]:
+    """The options of the ``#MALLEABLE`` lines at the top of ``script`` (before its first line that is neither
+    blank nor a comment; the ``#!`` line is skipped).
+
+    Raises:
+        ConfigError: an unreadable script, or a directive with a bad option (``FILE:LINE: ...``).
+    """
+    import shlex
+
+    parser = _DirectiveParser(prog=DIRECTIVE, add_help=False, argument_default=argparse.SUPPRESS)
+    add_submit_options(parser)
+    ns = argparse.Namespace()
+    try:
+        with open(script, encoding="utf-8", errors="replace") as f:
+            for lineno, line in enumerate(f, 1):
+                s = line.strip()
+                if lineno > MAX_SCRIPT_LINES or (s and not s.startswith("#")):
+                    break
+                if not s.startswith(DIRECTIVE) or not s[len(DIRECTIVE):len(DIRECTIVE) + 1].isspace():
+                    continue
+                try:
+                    parser.parse_args(shlex.split(s[len(DIRECTIVE):]), namespace=ns)
+                except (ConfigError, ValueError) as e:
+                    raise ConfigError(f"{script}:{lineno}: {s}: {e}") from None
+    except OSError as e:
+        raise ConfigError(f"cannot read the script {script}: {e.strerror}") from None
+    return vars(ns)
+
+
+def _fits(n: int, constraint: str) -> bool:
+    return {"pof2": n & (n - 1) == 0, "even": n % 2 == 0, "odd": n % 2 == 1}[constraint]
+
+
+def _rigid_nodes(o: dict[str, Any], slots: Callable[[], int]) -> int:
+    """Nodes of a rigid job from ``-N``, ``-n`` and ``--ntasks-per-node`` (Slurm's meaning; a host runs the
+    controller's ``--slots`` processes, so the task counts must fill whole hosts)."""
+    n_nodes, ntasks, per = o["nodes"], o["ntasks"], o["ntasks_per_node"]
+    if ntasks is None and per is None:
+        nodes = 1 if n_nodes is None else n_nodes
+        if nodes < 1:
+            raise ConfigError(f"-N must be >= 1, got {nodes}")
+        return nodes
+    s = slots()
+    if per is not None and per != s:
+        raise ConfigError(f"--ntasks-per-node {per}: this controller runs {s} process(es) on every host (its --slots)")
+    if ntasks is None:
+        return 1 if n_nodes is None else n_nodes
+    if ntasks < 1:
+        raise ConfigError(f"-n must be >= 1, got {ntasks}")
+    if ntasks % s:
+        lo, hi = ntasks // s * s, (ntasks // s + 1) * s
+        use = f"-n {lo} or -n {hi}" if lo else f"-n {hi}"
+        raise ConfigError(f"-n {ntasks} does not fill whole hosts: this controller runs {s} processes per host; "
+                          f"use {use}")
+    if n_nodes is not None and n_nodes * s != ntasks:
+        raise ConfigError(f"-N {n_nodes} and -n {ntasks} disagree: {n_nodes} host(s) run {n_nodes * s} processes "
+                          f"({s} per host)")
+    return ntasks // s
+
+
+def resolve(given: dict[str, Any], slots: Callable[[], int]) -> tuple[dict[str, Any], bool]:
+    """Merge the defaults, the script's directives and the command line (``given``, which wins), and check the
+    request: the keyword arguments of :meth:`~._client.Client.submit`, and whether ``--parsable`` was asked.
+    ``slots()`` asks the daemon for its processes per host (only ``-n``/``--ntasks-per-node`` need it).
+
+    Raises:
+        ConfigError: a bad or contradictory option, with one line saying which.
+    """
+    cmd = list(given.get("cmd") or [])
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    wrap = given.get("wrap")
+    if wrap is not None and cmd:
+        raise ConfigError("give either --wrap CMD or a command, not both")
+    script = find_script(cmd) if wrap is None else None
+    directives = read_directives(script) if script is not None else {}
+    o = {**DEFAULTS, **directives, **{k: v for k, v in given.items() if k in DEFAULTS}}
+    if o["wrap"] is not None and wrap is None and cmd:
+        raise ConfigError(f"{script}: --wrap in a script's directives makes no sense")
+    if wrap is not None:
+        if not wrap.strip():
+            raise ConfigError("--wrap needs a command")
+        cmd = ["sh", "-c", wrap]
+    if not cmd:
+        raise ConfigError("no command: malleable submit [options] SCRIPT [ARGS] | --wrap CMD | -- CMD ...")
+    if script is not None and script == Path(cmd[0]):
+        if not os.access(script, os.X_OK):
+            raise ConfigError(f"{cmd[0]} is not executable: chmod +x {cmd[0]}, or name its interpreter "
+                              f"(malleable submit sh {cmd[0]})")
+        cmd[0] = os.path.abspath(cmd[0])     # mpiexec looks a bare name up in PATH, sbatch takes it from here
+    malleable = o["min"] is not None or o["max"] is not None
+    if malleable:
+        if o["nodes"] is not None or o["ntasks"] is not None or o["ntasks_per_node"] is not None:
+            raise ConfigError("give either -N/-n (rigid) or --min/--max (malleable), not both")
+        if o["min"] is None or o["max"] is None:
+            raise ConfigError("a malleable job needs both --min and --max")
+        lo, hi = o["min"], o["max"]
+        pref = o["pref"] if o["pref"] is not None else lo
+        if lo < 1 or not lo <= pref <= hi:
+            raise ConfigError(f"need 1 <= --min <= --pref <= --max, got {lo}, {pref}, {hi}")
+    else:
+        if o["pref"] is not None:
+            raise ConfigError("--pref is for malleable jobs (with --min/--max)")
+        if o["constraint"]:
+            raise ConfigError("--constraint is for malleable jobs (with --min/--max)")
+        pref = lo = hi = _rigid_nodes(o, slots)
+    constraint = o["constraint"] or ""
+    if constraint:
+        valid = [n for n in range(lo, hi + 1) if _fits(n, constraint)]
+        if not valid:
+            raise ConfigError(f"--constraint {constraint}: no node count between --min {lo} and --max {hi} is "
+                              f"{constraint}")
+        if o["pref"] is None:
+            pref = valid[0]
+        elif not _fits(pref, constraint):
+            raise ConfigError(f"--pref {pref} is not {constraint} (--constraint {constraint})")
+    speedup = ""
+    if o["speedup"]:
+        from ._protocol import parse_speedup
+
+        try:
+            speedup = parse_speedup(o["speedup"])
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+    limit = parse_time(o["time"]) if o["time"] else 0.0
+    out = os.path.abspath(o["output"]) if o["output"] else ""
+    err = os.path.abspath(o["error"]) if o["error"] else ""
+    name = o["job_name"] or ("wrap" if wrap is not None else "")          # sbatch names --wrap jobs "wrap"
+    return ({"cmd": cmd, "nodes": pref, "min_nodes": lo, "max_nodes": hi, "malleable": malleable,
+             "time_limit": limit, "name": name, "out": out, "err": err, "speedup": speedup, "constraint": constraint},
+            bool(o["parsable"]))

@@ -1,0 +1,216 @@
+"""What the controller's commands print: the text tables (squeue, sinfo -N, sacct and scontrol habits) and the
+``--json`` documents with their versioned schema. Pure functions of the rows the daemon or the state file gives."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from ._timefmt import format_duration, format_elapsed
+
+__all__ = ["JSON_SCHEMA", "STATE_CODES", "document", "exit_code", "history_lines", "info_lines", "job_json",
+           "node_lines", "queue_lines"]
+
+JSON_SCHEMA = 1
+"""Version of the ``--json`` documents (docs/controller.md, "JSON output"); raised when a field changes meaning
+or goes away, not when one is added."""
+
+FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
+
+STATE_CODES = {"PENDING": "PD", "STARTING": "CF", "RUNNING": "R", "COMPLETED": "CD", "FAILED": "F",
+               "CANCELLED": "CA", "TIMEOUT": "TO"}
+"""squeue's short state codes (CF, "configuring", is a job whose processes are being started)."""
+
+
+# ------------------------------------------------------------------------------------------------ fields
+def out_paths(j: dict[str, Any]) -> tuple[str, str]:
+    """The files the job's output really goes to: the default ``malleable-ID.out`` in its working directory when
+    no ``-o`` was given, and stderr with stdout when no ``-e`` was given."""
+    out = j["out"] or f"malleable-{j['id']}.out"
+    out = out if os.path.isabs(out) else os.path.join(j["cwd"], out)
+    err = j["err"] or ""
+    err = (err if os.path.isabs(err) else os.path.join(j["cwd"], err)) if err else out
+    return out, err
+
+
+def exit_code(j: dict[str, Any]) -> str | None:
+    """sacct's ``ExitCode`` ``N:S`` (exit code : signal) of an ended job; None while it has not ended or if the
+    code was lost. A shell's ``128+S`` (the job's processes were killed by signal S) reads as ``0:S``."""
+    code = j.get("exit_code")
+    if j["state"] not in FINAL or code is None:
+        return None
+    if 128 < code <= 128 + 64:
+        return f"0:{code - 128}"
+    return f"{code}:0"
+
+
+def elapsed(j: dict[str, Any], now: float) -> float:
+    """Seconds the job ran (so far)."""
+    if not j["start"]:
+        return 0.0
+    return max(0.0, (j["end"] or now) - j["start"])
+
+
+def job_json(j: dict[str, Any], now: float) -> dict[str, Any]:
+    """One job in the documented ``--json`` form (schema :data:`JSON_SCHEMA`), from a daemon or state-file row."""
+    out, err = out_paths(j)
+    order = j.get("order")
+    return {
+        "id": j["id"], "name": j["name"], "user": j.get("user", ""), "state": j["state"],
+        "malleable": j["malleable"], "nodes": j["nodes"], "min_nodes": j["min_nodes"], "max_nodes": j["max_nodes"],
+        "size": j["size"], "hosts": list(j["hosts"]), "submit": j["submit"], "start": j["start"] or None,
+        "end": j["end"] or None, "elapsed": elapsed(j, now), "time_limit": j["time_limit"],
+        "exit_code": j["exit_code"], "exit": exit_code(j), "reason": j["reason"], "cmd": list(j["cmd"]),
+        "cwd": j["cwd"], "out": out, "err": err, "speedup": j.get("speedup", ""),
+        "constraint": j.get("constraint", ""), "progress": j.get("progress") or {},
+        "resizing": {"kind": order["kind"], "target": list(order["target"]), "procs": order["procs"]}
+        if order else None,
+        "unresponsive": bool(j.get("unresponsive")), "expected_start": j.get("expected_start"),
+    }
+
+
+def document(kind: str, body: Any) -> dict[str, Any]:
+    """A ``--json`` document: ``{"schema": N, KIND: BODY}`` (or the body's keys for a dict body)."""
+    if isinstance(body, dict) and kind == "":
+        return {"schema": JSON_SCHEMA, **body}
+    return {"schema": JSON_SCHEMA, kind: body}
+
+
+# ------------------------------------------------------------------------------------------------ tables
+def _short_state(j: dict[str, Any]) -> str:
+    if j["state"] == "RUNNING" and j.get("order"):
+        return "RS"  # resizing
+    return STATE_CODES.get(j["state"], j["state"])
+
+
+def _size(j: dict[str, Any]) -> str:
+    if j["malleable"]:
+        return f"{j['size'] or '-'}[{j['min_nodes']}-{j['max_nodes']}]"
+    return str(j["nodes"])
+
+
+def _nodelist(j: dict[str, Any]) -> str:
+    from malleable.launch import compress_hostlist
+
+    if j["state"] == "PENDING":
+        return f"({j.get('reason') or 'Priority'})"
+    hosts = compress_hostlist(j["hosts"])
+    if j.get("order"):
+        hosts += f" -> {len(j['order']['target'])}"
+    if j.get("unresponsive"):
+        hosts += " (unresponsive)"
+    return hosts
+
+
+def _fmt_t(t: float | None) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t)) if t else "-"
+
+
+def _kind(j: dict[str, Any]) -> str:
+    return "malleable" if j["malleable"] else "rigid"
+
+
+def queue_lines(rows: list[dict[str, Any]], now: float) -> list[str]:
+    """squeue's table: running jobs, then the queue in its order."""
+    out = [f"{'JOBID':>6} {'NAME':<14} {'USER':<8} {'KIND':<9} {'ST':<3} {'TIME':>9} {'NODES':>9}  NODELIST(REASON)"]
+    for j in rows:
+        t = format_duration(elapsed(j, now))
+        out.append(f"{j['id']:>6} {j['name'][:14]:<14} {j.get('user', '')[:8]:<8} {_kind(j):<9} {_short_state(j):<3} "
+                   f"{t:>9} {_size(j):>9}  {_nodelist(j)}")
+    return out
+
+
+def node_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """sinfo -N's table; the NODE column is as wide as the longest host name."""
+    w = max([4, *(len(r["name"]) for r in rows)])
+    out = [f"{'NODE':<{w}} {'STATE':<11} JOB"]
+    for r in rows:
+        job = "" if r["job"] is None else str(r["job"])
+        if r["drain"] is not None:
+            job += f" (checking: job {r['drain']})"
+        out.append(f"{r['name']:<{w}} {r['state']:<11} {job.strip()}".rstrip())
+    return out
+
+
+def history_lines(rows: list[dict[str, Any]], now: float) -> list[str]:
+    """sacct's table: ``ExitCode`` as ``N:S``, ``Elapsed`` as ``HH:MM:SS``, newest job first."""
+    out = [f"{'JOBID':>6} {'NAME':<14} {'USER':<8} {'KIND':<9} {'STATE':<10} {'EXITCODE':>8} {'ELAPSED':>10} "
+           f"{'NODES':>9}  START"]
+    for j in rows:
+        el = format_elapsed(elapsed(j, now)) if j["start"] else "-"
+        out.append(f"{j['id']:>6} {j['name'][:14]:<14} {j.get('user', '')[:8]:<8} {_kind(j):<9} {j['state']:<10} "
+                   f"{exit_code(j) or '-':>8} {el:>10} {_size(j):>9}  {_fmt_t(j['start'])}")
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ info
+_PROGRESS_COLS = ("kind", "procs", "iterations", "iter", "iter_seconds", "iter_time", "mtct", "mpi_seconds", "seconds")
+_MAX_COLS = 7
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return "-" if v is None else str(v)[:16]
+
+
+def progress_lines(progress: dict[str, Any]) -> list[str]:
+    """The runtime's last report per phase as a table (at most seven columns; ``--json`` has all of it)."""
+    phases = [(p, d) for p, d in progress.items() if isinstance(d, dict)]
+    if not phases:
+        return []
+    keys: list[str] = []
+    for _, d in phases:
+        keys += [k for k in d if k != "phase" and k not in keys]
+    cols = [k for k in _PROGRESS_COLS if k in keys] + [k for k in keys if k not in _PROGRESS_COLS]
+    more = len(cols) > _MAX_COLS
+    cols = cols[:_MAX_COLS]
+    table = [["PHASE", *(c.upper() for c in cols)]]
+    table += [[p[:16], *(_cell(d.get(c)) for c in cols)] for p, d in phases]
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    text = [True] + [any(isinstance(d.get(c), str) for _, d in phases) for c in cols]   # left-aligned columns
+    lines = ["  " + "  ".join(c.ljust(widths[i]) if text[i] else c.rjust(widths[i]) for i, c in enumerate(r))
+             for r in table]
+    lines = [line.rstrip() for line in lines]
+    if more:
+        lines[0] += "  (more with --json)"
+    return lines
+
+
+def info_lines(job: dict[str, Any], steps: list[dict[str, Any]], events: list[dict[str, Any]], n_events: int,
+               now: float) -> list[str]:
+    """scontrol show job's record, then the progress table, the size history and the last ``n_events`` events."""
+    j = job
+    kind = f"malleable {j['min_nodes']}..{j['max_nodes']} (pref {j['nodes']})" if j["malleable"] else \
+        f"rigid {j['nodes']}"
+    code = exit_code(j)
+    head = f"JobId={j['id']} Name={j['name']} User={j.get('user') or '-'} State={j['state']} Kind={kind}"
+    out = [head + (f" ExitCode={code}" if code else "")]
+    el = f" Elapsed={format_elapsed(elapsed(j, now))}" if j["start"] else ""
+    out.append(f"  Submit={_fmt_t(j['submit'])} Start={_fmt_t(j['start'])} End={_fmt_t(j['end'])}{el} "
+               f"TimeLimit={format_duration(j['time_limit'])} Reason={j['reason'] or '-'}")
+    out.append(f"  Command={' '.join(j['cmd'])}")
+    o, e = out_paths(j)
+    out.append(f"  WorkDir={j['cwd']} StdOut={o}" + (f" StdErr={e}" if e != o else ""))
+    if j.get("speedup") or j.get("constraint"):
+        out.append(f"  Speedup={j.get('speedup') or '-'} Constraint={j.get('constraint') or '-'}")
+    prog = progress_lines(j.get("progress") or {})
+    if prog:
+        out.append("  progress (last report per phase):")
+        out += ["  " + line for line in prog]
+    out.append("  size history:")
+    t0 = steps[0]["t"] if steps else 0.0
+    for s in steps:
+        extra = ""
+        if s["decided"] is not None:
+            extra = f"  (decided +{s['decided'] - t0:.2f} s, took {s['t'] - s['decided']:.2f} s"
+            extra += f", runtime {s['seconds']:.3f} s)" if s["seconds"] is not None else ")"
+        out.append(f"    +{s['t'] - t0:8.2f} s  {s['kind']:<7} {s['size']:>3} nodes  {','.join(s['hosts'])}{extra}")
+    if n_events > 0 and events:
+        shown = events[-n_events:]
+        out.append(f"  events (last {len(shown)} of {len(events)}):" if len(shown) < len(events) else "  events:")
+        for ev in shown:
+            stamp = time.strftime("%H:%M:%S", time.localtime(ev["t"]))
+            out.append(f"    {stamp}  {ev['kind']:<8} {ev['text'][:100]}")
+    return out
