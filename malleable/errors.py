@@ -13,6 +13,7 @@ __all__ = [
     "PlanError",
     "PolicyError",
     "ProtocolError",
+    "ReplayError",
     "ServerUnavailable",
     "SimulationError",
     "TraceError",
@@ -45,6 +46,10 @@ class ProtocolError(MalleableError):
 
 class AuthError(ProtocolError):
     """A wire message was not authenticated with the shared secret."""
+
+
+class ReplayError(AuthError):
+    """An authenticated wire message was refused as a replay (seen before, or sent outside the time window)."""
 
 
 class PlacementError(MalleableError):
