@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import zmq
+from zmq.utils import z85
 
 from malleable.errors import AuthError, ConfigError, ProtocolError, ReplayError
 
@@ -332,7 +333,7 @@ def encryption_wanted(env: Mapping[str, str] | None = None) -> bool:
 
 
 def _server_keys(token: bytes) -> tuple[bytes, bytes]:
-    secret = zmq.utils.z85.encode(_derive(token, b"curve server"))
+    secret = z85.encode(_derive(token, b"curve server"))
     return zmq.curve_public(secret), secret
 
 
