@@ -25,7 +25,7 @@ import zmq
 
 from malleable._secret import load_token
 from malleable.adhocfs._namespace import BLOCKING, MODES, normalize
-from malleable.adhocfs._placement import Layout, block_range
+from malleable.adhocfs._placement import Layout, block_range, in_ranges, ranges_of
 from malleable.adhocfs._protocol import (
     BlockData,
     Data,
@@ -59,6 +59,7 @@ log = logging.getLogger(__name__)
 
 MAX_AHEAD = 128  # most blocks a growing file allocates ahead of its writes
 PUT_BATCH = 4  # blocks written behind per request to one server
+DOWN_FOR = 30.0  # seconds a server that did not answer is skipped by reads when another copy exists
 
 
 def connect(
@@ -128,6 +129,7 @@ class FileSystem:
         self.ctx: zmq.Context[Any] = zmq.Context()
         self.meta = Peer(self.ctx, addr, token, f"metadata server {addr}", timeout)
         self._peers: dict[tuple[int, str], Peer] = {}
+        self.down: dict[int, float] = {}  # sid -> until when reads prefer other copies
         self.closed = False
 
     # ------------------------------------------------------------ plumbing
@@ -263,6 +265,7 @@ class AdhocFile(io.RawIOBase):
         self._pos = 0
         self._meta_size = info.size
         self._pending: dict[tuple[int, int], _Pending] = {}
+        self._unpub: set[int] = set()  # blocks written since the last flush (their ranges are published by it)
         self._batch: dict[int, tuple[Peer, list[tuple[int, int, Any]]]] = {}  # puts not sent yet, per server
         # read-ahead (read-only files): blocks received ahead of the reader (zmq frames, not copied) and
         # requests in flight for the next ones; requests for blocks [_pf_first, _pf_next) were sent
@@ -288,6 +291,7 @@ class AdhocFile(io.RawIOBase):
         self._layout = Layout.from_pairs(info.layout)
         self._epochs = {int(k): tuple(v) for k, v in info.epochs.items()}
         self._addrs = {int(k): v for k, v in info.servers.items()}
+        self._written, self._damaged, self._r = info.written, info.damaged, max(1, info.replicas)
 
     def _refresh(self, wait_ready: bool) -> None:
         """Fetch the layout again; with ``wait_ready`` wait while the file is being redistributed."""
@@ -302,9 +306,24 @@ class AdhocFile(io.RawIOBase):
                 raise FsError(f"{self.name} stayed in redistribution for more than {self.fs.wait:g} s")
             time.sleep(0.05)
 
-    def _where(self, block: int) -> tuple[int, Peer]:
-        sid = self._layout.server(self._epochs, self.fid, block)
+    def _replicas(self, block: int) -> tuple[int, ...]:
+        return self._layout.replicas(self._epochs, self.fid, block, self._r)
+
+    def _where(self, block: int, skip: frozenset[int] = frozenset()) -> tuple[int, Peer]:
+        """The server to read ``block`` from: the first copy not in ``skip``, preferring servers not known down."""
+        reps = [s for s in self._replicas(block) if s not in skip] or list(self._replicas(block))
+        now = time.monotonic()
+        sid = next((s for s in reps if self.fs.down.get(s, 0) <= now), reps[0])
         return sid, self.fs.peer(sid, self._addrs.get(sid, ""))
+
+    def _is_written(self, block: int) -> bool:
+        """Whether ``block`` holds data (published by a flush, or written through this object since)."""
+        return block in self._unpub or in_ranges(self._written, block)
+
+    def _lost(self, block: int, why: str) -> FsError:
+        bs = self.block_size
+        first, last = block * bs, min((block + 1) * bs, max(self._size, block * bs + 1)) - 1
+        return FsError(errno.EIO, f"{self.name}: bytes {first}-{last} (block {block}) are lost: {why}")
 
     # ------------------------------------------------------------ io.RawIOBase
     def readable(self) -> bool:
@@ -365,7 +384,11 @@ class AdhocFile(io.RawIOBase):
             self._pf_reset()  # not sequential, or the file grew: a block fetched short may have more bytes now
         first, last = pos // bs, (pos + n - 1) // bs
         end = min(-(-self._size // bs), last + 1 + ahead)
-        if last - first >= ahead or self._layout.any_unallocated(first, end):
+        if (
+            last - first >= ahead
+            or self._layout.any_unallocated(first, end)
+            or any(in_ranges(self._damaged, b) for b in range(first, last + 1))
+        ):
             self._pf_reset()  # large reads pipeline by themselves; holes need the layout refreshed
             self._read_range(pos, out)
             return
@@ -419,8 +442,10 @@ class AdhocFile(io.RawIOBase):
             raise _Fallback from None  # the careful path refreshes the layout and retries or reports
         for rec, reply in got:
             if isinstance(reply, BlockData) and len(reply.parts) == len(rec.blocks):
-                for b, part in zip(rec.blocks, reply.parts, strict=True):
-                    self._pf_data[b] = part  # absent: empty, read as a hole
+                for b, found, part in zip(rec.blocks, reply.found, reply.parts, strict=True):
+                    if not found and self._is_written(b):
+                        raise _Fallback  # the careful path asks the other copies or reports the loss
+                    self._pf_data[b] = part  # absent and never written: a hole
             elif isinstance(reply, Error) and reply.kind == "stale":
                 raise _Fallback
             elif isinstance(reply, Error):
@@ -469,6 +494,7 @@ class AdhocFile(io.RawIOBase):
         frozen = isinstance(b, bytes)
         for block, off, ln in block_range(self._pos, n, self.block_size):
             self._queue_put(block, off, data[pos : pos + ln] if frozen else bytes(data[pos : pos + ln]))
+            self._unpub.add(block)
             pos += ln
             if len(self._pending) >= limit:
                 self._drain(limit // 2)
@@ -484,7 +510,9 @@ class AdhocFile(io.RawIOBase):
         if size < 0:
             raise ValueError(f"negative size {size}")
         self.flush()
-        self._with_wait(lambda: self.fs.call(SetSize(self.fid, size), what=f"truncating {self.name}"))
+        info = self._with_wait(lambda: self.fs.call(SetSize(self.fid, size), what=f"truncating {self.name}"))
+        if isinstance(info, FileInfo):
+            self._set_info(info)  # the written ranges are cut too
         self._size = self._meta_size = size
         return size
 
@@ -492,8 +520,9 @@ class AdhocFile(io.RawIOBase):
         if self.closed:
             return
         self._drain(0)
-        if self._write_ok and self._size > self._meta_size:
-            self._extend(self._size, 0)
+        if self._write_ok and (self._size > self._meta_size or self._unpub):
+            self._extend(self._size, 0, written=ranges_of(self._unpub))
+            self._unpub.clear()
 
     def close(self) -> None:
         if self.closed:
@@ -526,9 +555,9 @@ class AdhocFile(io.RawIOBase):
                     raise
                 time.sleep(0.05)
 
-    def _extend(self, size: int, blocks: int, first: int = 0) -> None:
+    def _extend(self, size: int, blocks: int, first: int = 0, written: list[list[int]] | None = None) -> None:
         info = self._with_wait(
-            lambda: self.fs.call(Extend(self.fid, size, blocks, first), what=f"writing {self.name}")
+            lambda: self.fs.call(Extend(self.fid, size, blocks, first, written or []), what=f"writing {self.name}")
         )
         assert isinstance(info, FileInfo)
         self._set_info(info)
@@ -536,16 +565,18 @@ class AdhocFile(io.RawIOBase):
 
     # ------------------------------------------------------------ block requests
     def _queue_put(self, block: int, off: int, data: bytes | memoryview) -> None:
-        """Write behind: queue a piece for its server, sending the server's batch once it is full."""
-        sid, p = self._where(block)
-        batch = self._batch.get(sid)
-        if batch is None or batch[0] is not p:
-            if batch is not None:
+        """Write behind: queue a piece for every server keeping a copy of its block, sending a server's batch
+        once it is full (a write is acknowledged when every copy is)."""
+        for sid in self._replicas(block):
+            p = self.fs.peer(sid, self._addrs.get(sid, ""))
+            batch = self._batch.get(sid)
+            if batch is None or batch[0] is not p:
+                if batch is not None:
+                    self._send_batch(sid)
+                batch = self._batch[sid] = (p, [])
+            batch[1].append((block, off, data))
+            if len(batch[1]) >= PUT_BATCH:
                 self._send_batch(sid)
-            batch = self._batch[sid] = (p, [])
-        batch[1].append((block, off, data))
-        if len(batch[1]) >= PUT_BATCH:
-            self._send_batch(sid)
 
     def _send_batch(self, sid: int) -> None:
         p, parts = self._batch.pop(sid)
@@ -607,7 +638,10 @@ class AdhocFile(io.RawIOBase):
             sid = min(s for s, _ in peers.values()) if peers else min(k[0] for k in pending)
             p = next((q for s, q in peers.values() if s == sid), None)
             name = p.name if p else f"data server {sid}"
-            for _, p in peers.values():
+            until = time.monotonic() + DOWN_FOR
+            for s, p in peers.values():
+                if p.pending:
+                    self.fs.down[s] = until  # silent: reads use the other copies for a while
                 p.reset()
             pending.clear()
             raise ServerUnavailable(f"{name} did not answer within {self.fs.timeout:g} s ({what})")
@@ -630,37 +664,49 @@ class AdhocFile(io.RawIOBase):
                 p.stash[rid] = msg  # another file's request on this connection
 
     def _read_range(self, pos: int, out: memoryview) -> None:
-        """Fill ``out`` with the file bytes at ``pos`` (holes read as zeros), re-fetching the layout and
-        retrying once per layout change when a server answers ``stale`` or not at all."""
+        """Fill ``out`` with the file bytes at ``pos``: holes (never written) read as zeros; a written block is
+        asked of its copies in turn, and one that no live server holds raises EIO naming the byte range (never
+        zeros). Re-fetches the layout and retries when a server answers ``stale`` or not at all."""
         pieces = block_range(pos, len(out), self.block_size)
         if pieces and self._layout.any_unallocated(pieces[0][0], pieces[-1][0] + 1):
             self._refresh(False)  # another client may have allocated (and written) these blocks
-        todo = []
+        todo: list[tuple[int, int, int, int, frozenset[int]]] = []
         for (b, off, ln), dest in zip(pieces, _offsets(pieces), strict=True):
+            if in_ranges(self._damaged, b):
+                raise self._lost(b, "no copy survived a lost data server ('malleable fs check' lists damaged files)")
             if self._layout.allocated(b):
-                todo.append((b, off, ln, dest))
+                todo.append((b, off, ln, dest, frozenset()))
             else:  # never written: a hole
                 out[dest : dest + ln] = bytes(ln)
         for _attempt in range(5):
             pending: dict[tuple[int, int], _Pending] = {}
-            failed: list[tuple[int, int, int, int]] = []
+            failed: list[tuple[int, int, int, int, frozenset[int]]] = []
+            skips: dict[tuple[int, int], frozenset[int]] = {}
             queue = list(todo)
             version = self.version
             try:
                 while queue or pending:
                     while queue and len(pending) < 4 * self.fs.window:
-                        b, off, ln, dest = queue.pop(0)
-                        sid, p = self._where(b)
+                        b, off, ln, dest, skip = queue.pop(0)
+                        sid, p = self._where(b, skip)
                         rid = p.send(Get(self.fid, b, off, ln, self.version))
                         pending[(sid, rid)] = _Pending((sid, rid), b, off, ln, None, dest, p)
+                        skips[(sid, rid)] = skip
                     for rec, reply in self._collect(pending, f"reading {self.name}"):
+                        skip = skips.pop(rec.key)
                         if isinstance(reply, Data):
                             got = len(reply.data)
+                            if not reply.found and self._is_written(rec.block):
+                                skip = skip | {rec.key[0]}
+                                if set(self._replicas(rec.block)) <= skip:
+                                    raise self._lost(rec.block, f"no live data server holds it (asked {sorted(skip)})")
+                                queue.append((rec.block, rec.offset, rec.length, rec.dest, skip))
+                                continue
                             if got:
                                 out[rec.dest : rec.dest + got] = reply.data
                             out[rec.dest + got : rec.dest + rec.length] = bytes(rec.length - got)
                         elif isinstance(reply, Error) and reply.kind == "stale":
-                            failed.append((rec.block, rec.offset, rec.length, rec.dest))
+                            failed.append((rec.block, rec.offset, rec.length, rec.dest, skip))
                         elif isinstance(reply, Error):
                             raise_remote(reply, f"data server {rec.key[0]}, reading {self.name}")
                         else:
@@ -668,9 +714,13 @@ class AdhocFile(io.RawIOBase):
             except ServerUnavailable:
                 addrs = dict(self._addrs)
                 self._refresh(False)
-                if self.version == version and self._addrs == addrs:
+                now = time.monotonic()
+                other_copies = all(
+                    any(self.fs.down.get(s, 0) <= now for s in self._replicas(b)) for b, *_ in todo
+                )
+                if self.version == version and self._addrs == addrs and not other_copies:
                     raise
-                continue  # a server left or came back elsewhere: retry everything on the new layout
+                continue  # a server left, came back elsewhere, or another copy can answer: retry everything
             finally:
                 for rec in pending.values():  # abandoned after an error: late replies are dropped
                     if rec.peer is not None:

@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(args.state, exist_ok=True)
     ns = Namespace(os.path.join(args.state, "meta.sqlite"), args.block_size)
     ctx = zmq.Context()
-    sock, addr = bind_socket(ctx, zmq.ROUTER, args.host, args.port)
+    sock, addr = bind_socket(ctx, zmq.ROUTER, args.host, args.port, token, max_frame=2 << 20)
     server = MetaServer(ns, token, ctx)
     try:
         server.recover()
