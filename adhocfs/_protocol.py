@@ -444,7 +444,8 @@ class Status(Message):
 
 @_msg("fs_status")
 class FsStatus(Message):
-    """Reply to :class:`Status`. ``servers`` are dicts with sid, addr, host, state and counters."""
+    """Reply to :class:`Status`. ``servers`` are dicts with sid, addr, host, state and counters; ``damaged`` the
+    paths of files with lost blocks."""
 
     servers: list[dict]
     epoch: int
@@ -453,6 +454,8 @@ class FsStatus(Message):
     change: dict | None
     rio: float
     history: list[dict]
+    damaged: list[str] = dataclasses.field(default_factory=list)
+    replicas: int = 1
 
 
 @_msg("expand")
@@ -497,7 +500,7 @@ class CheckReply(Message):
     under-replicated blocks); ``change`` is the repair started, if any."""
 
     files: list[dict]
-    blocks: int
+    checked: int
     change: dict | None
 
 
