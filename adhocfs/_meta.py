@@ -160,7 +160,7 @@ class MetaServer(ElasticMixin):
     def status(self) -> FsStatus:
         """Servers with their live counters, epochs and the change in progress."""
         rows = [r for r in self.ns.servers() if r["state"] != "gone"]
-        live = [r for r in rows if r["state"] != "reserved" and r["addr"]]
+        live = [r for r in rows if r["state"] not in ("reserved", "lost") and r["addr"]]
         replies = self.call_many([(r["sid"], Stats()) for r in live], timeout=1.5)
         stats: dict[int, Any] = {live[i]["sid"]: rep for i, rep in replies.items()}
         servers = []

@@ -182,11 +182,10 @@ class Wire:
 
     def _mac(self, seal: bytes, header: bytes, payloads: Sequence[Any]) -> bytes:
         """HMAC-SHA256 of MAGIC, seal, header length and header, the payload lengths, then each payload."""
-        prefix = b"".join(
-            (MAGIC, seal, _LEN4.pack(len(header)), header, *(_LEN8.pack(memoryview(p).nbytes) for p in payloads))
-        )
-        if not payloads:
-            return hmac.digest(self.key, prefix, "sha256")
+        sizes = [memoryview(p).nbytes for p in payloads]
+        prefix = b"".join((MAGIC, seal, _LEN4.pack(len(header)), header, *(_LEN8.pack(n) for n in sizes)))
+        if sum(sizes) <= 1 << 16:  # small: one C call over one buffer
+            return hmac.digest(self.key, b"".join((prefix, *payloads)) if payloads else prefix, "sha256")
         h = hmac.new(self.key, prefix, "sha256")
         for p in payloads:
             h.update(p)
