@@ -97,9 +97,8 @@ class DataServer:
             self._check_fence(msg.fid, msg.version, write=True)
             if any(off + len(part) > 1 << 30 for off, part in zip(msg.offsets, msg.parts, strict=True)):
                 raise ValueError("block write beyond 1 GiB")  # checked for all before writing any
-            self._check_space(
-                [((msg.fid, b), off, len(part)) for b, off, part in zip(msg.blocks, msg.offsets, msg.parts, strict=True)]
-            )
+            parts = zip(msg.blocks, msg.offsets, msg.parts, strict=True)
+            self._check_space([((msg.fid, b), off, len(part)) for b, off, part in parts])
             for b, off, part in zip(msg.blocks, msg.offsets, msg.parts, strict=True):
                 self.store.write((msg.fid, b), off, part)
                 self._count("writes", len(part))

@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
             p.error("--replicas must be at least 1")
         ns.kv_set("replicas", args.replicas or 1)
     elif args.replicas is not None and args.replicas != ns.replicas():
-        log.warning("keeping %d replicas of the existing file system (--replicas %d ignored)", ns.replicas(), args.replicas)
+        log.warning("keeping the %d replicas of the existing file system", ns.replicas())
     ctx = zmq.Context()
     sock, addr = bind_socket(ctx, zmq.ROUTER, args.host, args.port, token, max_frame=2 << 20)
     server = MetaServer(ns, token, ctx)
