@@ -202,20 +202,22 @@ class Layout:
         starts = [i.start for i in self.intervals]
         return self.intervals[bisect.bisect_right(starts, block) - 1].epoch
 
-    def server(self, epochs: Epochs, fid: int, block: int) -> int:
-        """Server id holding ``block`` of file ``fid``.
-
-        Raises:
-            PlacementError: the layout names an unknown epoch.
-        """
+    def _sids(self, epochs: Epochs, fid: int, block: int) -> tuple[int, ...]:
         eid = self.epoch_of(block)
         if eid == UNALLOCATED:
             raise PlacementError(f"file {fid}: block {block} is not allocated")
         try:
-            sids = epochs[eid]
+            return tuple(epochs[eid])
         except KeyError:
             raise PlacementError(f"file {fid}: layout refers to unknown epoch {eid}") from None
-        return owner(sids, fid, block)
+
+    def server(self, epochs: Epochs, fid: int, block: int) -> int:
+        """Server id holding ``block`` of file ``fid`` (its primary copy).
+
+        Raises:
+            PlacementError: the block is not allocated or the layout names an unknown epoch.
+        """
+        return owner(self._sids(epochs, fid, block), fid, block)
 
     def replicas(self, epochs: Epochs, fid: int, block: int, r: int) -> tuple[int, ...]:
         """The servers holding the ``r`` copies of ``block`` (primary first; fewer if the epoch is smaller).
@@ -223,16 +225,7 @@ class Layout:
         Raises:
             PlacementError: the block is not allocated or the layout names an unknown epoch.
         """
-        if r <= 1:
-            return (self.server(epochs, fid, block),)
-        eid = self.epoch_of(block)
-        if eid == UNALLOCATED:
-            raise PlacementError(f"file {fid}: block {block} is not allocated")
-        try:
-            sids = epochs[eid]
-        except KeyError:
-            raise PlacementError(f"file {fid}: layout refers to unknown epoch {eid}") from None
-        return owners(sids, fid, block, r)
+        return owners(self._sids(epochs, fid, block), fid, block, r)
 
     def extend(self, hw: int, epoch: int) -> Layout:
         """Layout after the blocks from ``hw`` on are placed in ``epoch`` (no block below ``hw`` moves)."""
