@@ -467,8 +467,9 @@ class Namespace:
 
     def _register(self, msg: Register) -> Registered:
         row = self._row("SELECT state FROM servers WHERE sid=?", (msg.sid,))
-        if row is None or row["state"] == "gone":
-            raise ValueError(f"unknown or removed data server id {msg.sid}")
+        if row is None or row["state"] in ("gone", "lost"):
+            state = "declared lost" if row is not None and row["state"] == "lost" else "unknown or removed"
+            raise ValueError(f"data server id {msg.sid} is {state}: add a new server with 'malleable fs expand'")
         state = "up" if row["state"] == "reserved" else row["state"]
         self.db.execute(
             "UPDATE servers SET addr=?, host=?, pid=?, state=? WHERE sid=?",

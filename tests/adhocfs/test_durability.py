@@ -149,6 +149,11 @@ def test_lose_marks_damaged_files_and_everything_else_works(tmp_path, stopper):
         assert victim not in blocks_on_servers(fs, "/after")
         report = {f["path"]: f for f in check_fs(dep.address).files}
         assert set(report) == damaged | {"/before"} and all(report[p]["damaged"] for p in damaged)
+        from malleable.adhocfs import start_data_servers
+        from malleable.errors import FsError
+
+        with pytest.raises(FsError, match="declared lost"):  # a lost id never serves again
+            start_data_servers(dep.address, ["127.0.0.1"], dep.state, sids=[victim])
     finally:
         close_checked(fs)
 
