@@ -45,10 +45,10 @@ def pct(xs: list[float], q: float) -> float:
 
 # ------------------------------------------------------------------------------------------------ 1. pass time
 def bench_pass(policy_name: str, hosts: int = 512, queued: int = 1000, passes: int = 30, seed: int = 1) -> dict:
-    from malleable.controller import _protocol as P
-    from malleable.controller._core import Core
-    from malleable.controller._daemon import make_policy
-    from malleable.controller._store import Store
+    from malleable.controller.daemon import _protocol as P
+    from malleable.controller.daemon._core import Core
+    from malleable.controller.daemon._daemon import make_policy
+    from malleable.controller.daemon._store import Store
 
     rng = random.Random(seed)  # noqa: S311 - seeded benchmark data
     tmp = tempfile.mkdtemp(prefix="ctlbench-")
@@ -122,8 +122,8 @@ def _stop(state: str) -> None:
 def bench_submit(n: int = 1000, n_cli: int = 10) -> dict:
     import zmq
 
-    from malleable.controller import _protocol as P
-    from malleable.controller._client import Client
+    from malleable.controller.daemon import _protocol as P
+    from malleable.controller.daemon._client import Client
 
     tmp = tempfile.mkdtemp(prefix="ctlbench-")
     state = os.path.join(tmp, "s.sqlite")
@@ -197,14 +197,14 @@ def _wait(pred, timeout: float, what: str):
 
 
 def _final(c, ids, timeout):
-    from malleable.controller import _protocol as P
+    from malleable.controller.daemon import _protocol as P
     fin = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
     return _wait(lambda: (rows := {r["id"]: r for r in c.rows(P.History(0))}) and
                  all(rows.get(i, {}).get("state") in fin for i in ids) and rows, timeout, "jobs to end")
 
 
 def bench_resize(cycles: int = 4) -> dict:
-    from malleable.controller._client import Client
+    from malleable.controller.daemon._client import Client
 
     tmp = tempfile.mkdtemp(prefix="ctlbench-")
     state = os.path.join(tmp, "s.sqlite")
@@ -254,9 +254,9 @@ def bench_mixed(reconfig_s: float) -> dict:
     import numpy as np
 
     from malleable.controller import Simulator, Workload
-    from malleable.controller._client import Client
-    from malleable.controller._fill import malleable_fill
-    from malleable.controller._speedup import amdahl
+    from malleable.controller.daemon._client import Client
+    from malleable.controller.sched._fill import malleable_fill
+    from malleable.controller.sched._speedup import amdahl
 
     tmp = tempfile.mkdtemp(prefix="ctlbench-")
     state = os.path.join(tmp, "s.sqlite")

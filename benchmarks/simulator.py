@@ -62,7 +62,7 @@ def one_case(spec: dict) -> dict:
         w = w.with_malleable(spec["malleable"], seed=0, rho=(0.0, 0.3))
         extra["mtct"] = mtct_amdahl
         if spec["policy"] in ("baseline", "sfsj"):
-            from malleable.controller._experiments import failure_plan
+            from malleable.controller.experiments import failure_plan
             extra["failures"] = failure_plan(w.machine, float(w.submit[0]), float(w.submit[-1]), 6 * 3600.0,
                                              3600.0, seed=5)
     read = time.perf_counter() - t

@@ -1,101 +1,54 @@
-"""malleable.controller: scheduling policies, the discrete-event simulator and the controller daemon."""
+"""malleable.controller: scheduling policies, the discrete-event simulator and the live controller.
 
-from ._conservative import Profile, conservative
-from ._ebs import EBS, EBSConfig
-from ._engine import FAILED_PRIORITY, SimResult, Simulator, simulate
-from ._mebf000 import MEBF0, MEBF0Config
-from ._mebf002 import MEBF, MEBFConfig
-from ._metrics import bounded_slowdown, summary, utilization_curve, write_jobs_csv
-from ._model import (
-    Decision,
-    Interrupt,
-    Job,
-    JobKind,
-    NodeId,
-    Policy,
-    QueueView,
-    Remember,
-    Reserve,
-    ResizeJob,
-    RunningJob,
-    Snapshot,
-    StartJob,
-    Wake,
-)
-from ._plot import plot_result
-from ._policies import POLICIES, easy, easy_shadow, fcfs, get_policy
-from ._sfsj import baseline, pick_victim, sfsj
-from ._speedup import (
-    SPEEDUPS,
-    MtctModel,
-    ReconfigCost,
-    SpeedupModel,
-    amdahl,
-    fixed_reconfig_cost,
-    linear,
-    linear_reconfig_cost,
-    mtct_amdahl,
-    no_reconfig_cost,
-    per_job_reconfig_cost,
-    rho_power,
-)
-from ._swf import read_swf, write_swf
-from ._workload import Workload, synthetic
+The package has four rooms, each importable alone:
 
-__all__ = [
-    "EBS",
-    "EBSConfig",
-    "FAILED_PRIORITY",
-    "Interrupt",
-    "MEBF",
-    "MEBF0",
-    "MEBF0Config",
-    "MEBFConfig",
-    "MtctModel",
-    "SPEEDUPS",
-    "fixed_reconfig_cost",
-    "linear",
-    "mtct_amdahl",
-    "per_job_reconfig_cost",
-    "rho_power",
-    "baseline",
-    "pick_victim",
-    "sfsj",
-    "plot_result",
-    "write_jobs_csv",
-    "utilization_curve",
-    "summary",
-    "bounded_slowdown",
-    "POLICIES",
-    "Decision",
-    "Job",
-    "JobKind",
-    "NodeId",
-    "Policy",
-    "Profile",
-    "QueueView",
-    "ReconfigCost",
-    "Remember",
-    "Reserve",
-    "ResizeJob",
-    "RunningJob",
-    "SimResult",
-    "Simulator",
-    "Snapshot",
-    "SpeedupModel",
-    "StartJob",
-    "Wake",
-    "Workload",
-    "amdahl",
-    "conservative",
-    "easy",
-    "easy_shadow",
-    "fcfs",
-    "get_policy",
-    "linear_reconfig_cost",
-    "no_reconfig_cost",
-    "read_swf",
-    "simulate",
-    "synthetic",
-    "write_swf",
-]
+- :mod:`~malleable.controller.sched`: the policy contract (jobs, snapshots, decisions, speedup models), every
+  policy, the registry and the one decision path; it imports nothing from the other rooms.
+- :mod:`~malleable.controller.sim`: the discrete-event engine, workloads, SWF traces, metrics and plots.
+- :mod:`~malleable.controller.experiments`: the source documents' experiments, published vs ours.
+- :mod:`~malleable.controller.daemon`: the live core, daemon, store, host pools, launching, protocol, client, CLI.
+
+Names are loaded on first use (``from malleable.controller import simulate`` loads the simulator, not the
+daemon), so importing the package costs nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_SCHED = (
+    "EBS", "EBSConfig", "FAILED_PRIORITY", "MEBF", "MEBF0", "MEBF0Config", "MEBFConfig", "POLICIES", "SPEEDUPS",
+    "Decision", "Interrupt", "Job", "JobKind", "MtctModel", "NodeId", "Policy", "Profile", "QueueView",
+    "ReconfigCost", "Remember", "Reserve", "ResizeJob", "RunningJob", "Snapshot", "SpeedupModel", "StartJob", "Wake",
+    "amdahl", "baseline", "conservative", "easy", "easy_shadow", "fcfs", "fixed_reconfig_cost", "get_policy",
+    "linear", "linear_reconfig_cost", "malleable_fill", "mtct_amdahl", "no_reconfig_cost", "per_job_reconfig_cost",
+    "pick_victim", "rho_power", "sfsj",
+)
+_SIM = (
+    "SimResult", "Simulator", "Workload", "bounded_slowdown", "plot_result", "read_swf", "simulate", "summary",
+    "synthetic", "utilization_curve", "write_jobs_csv", "write_swf",
+)
+_DAEMON = ("Client", "ControllerUnavailable")
+
+__all__ = sorted(_SCHED + _SIM + _DAEMON)
+
+_WHERE: dict[str, str] = {
+    **{n: ".sched" for n in _SCHED}, **{n: ".sim" for n in _SIM}, **{n: ".daemon" for n in _DAEMON},
+}
+
+if TYPE_CHECKING:
+    from .daemon import Client, ControllerUnavailable  # noqa: F401
+    from .sched import *  # noqa: F403
+    from .sim import *  # noqa: F403
+
+
+def __getattr__(name: str) -> Any:
+    mod = _WHERE.get(name)
+    if mod is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(mod, __name__), name)
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,11 +1,12 @@
-"""Subcommands of the controller part (registered by malleable.cli)."""
+"""Subcommands of the controller part (registered by malleable.cli); building the parsers imports no policy,
+engine or daemon code, only the commands themselves load what they use."""
 
 from __future__ import annotations
 
 import argparse
 
-from ._ctl_cli import register as register_controller
-from ._sim_cli import add_simulate_parser
+from .daemon._cli import register as register_controller
+from .sim._cli import add_simulate_parser
 
 __all__ = ["register"]
 

@@ -13,10 +13,12 @@ __all__ = [
     "PlanError",
     "PolicyError",
     "ProtocolError",
+    "Refusal",
     "ReplayError",
     "ServerUnavailable",
     "SimulationError",
     "TraceError",
+    "UnknownJob",
 ]
 
 
@@ -66,6 +68,14 @@ class ServerUnavailable(FsError):
 
 class PolicyError(MalleableError):
     """A scheduling policy returned a decision that breaks an invariant (size bounds, free nodes, ...)."""
+
+
+class Refusal(MalleableError):
+    """A request the controller will not carry out (too many nodes, a finished job, ...)."""
+
+
+class UnknownJob(Refusal):
+    """No job has this id."""
 
 
 class SimulationError(MalleableError):

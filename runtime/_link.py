@@ -23,7 +23,7 @@ from typing import Any
 import zmq
 
 from malleable._secret import load_token
-from malleable.controller import _protocol as P
+from malleable.controller.daemon import _protocol as P
 from malleable.errors import ConfigError, MalleableError
 from malleable.runtime._layout import Layout
 from malleable.runtime._types import Decision

@@ -11,11 +11,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from malleable.controller import _protocol as P
-from malleable.controller._client import Client
-from malleable.controller._core import CoreConfig
-from malleable.controller._daemon import Daemon, DaemonConfig
-from malleable.controller._hostpool import HostPool
+from malleable.controller.daemon import _protocol as P
+from malleable.controller.daemon._client import Client
+from malleable.controller.daemon._core import CoreConfig
+from malleable.controller.daemon._daemon import Daemon, DaemonConfig
+from malleable.controller.daemon._hostpool import HostPool
 
 TOKEN = "controller-test-token"  # noqa: S105 - a test secret
 HEAT = str(Path(__file__).parent / "progs" / "heat_prog.py")
@@ -35,10 +35,11 @@ def wait_for(pred: Callable[[], Any], timeout: float, what: str, every: float = 
 
 
 @contextlib.contextmanager
-def daemon_thread(state: Path, pool: HostPool, policy: str = "easy", tick: float = 0.2,
-                  **core: Any) -> Iterator[tuple[Daemon, Client]]:
+def daemon_thread(state: Path, pool: HostPool, policy: str = "easy", tick: float = 0.2, host_check: float = 5.0,
+                  params: dict[str, Any] | None = None, **core: Any) -> Iterator[tuple[Daemon, Client]]:
     """A daemon serving in a thread, and a client. On exit every job is cancelled and waited for (bounded)."""
-    d = Daemon(DaemonConfig(str(state), pool, policy, tick=tick, core=CoreConfig(**core)), token=TOKEN.encode())
+    d = Daemon(DaemonConfig(str(state), pool, policy, params or {}, tick=tick, core=CoreConfig(**core),
+                            host_check=host_check), token=TOKEN.encode())
     addr = d.start()
     stop = threading.Event()
     t = threading.Thread(target=d.serve, args=(stop,), daemon=True)

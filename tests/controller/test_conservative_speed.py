@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from malleable.controller import Remember, Workload, read_swf, simulate, synthetic
-from malleable.controller._conservative import conservative, conservative_reference
+from malleable.controller.sched._conservative import conservative, conservative_reference
 
 TRACE = Path(os.environ.get("MALLEABLE_HPC2N", Path(__file__).resolve().parents[3] / "shared" / "workloads" /
                             "HPC2N-2002-2.1-cln.swf.gz"))

@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 
 from malleable.controller import ResizeJob, StartJob
-from malleable.controller import _protocol as P
-from malleable.controller._core import Core, CoreConfig, Kill, Launch, Refusal, Stop, UnknownJob
-from malleable.controller._fill import malleable_fill
-from malleable.controller._policies import easy
-from malleable.controller._store import Store
+from malleable.controller.daemon import _protocol as P
+from malleable.controller.daemon._events import Kill, Launch, Stop
+from malleable.controller.sched._fill import malleable_fill
+from malleable.controller.sched._rigid import easy
+from malleable.errors import Refusal, UnknownJob
+from tests.controller._core_shell import Shell
 
 HOSTS = ("n1", "n2", "n3", "n4")
 
@@ -20,7 +21,7 @@ def submit(core, nodes=1, lo=0, hi=0, malleable=False, t=0.0, limit=100.0):
 
 
 def make(tmp_path, policy=easy, **cfg):
-    return Core(Store(str(tmp_path / "s.sqlite")), HOSTS, policy, CoreConfig(**cfg))
+    return Shell(str(tmp_path / "s.sqlite"), HOSTS, policy, **cfg)
 
 
 def launch_ids(actions):
@@ -83,13 +84,22 @@ def running_malleable(core, hosts, now=1.0):
     return jid
 
 
+def ended_on(core, host, now=1.0):
+    """A rigid job that ran on ``host`` and ended: the host drains until it is checked."""
+    jid = submit(core, 1)
+    core.policy = scripted([StartJob(jid, (host,))])
+    core.schedule(now)
+    core.launched(jid, 2, 1.0, now)
+    core.exited(jid, 0, now)
+    return jid
+
+
 def test_expand_order_waits_for_clean_hosts_then_commits(tmp_path):
     core = make(tmp_path)
     j = running_malleable(core, ["n1"])
-    core.hosts["n2"].drain, core.hosts["n2"].drain_since = 77, 1.0   # an ended job's host, not checked yet
+    other = ended_on(core, "n3")                                      # an ended job's host, not checked yet
+    assert core.hosts["n3"].drain == other and core.hosts["n2"].drain is None
     core.policy = scripted([ResizeJob(j, ("n1", "n2", "n3"))])
-    core.hosts["n2"].drain = None
-    core.hosts["n3"].drain, core.hosts["n3"].drain_since = 77, 1.0
     # n3 is draining: the policy may not take it
     core.schedule(2.0)
     assert core.jobs[j].order is None
@@ -116,7 +126,7 @@ def test_shrink_swaps_to_newest_hosts_and_admits_after_check(tmp_path):
     # the policy frees n2 and n3, but the runtime frees the newest hosts: n3 and n4 (n2 is swapped for n4)
     core.policy = scripted([StartJob(r, ("n2", "n3")), ResizeJob(j, ("n1", "n4"))])
     assert core.schedule(2.0) == []                 # shrink first; the rigid job waits for its hosts
-    assert core.jobs[j].order["removed"] == ["n3", "n4"]
+    assert list(core.jobs[j].order.removed) == ["n3", "n4"]
     assert core.jobs[r].hosts == ["n4", "n3"] and core.jobs[r].state == "STARTING"
     assert core.poll(P.Poll(j, 1), 2.1).procs == 2
     assert core.draining() == []                    # not checked before the job says it has shrunk

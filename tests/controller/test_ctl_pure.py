@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from malleable.controller import Job, JobKind, Simulator, Workload
-from malleable.controller import _protocol as P
-from malleable.controller._fill import malleable_fill
-from malleable.controller._timefmt import format_duration, parse_time
+from malleable.controller.daemon import _protocol as P
+from malleable.controller.daemon._timefmt import format_duration, parse_time
+from malleable.controller.sched._fill import malleable_fill
 from malleable.errors import AuthError, ConfigError, ProtocolError
 from malleable.launch import compress_hostlist, expand_hostlist
 

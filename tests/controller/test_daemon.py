@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from malleable.controller import _protocol as P
-from malleable.controller._hostpool import HostPool
+from malleable.controller.daemon import _protocol as P
+from malleable.controller.daemon._hostpool import HostPool
 from tests.controller._daemon_util import TOKEN, cli, daemon_thread, states, wait_final, wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -86,7 +86,7 @@ def test_time_limit_kills_the_job(env):
 
 
 def test_wrong_secret_is_refused(env):
-    from malleable.controller._client import Client
+    from malleable.controller.daemon._client import Client
     from malleable.errors import AuthError
 
     with daemon_thread(env / "ctl.sqlite", HostPool.local(1)) as (d, c):

@@ -10,8 +10,8 @@ import pytest
 import zmq
 
 from malleable._wire import MAGIC, pack
-from malleable.controller import _protocol as P
-from malleable.controller._hostpool import HostPool
+from malleable.controller.daemon import _protocol as P
+from malleable.controller.daemon._hostpool import HostPool
 from tests.controller._daemon_util import TOKEN, daemon_thread, wait_for
 
 pytestmark = pytest.mark.timeout(180)

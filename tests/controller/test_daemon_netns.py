@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from malleable.controller import _protocol as P
-from malleable.controller._hostpool import HostPool, scan_tagged
+from malleable.controller.daemon import _protocol as P
+from malleable.controller.daemon._hostpool import HostPool, scan_tagged
 from tests.controller._daemon_util import HEAT, TOKEN, daemon_thread, states, wait_final, wait_for
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(240)]

@@ -11,10 +11,10 @@ import sys
 import psutil
 import pytest
 
-from malleable.controller import _protocol as P
-from malleable.controller._client import Client
-from malleable.controller._daemon import addr_file
-from malleable.controller._hostpool import scan_tagged
+from malleable.controller.daemon import _protocol as P
+from malleable.controller.daemon._client import Client
+from malleable.controller.daemon._hostpool import scan_tagged
+from malleable.controller.daemon._paths import addr_file
 from tests.controller._daemon_util import HEAT, TOKEN, cli, states, wait_final, wait_for
 
 pytestmark = pytest.mark.timeout(180)

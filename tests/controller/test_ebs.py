@@ -16,7 +16,7 @@ from malleable.controller import (
     simulate,
     summary,
 )
-from malleable.controller._ebs import egs_grow, egs_shrink, fpsma_grow, fpsma_shrink, grow_target, shrink_target
+from malleable.controller.sched._ebs import egs_grow, egs_shrink, fpsma_grow, fpsma_shrink, grow_target, shrink_target
 
 from ._snap import mjob, running, snap, workload
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from malleable.controller._experiments import EXPERIMENTS, run_experiment, w2
-from malleable.controller._sim_cli import add_simulate_parser
+from malleable.controller.experiments import EXPERIMENTS, run_experiment, w2
+from malleable.controller.sim._cli import add_simulate_parser
 from malleable.errors import ConfigError
 
 

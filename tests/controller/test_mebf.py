@@ -24,8 +24,8 @@ from malleable.controller import (
     rho_power,
     simulate,
 )
-from malleable.controller._mebf000 import expand_allowed, shrink_allowed
-from malleable.controller._mebf002 import expand_amount, feasible, shrink_amount
+from malleable.controller.sched._mebf000 import expand_allowed, shrink_allowed
+from malleable.controller.sched._mebf002 import expand_amount, feasible, shrink_amount
 from malleable.errors import PolicyError
 
 from ._snap import mjob, running, snap, workload

@@ -117,7 +117,7 @@ def test_incremental_hints_give_the_same_schedule_with_failures():
     from pathlib import Path
 
     from malleable.controller import read_swf
-    from malleable.controller._experiments import failure_plan
+    from malleable.controller.experiments import failure_plan
     trace = Path(os.environ.get("MALLEABLE_HPC2N", Path(__file__).resolve().parents[3] / "shared" / "workloads" /
                                 "HPC2N-2002-2.1-cln.swf.gz"))
     if not trace.exists():

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from malleable.controller._hostpool import HostPool
+from malleable.controller.daemon._hostpool import HostPool
 from malleable.errors import ConfigError
 from malleable.launch import expand_hostlist
 from tests.controller._daemon_util import TOKEN

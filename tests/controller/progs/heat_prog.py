@@ -105,7 +105,8 @@ while True:
             emit({"it": it, "size": w.size, "hosts": hosts})
         now = time.perf_counter()
         if it % 5 == 0:
-            mr.report_progress("elastic", {"iter_time": now - t_last, "mtct": 0.1, "iter": it})
+            mr.report_progress("elastic", {"iter_time": now - t_last, "mtct": 0.1, "iter": it,
+                                           "fraction": min(1.0, it / ITERS)})
         t_last = now
 
 if not left:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 __all__ = [
+    "FAILED_PRIORITY",
     "Decision",
     "Interrupt",
     "Job",
@@ -33,6 +34,9 @@ __all__ = [
 ]
 
 NodeId: TypeAlias = Hashable
+
+FAILED_PRIORITY = 2
+"""Queue priority of a job re-queued after a node failure (seed 000: the failed job goes first)."""
 
 
 class JobKind(enum.Enum):
@@ -62,6 +66,8 @@ class Job:
             ``rho_power`` speedup model and by the MEBF policies to rank jobs.
         priority: queue priority; the engine keeps the queue sorted by ``(-priority, submission)``. 0 for every
             submitted job; jobs re-queued after a failure (or an :class:`Interrupt`) get a higher one.
+        constraint: sizes the job can run on besides ``[min_procs, max_procs]``: ``""`` (any), ``"pof2"``
+            (powers of two), ``"even"`` or ``"odd"``; policies that resize read it (seed 003's EBS).
     """
 
     id: int
@@ -74,6 +80,7 @@ class Job:
     serial: float = 0.0
     rho: float = 0.0
     priority: int = 0
+    constraint: str = ""
 
     @staticmethod
     def rigid(id: int, submit: float, procs: int, estimate: float) -> Job:  # noqa: A002 - mirrors the field

@@ -6,15 +6,12 @@ import argparse
 import json
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 from malleable.errors import ConfigError
 
-from ._engine import Simulator
-from ._metrics import summary, write_jobs_csv
-from ._policies import POLICIES, get_policy
-from ._speedup import SPEEDUPS
-from ._swf import read_swf
-from ._workload import Workload, synthetic
+if TYPE_CHECKING:
+    from ._workload import Workload
 
 __all__ = ["add_simulate_parser", "cmd_simulate"]
 
@@ -26,20 +23,28 @@ def add_simulate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
     p = sub.add_parser("simulate", help="replay a workload trace under a scheduling policy",
                        description="Replay an SWF trace (or a synthetic workload) with a scheduling policy and "
                                    "print mean wait, bounded slowdown, makespan and utilisation.")
-    src = p.add_mutually_exclusive_group(required=True)
+    src = p.add_mutually_exclusive_group()
     src.add_argument("--trace", metavar="FILE", help="SWF file (plain or .gz)")
     src.add_argument("--synthetic", metavar="N", type=int, help="generate N synthetic jobs instead of a trace")
+    src.add_argument("--workload", metavar="FILE",
+                     help="a JSON-lines workload (one job per line, e.g. from 'malleable history --export')")
     src.add_argument("--experiment", metavar="NAME",
                      help="run a source document's experiment and print its published-vs-ours table: "
                           "002, 000-mebf, 000-sfsj, 003-w1, 003-w2 or all")
     p.add_argument("--out", metavar="DIR", default="benchmarks/results",
                    help="--experiment: directory for the JSON and PNG files (default benchmarks/results)")
     p.add_argument("--quick", action="store_true", help="--experiment: smaller set-up (fewer sizes and runs)")
-    p.add_argument("--speedup", choices=["linear", "amdahl", "rho"], default="amdahl",
-                   help="speedup model of resized or moldable jobs (default amdahl)")
+    p.add_argument("--speedup", choices=["linear", "amdahl", "rho", "declared"], default="amdahl",
+                   help="speedup model of resized or moldable jobs (default amdahl; declared: each job's own, "
+                        "rho when it has one, else Amdahl, as the live controller)")
     p.add_argument("--failures", metavar="MTBF_S,DOWNTIME_S", default=None,
                    help="inject Poisson node failures: system-wide mean time between failures and downtime (s)")
-    p.add_argument("--policy", choices=sorted(POLICIES), default="easy", help="scheduling policy (default easy)")
+    p.add_argument("--policy", default="easy", metavar="NAME",
+                   help="scheduling policy: a registered name (--list-policies), an entry point of the "
+                        "'malleable.policies' group, or package.module:function (default easy)")
+    p.add_argument("--list-policies", action="store_true", help="print the registered policy names and exit")
+    p.add_argument("--tick", type=float, metavar="S",
+                   help="also pass every S seconds while jobs wait or run, as the live controller's --tick")
     p.add_argument("--tau", type=float, default=10.0, help="bounded-slowdown threshold in seconds (default 10)")
     p.add_argument("--limit", type=int, metavar="N", help="only the first N records of the trace")
     p.add_argument("--procs", type=int, help="machine size when the trace header has no MaxProcs/MaxNodes "
@@ -58,9 +63,18 @@ def add_simulate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
 
 
 def _load(args: argparse.Namespace) -> Workload:
+    from ._swf import read_swf
+    from ._workload import synthetic
+
     if args.limit is not None and args.limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {args.limit}")
-    if args.trace:
+    if args.workload:
+        from ._jobfile import read_jobs
+
+        w = read_jobs(args.workload, procs=args.procs)
+        if args.limit:
+            w = w.head(args.limit)
+    elif args.trace:
         w = read_swf(args.trace, procs=args.procs, strict=args.strict, limit=args.limit)
     else:
         w = synthetic(args.synthetic, machine=args.procs or 256, load=args.load, seed=args.seed)
@@ -73,14 +87,27 @@ def _load(args: argparse.Namespace) -> Workload:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Run ``malleable simulate``; returns the exit code."""
+    from malleable.controller.sched import SPEEDUPS, get_policy
+
+    from ._engine import Simulator
+    from ._metrics import summary, write_jobs_csv
+
+    if args.list_policies:
+        from malleable.controller.sched import POLICIES
+
+        print("\n".join(sorted(POLICIES)))                      # the CLI's own output
+        return 0
     if not args.tau > 0:
         raise ConfigError(f"--tau must be > 0, got {args.tau}")
     if args.experiment:
         return _experiment(args)
+    if not (args.trace or args.synthetic or args.workload):
+        raise ConfigError("give one of --trace FILE, --workload FILE, --synthetic N or --experiment NAME")
+    policy = get_policy(args.policy)
     w = _load(args)
     extra: dict = {"speedup": SPEEDUPS[args.speedup]}
     if args.failures:
-        from ._experiments import failure_plan
+        from malleable.controller.experiments import failure_plan
         try:
             mtbf, down = (float(x) for x in args.failures.split(","))
         except ValueError:
@@ -97,7 +124,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         if bar is not None:
             bar.update(done - bar.n)
     try:
-        result = Simulator(w, get_policy(args.policy), name=args.policy,
+        if args.tick is not None:
+            extra["tick"] = args.tick
+        result = Simulator(w, policy, name=args.policy,
                            progress=progress if bar is not None else None, **extra).run()
     finally:
         if bar is not None:
@@ -123,7 +152,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _experiment(args: argparse.Namespace) -> int:
-    from ._experiments import EXPERIMENTS, run_experiment
+    from malleable.controller.experiments import EXPERIMENTS, run_experiment
 
     names = list(EXPERIMENTS) if args.experiment == "all" else [args.experiment]
     for name in names:

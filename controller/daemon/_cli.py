@@ -112,7 +112,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     _client_opts(p)
     p.add_argument("--limit", type=int, default=0, help="only the newest N jobs")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--export", metavar="FILE",
+                   help="write the completed jobs as a workload (JSON lines) that 'malleable simulate --workload "
+                        "FILE --policy P' replays; reads the state file, the daemon need not run")
     p.set_defaults(func=_history)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from ._export import export_workload
+    from ._paths import default_state
+    from ._store import Store
+
+    state = args.state or default_state()
+    if not os.path.exists(state):
+        raise ConfigError(f"no controller state file at {state} (give --state)")
+    store = Store(state, readonly=True)
+    try:
+        n = export_workload(store, args.export, len([h for h in store.load_hosts()]) or 1)
+    finally:
+        store.close()
+    print(f"wrote {n} job(s) to {args.export}")                   # the CLI's own output
+    return 0
 
 
 # ------------------------------------------------------------------------------------------------ daemon
@@ -143,7 +163,8 @@ def _params(items: list[str]) -> dict[str, Any]:
 
 def _daemon_config(args: argparse.Namespace) -> Any:
     from ._core import CoreConfig
-    from ._daemon import DaemonConfig, default_state, make_policy
+    from ._daemon import DaemonConfig, make_policy
+    from ._paths import default_state
 
     if args.slots < 1:
         raise ConfigError(f"--slots must be >= 1, got {args.slots}")
@@ -158,7 +179,8 @@ def _daemon_config(args: argparse.Namespace) -> Any:
 
 def _start(args: argparse.Namespace) -> int:
     from ._client import Client, ControllerUnavailable
-    from ._daemon import addr_file, run_foreground
+    from ._daemon import run_foreground
+    from ._paths import addr_file
 
     cfg = _daemon_config(args)
     try:
@@ -401,6 +423,8 @@ def _info(args: argparse.Namespace) -> int:
 def _history(args: argparse.Namespace) -> int:
     from ._protocol import History
 
+    if args.export:
+        return _export(args)
     with _client(args) as c:
         rows = c.rows(History(max(0, args.limit)))
     if args.json:

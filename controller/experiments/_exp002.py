@@ -7,12 +7,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ._engine import simulate
-from ._exp_common import Report, Row, pct, plot_bars, result_metrics
-from ._mebf002 import EXPANDS, MEBF, MEBFConfig
-from ._policies import easy
-from ._speedup import per_job_reconfig_cost, rho_power
-from ._workload import Workload, synthetic
+from malleable.controller.sched._mebf002 import EXPANDS, MEBF, MEBFConfig
+from malleable.controller.sched._rigid import easy
+from malleable.controller.sched._speedup import per_job_reconfig_cost, rho_power
+from malleable.controller.sim._engine import simulate
+from malleable.controller.sim._workload import Workload, synthetic
+
+from ._common import Report, Row, pct, plot_bars, result_metrics
 
 __all__ = ["exp_002", "kit_like"]
 

@@ -19,11 +19,13 @@ __all__ = [
     "SPEEDUPS",
     "SpeedupModel",
     "amdahl",
+    "declared",
     "fixed_reconfig_cost",
     "linear",
     "linear_reconfig_cost",
     "mtct_amdahl",
     "no_reconfig_cost",
+    "parse_speedup",
     "per_job_reconfig_cost",
     "rho_power",
 ]
@@ -59,8 +61,35 @@ def rho_power(job: Job, n: int) -> float:
     return (job.procs / n) ** (1.0 - job.rho)
 
 
-SPEEDUPS: dict[str, SpeedupModel] = {"linear": linear, "amdahl": amdahl, "rho": rho_power}
+def declared(job: Job, n: int) -> float:
+    """The model each job declared: :func:`rho_power` when it gave a scalability ``rho`` > 0, else
+    :func:`amdahl` with its serial fraction (``serial`` 0 is linear). The live controller's default, where
+    every job says what it is (``malleable submit --speedup``)."""
+    return rho_power(job, n) if job.rho > 0 else amdahl(job, n)
+
+
+SPEEDUPS: dict[str, SpeedupModel] = {"linear": linear, "amdahl": amdahl, "rho": rho_power, "declared": declared}
 """Speedup models by name (``malleable simulate --speedup``)."""
+
+
+def parse_speedup(text: str) -> tuple[float, float]:
+    """A job's speedup declaration ``linear``, ``amdahl:F`` or ``rho:R`` as ``(serial, rho)`` for :func:`declared`.
+
+    Raises:
+        ValueError: not one of those forms, or F / R outside [0, 1).
+    """
+    name, _, arg = text.partition(":")
+    if name == "linear" and not arg:
+        return 0.0, 0.0
+    if name in ("amdahl", "rho") and arg:
+        try:
+            x = float(arg)
+        except ValueError:
+            x = -1.0
+        if 0.0 <= x < 1.0:
+            return (x, 0.0) if name == "amdahl" else (0.0, x)
+        raise ValueError(f"speedup {text!r}: {name}'s parameter must be a number in [0, 1)")
+    raise ValueError(f"speedup {text!r}: expected linear, amdahl:F or rho:R")
 
 
 def mtct_amdahl(job: Job, n: int) -> float:

@@ -1,4 +1,4 @@
-"""The rigid baseline policies: FCFS, EASY backfilling and conservative backfilling, and the policy registry.
+"""The rigid baseline policies: FCFS and EASY backfilling (conservative backfilling is in :mod:`._conservative`).
 
 Every policy is a pure function ``decide(snapshot, now) -> list[Decision]`` (see :mod:`._model`). Jobs start on
 their requested size (``procs``), on the first free nodes (``snapshot.free[:procs]``). The policies use the
@@ -13,11 +13,10 @@ from itertools import islice
 
 from malleable.errors import PolicyError
 
-from ._conservative import conservative
-from ._model import Decision, Policy, RunningJob, Snapshot, StartJob
+from ._model import Decision, RunningJob, Snapshot, StartJob
 from ._resize import first_fit_end
 
-__all__ = ["POLICIES", "easy", "easy_shadow", "fcfs", "get_policy"]
+__all__ = ["easy", "easy_shadow", "fcfs"]
 
 
 def fcfs(snapshot: Snapshot, now: float) -> list[Decision]:
@@ -142,32 +141,3 @@ def easy(snapshot: Snapshot, now: float) -> list[Decision]:
         if not avail:
             break
     return out
-
-
-POLICIES: dict[str, Policy] = {
-    "fcfs": fcfs,
-    "easy": easy,
-    "conservative": conservative,
-}
-"""The registered policies by name (an explicit table; the malleable ones of issue 8 come from ._registry)."""
-
-from ._registry import MALLEABLE_POLICIES  # noqa: E402 - after the rigid policies it does not depend on
-
-POLICIES.update(MALLEABLE_POLICIES)
-
-from ._fill import malleable_fill  # noqa: E402 - the live controller's simplest malleable policy (issue 10)
-
-POLICIES["malleable-fill"] = malleable_fill
-
-
-def get_policy(name: str) -> Policy:
-    """The registered policy called ``name``.
-
-    Raises:
-        PolicyError: no such policy (the message lists the known names).
-    """
-    try:
-        return POLICIES[name]
-    except KeyError:
-        raise PolicyError(f"unknown policy {name!r}; known: {', '.join(sorted(POLICIES))}") from None
-

@@ -223,6 +223,33 @@ class HostPool:
             return ["srun", "--overlap", "--quiet", "-N1", "-n1", "-w", host, *cmd]
         return remote_argv(host, cmd, self.launcher_exec)
 
+    # -- is the host there ------------------------------------------------------------------------------------
+    def probe(self, hosts: Sequence[str]) -> dict[str, str]:
+        """Which hosts answer: ``{host: ""}`` when it does, else ``{host: reason}``.
+
+        ``local`` slots always answer. A namespace host answers while its namespace exists and its network link
+        is up on both ends (``ip link set nc-HOST down`` takes it off the network as a failed node would be).
+        ``ssh`` and ``slurm`` hosts must run ``true`` within 10 s (through ssh or the launcher, or as a one-task
+        step of the allocation); the checks run concurrently.
+        """
+        if self.kind == "local":
+            return dict.fromkeys(hosts, "")
+        if self.kind == "netns":
+            return {h: _netns_down(h) for h in hosts}
+        out: dict[str, str] = {}
+        procs = {h: subprocess.Popen(self._remote_argv(h, ["true"]), stdin=subprocess.DEVNULL,  # noqa: S607
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for h in hosts}
+        for h, p in procs.items():
+            try:
+                _, err = p.communicate(timeout=10)
+                out[h] = "" if p.returncode == 0 else (f"check failed ({p.returncode}): "
+                                                       f"{err.decode(errors='replace').strip()[-200:]}")
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.communicate()
+                out[h] = "no answer within 10 s"
+        return out
+
     def kill(self, tag: str, host: str, pids: Sequence[int]) -> None:
         """SIGKILL leftover processes of a job on a host."""
         real = [p for p in pids if p > 0]
@@ -237,6 +264,19 @@ class HostPool:
             return
         subprocess.run(self._remote_argv(host, ["kill", "-9", *map(str, real)]),
                        capture_output=True, timeout=20, stdin=subprocess.DEVNULL, check=False)
+
+
+def _netns_down(host: str) -> str:
+    """Why a namespace host does not answer, or ""."""
+    if not os.path.exists(f"/run/netns/{host}"):
+        return "its network namespace is gone"
+    try:
+        state = Path(f"/sys/class/net/nc-{host}/operstate").read_text().strip()
+    except OSError:
+        return "its network link is gone"
+    if state not in ("up", "unknown"):
+        return f"its network link is {state}"
+    return ""
 
 
 def _resolve(name: str) -> str:

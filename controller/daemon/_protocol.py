@@ -4,7 +4,8 @@ Messages travel on the authenticated envelope of :mod:`malleable._wire` (``[MAGI
 holds ``v`` (the version), ``type``, a request id ``id`` and the fields of the class. :func:`decode` checks the
 MAC, the version, the type, that every field is present with the right JSON type and no unknown field is
 there, and the value limits (non-negative counts, bounded strings and lists), so a message that gets past it
-is well formed; whether it makes sense (a known job, the current order) is the daemon's business. Nothing
+is well formed (fields that have a default, added to a message after its first version, may be left out);
+whether it makes sense (a known job, the current order) is the daemon's business. Nothing
 received is unpickled.
 
 Three kinds of peers talk to the daemon, over one ROUTER socket: the command line (``submit``, ``queue``, ...),
@@ -128,7 +129,9 @@ class Order(Message):
 @_msg("submit")
 class Submit(Message):
     """Queue a job. Rigid: ``nodes`` hosts, ``min_nodes == max_nodes == nodes``. Malleable: starts between
-    ``min_nodes`` and ``max_nodes`` (preferring ``nodes``) and may be resized within those bounds."""
+    ``min_nodes`` and ``max_nodes`` (preferring ``nodes``) and may be resized within those bounds. ``speedup``
+    declares how the job scales (``linear``, ``amdahl:F``, ``rho:R``), ``constraint`` the node counts it can run
+    on (``""``, ``pof2``, ``even``, ``odd``): what the policies read."""
 
     name: str
     cmd: list[str]
@@ -141,6 +144,8 @@ class Submit(Message):
     err: str
     cwd: str
     env: dict
+    speedup: str = "linear"
+    constraint: str = ""
 
 
 @_msg("queue")
@@ -313,6 +318,9 @@ def decode(frames: Sequence[Any], token: bytes) -> tuple[Message, int]:
     if type(rid) is not int or not 0 <= rid < (1 << 63):
         raise ProtocolError(f"{cls.TYPE}: request id must be a non-negative int")
     spec = _spec(cls)
+    for f in dataclasses.fields(cls):      # fields with a default (added later) may be left out
+        if f.name not in header and f.default is not dataclasses.MISSING:
+            header[f.name] = f.default
     check_fields(header, spec, cls.TYPE)
     kwargs = {}
     for f in dataclasses.fields(cls):

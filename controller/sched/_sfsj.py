@@ -16,8 +16,7 @@ from dataclasses import dataclass, replace
 from heapq import merge
 
 from ._conservative import conservative
-from ._engine import FAILED_PRIORITY
-from ._model import Decision, Interrupt, Job, RunningJob, Snapshot
+from ._model import FAILED_PRIORITY, Decision, Interrupt, Job, RunningJob, Snapshot
 
 __all__ = ["MEDIUM_PRIORITY", "baseline", "pick_victim", "sfsj"]
 

@@ -11,11 +11,10 @@ from typing import Any
 import zmq
 
 from malleable._secret import load_token
-from malleable.errors import AuthError, MalleableError, ProtocolError
+from malleable.errors import AuthError, MalleableError, ProtocolError, Refusal, UnknownJob
 
 from . import _protocol as P
-from ._core import Refusal, UnknownJob
-from ._daemon import addr_file, default_state
+from ._paths import addr_file, default_state
 
 __all__ = ["Client", "ControllerUnavailable", "find_address"]
 
@@ -117,13 +116,14 @@ class Client:
     # -- conveniences ----------------------------------------------------------------------------------------
     def submit(self, cmd: list[str], nodes: int = 1, min_nodes: int = 0, max_nodes: int = 0,
                malleable: bool = False, time_limit: float = 0.0, name: str = "", out: str = "", err: str = "",
-               cwd: str | None = None, env: dict[str, str] | None = None) -> int:
+               cwd: str | None = None, env: dict[str, str] | None = None, speedup: str = "linear",
+               constraint: str = "") -> int:
         """Submit a job; returns its id (see :class:`~._protocol.Submit`)."""
         e = dict(os.environ) if env is None else dict(env)
         for k in ("MALLEABLE_TOKEN", "MALLEABLE_JOB", "MALLEABLE_CONTROLLER"):
             e.pop(k, None)
         m = P.Submit(name, list(cmd), nodes, min_nodes or nodes, max_nodes or nodes, malleable, float(time_limit),
-                     out, err, cwd or os.getcwd(), e)
+                     out, err, cwd or os.getcwd(), e, speedup, constraint)
         reply = self.call(m)
         assert isinstance(reply, P.Submitted)
         return reply.job_id

@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from typing import Any
+
+from ._events import AddEvent, AddStep, DeleteHost, ResizeOrder, SaveHost, SaveJob
 
 __all__ = ["HostRec", "JobRec", "Store"]
 
@@ -62,7 +64,7 @@ class JobRec:
     state: str = "PENDING"
     priority: int = 0
     hosts: list[str] = field(default_factory=list)
-    order: dict[str, Any] | None = None      # resize in flight: seq, kind, target, procs, decided, sent
+    order: ResizeOrder | None = None         # resize in flight
     seq: int = 0                             # last order number
     launched: bool = False                   # the launch was attempted (the shepherd may exist)
     pid: int = 0                             # the shepherd's pid
@@ -77,6 +79,9 @@ class JobRec:
     unresponsive: bool = False               # an order was not acknowledged in time
     progress: dict[str, Any] = field(default_factory=dict)   # last data per phase
     cancel: bool = False                     # cancel requested; the processes are being stopped
+    speedup: str = "linear"                  # declared speedup model: linear, amdahl:F or rho:R
+    constraint: str = ""                     # node-count constraint: "", pof2, even or odd
+    view: list[Any] | None = None            # the scheduler's view: start, since, progress, est. end, resizes
 
     @property
     def size(self) -> int:
@@ -85,18 +90,27 @@ class JobRec:
 
     def to_json(self) -> str:
         """The record as JSON (the stored form)."""
-        return json.dumps({f.name: getattr(self, f.name) for f in fields(self)}, separators=(",", ":"))
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["state"] = str(self.state)
+        if self.order is not None:
+            data["order"] = self.order.to_dict()
+        return json.dumps(data, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> JobRec:
         """Inverse of :meth:`to_json` (unknown keys of newer versions are ignored)."""
         data = json.loads(text)
         names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        rec = cls(**{k: v for k, v in data.items() if k in names})
+        if isinstance(rec.order, dict):
+            rec.order = ResizeOrder.from_dict(rec.order)
+        return rec
 
     def public(self) -> dict[str, Any]:
         """The fields shown by ``queue``/``info``/``history`` (no environment: it holds the secret)."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("env",)}
+        out["state"] = str(self.state)
+        out["order"] = self.order.to_dict() if self.order is not None else None
         out["size"] = self.size
         return out
 
@@ -111,11 +125,12 @@ class HostRec:
     owner: int | None = None
     drain: int | None = None
     drain_since: float = 0.0
+    down: str = ""                   # why the host is down ("" when it is up)
 
     @property
     def free(self) -> bool:
-        """Neither held nor waiting to be checked empty."""
-        return self.owner is None and self.drain is None
+        """Neither held, nor waiting to be checked empty, nor down."""
+        return self.owner is None and self.drain is None and not self.down
 
 
 class Store:
@@ -123,14 +138,23 @@ class Store:
 
     Args:
         path: the database file (``":memory:"`` for tests of the core).
+        readonly: open an existing file for reading only (``history`` while the daemon may run or not).
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, readonly: bool = False) -> None:
         self.path = path
+        if readonly:                                # another process (the daemon) may be writing
+            self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None,
+                                      check_same_thread=False, timeout=10.0)
+            self._depth = 0
+            return
         self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10.0)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.executescript(_SCHEMA)
+        cols = {r[1] for r in self.db.execute("PRAGMA table_info(hosts)")}
+        if "down" not in cols:                      # state files of earlier versions
+            self.db.execute("ALTER TABLE hosts ADD COLUMN down TEXT NOT NULL DEFAULT ''")
         self._depth = 0
         if self.get_meta("schema") is None:
             self.set_meta("schema", str(SCHEMA_VERSION))
@@ -175,15 +199,16 @@ class Store:
     # -- hosts -----------------------------------------------------------------------------------------------
     def load_hosts(self) -> list[HostRec]:
         """All hosts in pool order."""
-        rows = self.db.execute("SELECT name, idx, owner, drain, drain_since FROM hosts ORDER BY idx").fetchall()
-        return [HostRec(n, i, o, d, ds or 0.0) for n, i, o, d, ds in rows]
+        rows = self.db.execute("SELECT name, idx, owner, drain, drain_since, down FROM hosts ORDER BY idx").fetchall()
+        return [HostRec(n, i, o, d, ds or 0.0, dn or "") for n, i, o, d, ds, dn in rows]
 
-    def save_host(self, h: HostRec) -> None:
+    def save_host(self, h: HostRec | SaveHost) -> None:
         """Insert or update one host."""
         self.db.execute(
-            "INSERT INTO hosts(name, idx, owner, drain, drain_since) VALUES(?,?,?,?,?) ON CONFLICT(name) DO UPDATE "
-            "SET idx=excluded.idx, owner=excluded.owner, drain=excluded.drain, drain_since=excluded.drain_since",
-            (h.name, h.idx, h.owner, h.drain, h.drain_since))
+            "INSERT INTO hosts(name, idx, owner, drain, drain_since, down) VALUES(?,?,?,?,?,?) ON CONFLICT(name) "
+            "DO UPDATE SET idx=excluded.idx, owner=excluded.owner, drain=excluded.drain, "
+            "drain_since=excluded.drain_since, down=excluded.down",
+            (h.name, h.idx, h.owner, h.drain, h.drain_since, h.down))
 
     def delete_host(self, name: str) -> None:
         """Forget a host (it left the pool between two starts)."""
@@ -197,8 +222,33 @@ class Store:
 
     def save_job(self, j: JobRec) -> None:
         """Insert or update one job."""
+        self._save_job_text(j.id, str(j.state), j.to_json())
+
+    def _save_job_text(self, job_id: int, state: str, text: str) -> None:
         self.db.execute("INSERT INTO jobs(id, rec, state) VALUES(?,?,?) ON CONFLICT(id) DO UPDATE "
-                        "SET rec=excluded.rec, state=excluded.state", (j.id, j.to_json(), j.state))
+                        "SET rec=excluded.rec, state=excluded.state", (job_id, text, state))
+
+    def ended_jobs(self) -> dict[int, str]:
+        """Ids and final states of the jobs that ended."""
+        q = f"SELECT id, state FROM jobs WHERE state NOT IN ({','.join('?' * len(ACTIVE))})"  # noqa: S608
+        return dict(self.db.execute(q, ACTIVE).fetchall())
+
+    def apply(self, actions: Sequence[Any]) -> None:
+        """Carry out the core's persistence actions (:data:`~._events.PERSIST`), in order, in one transaction;
+        other actions are ignored."""
+        with self.tx():
+            for a in actions:
+                t = type(a)
+                if t is SaveJob:
+                    self._save_job_text(a.job_id, a.state, a.text)
+                elif t is SaveHost:
+                    self.save_host(a)
+                elif t is AddEvent:
+                    self.add_event(a.job_id, a.kind, a.text, a.t)
+                elif t is AddStep:
+                    self.add_step(a.job_id, a.t, a.kind, list(a.hosts), a.decided, a.seconds)
+                elif t is DeleteHost:
+                    self.delete_host(a.name)
 
     def load_jobs(self, active_only: bool = True) -> list[JobRec]:
         """Jobs by id (submission order); only those not finished unless ``active_only`` is False."""

@@ -22,9 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from malleable.controller.sched._model import Job, JobKind
 from malleable.errors import ConfigError
-
-from ._model import Job, JobKind
 
 __all__ = ["Workload", "synthetic"]
 

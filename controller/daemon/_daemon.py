@@ -27,40 +27,39 @@ import psutil
 import zmq
 
 from malleable._secret import load_token
-from malleable.errors import AuthError, ConfigError, MalleableError, ProtocolError
+from malleable.controller.sched import get_policy
+from malleable.errors import AuthError, ConfigError, MalleableError, ProtocolError, Refusal, UnknownJob
 
 from . import _protocol as P
-from ._core import Core, CoreConfig, Kill, Launch, Refusal, Stop, UnknownJob
+from ._core import Core, CoreConfig
+from ._events import (
+    PERSIST,
+    HostClean,
+    HostDown,
+    HostUp,
+    JobExited,
+    JobLaunched,
+    Kill,
+    Launch,
+    LaunchFailed,
+    Relaunch,
+    Reply,
+    Request,
+    Schedule,
+    Stop,
+    Tick,
+)
 from ._hostpool import HostPool, scan_tagged
 from ._launch import job_argv, job_env, read_rc, start_job, stop_job
-from ._policies import get_policy
+from ._paths import addr_file, jobs_dir
 from ._store import Store
 
-__all__ = ["Daemon", "DaemonConfig", "addr_file", "default_state", "jobs_dir"]
+__all__ = ["Daemon", "DaemonConfig", "make_policy", "run_foreground"]
 
 log = logging.getLogger(__name__)
 
 STOP_GRACE = 5.0      # seconds between SIGTERM and SIGKILL of a stopped job
 CHECK_EVERY = 0.2     # seconds between checks of draining hosts
-
-
-def default_state() -> str:
-    """``$MALLEABLE_CONTROLLER_STATE``, else ``~/.local/state/malleable/controller.sqlite``."""
-    env = os.environ.get("MALLEABLE_CONTROLLER_STATE")
-    if env:
-        return env
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return os.path.join(base, "malleable", "controller.sqlite")
-
-
-def addr_file(state: str) -> Path:
-    """Where a running daemon publishes its address and pid (beside the state file)."""
-    return Path(state + ".addr")
-
-
-def jobs_dir(state: str) -> Path:
-    """Directory of the shepherds' exit-code files."""
-    return Path(state + ".d")
 
 
 @dataclass
@@ -76,6 +75,7 @@ class DaemonConfig:
         port: TCP port (0: a free one; default: the port of the previous run of this state, else 0).
         tick: seconds between periodic scheduling passes.
         core: settings of the core.
+        host_check: seconds between checks that every host answers (0: never).
     """
 
     state: str
@@ -86,6 +86,7 @@ class DaemonConfig:
     port: int | None = None
     tick: float = 1.0
     core: CoreConfig = field(default_factory=CoreConfig)
+    host_check: float = 5.0
 
 
 def make_policy(name: str, params: dict[str, Any]) -> Callable:
@@ -113,7 +114,12 @@ def make_policy(name: str, params: dict[str, Any]) -> Callable:
 
 
 class Daemon:
-    """The controller service. ``start()`` binds, ``serve()`` runs until shutdown, ``close()`` releases.
+    """The controller service: the shell around :class:`~._core.Core`. ``start()`` binds, ``serve()`` runs until
+    shutdown, ``close()`` releases.
+
+    It turns what happens into the core's events (messages, processes ending, hosts checked or failing, the
+    clock) and carries out the actions the core returns: persistence in one transaction first, then launches,
+    stops, kills and the reply to the message being handled.
 
     Args:
         config: the settings.
@@ -131,11 +137,15 @@ class Daemon:
             cid = secrets.token_hex(4)
             self.store.set_meta("controller_id", cid)
         self.cid = cid
-        self.core = Core(self.store, self.pool.nodes, make_policy(config.policy, config.params), config.core)
+        self.core = Core(self.pool.nodes, make_policy(config.policy, config.params), config.core,
+                         hosts=self.store.load_hosts(), jobs=self.store.load_jobs(),
+                         ended=self.store.ended_jobs(), policy_name=config.policy)
+        self.store.apply(self.core.take_actions())
         self.jobs_dir = jobs_dir(config.state)
         self.ctx: zmq.Context[Any] | None = None
         self.sock: zmq.Socket[Any] | None = None
         self.address = ""
+        self.job_address = ""
         self.procs: dict[int, Any] = {}          # job id -> Popen (ours) or psutil.Process (re-attached)
         self.stopping: dict[int, float] = {}     # job id -> when to SIGKILL
         self.allowed: dict[int, int] = {}        # local pools: rank processes a shrunk job keeps
@@ -145,6 +155,7 @@ class Daemon:
         self.dirty = True
         self._last_tick = 0.0
         self._last_check = 0.0
+        self._last_probe = 0.0
         self.handled = 0
         self.rejected = 0
 
@@ -231,6 +242,24 @@ class Daemon:
                 self._drain_socket()
             self._housekeeping()
 
+    # -- carrying out the core's actions ---------------------------------------------------------------------
+    def _handle(self, event: Any) -> Any:
+        """Hand one event to the core and carry out its actions; returns the reply, if any."""
+        return self._do(self.core.handle(event))
+
+    def _do(self, actions: list[Any]) -> Any:
+        persist = [a for a in actions if type(a) in PERSIST]
+        if persist:
+            self.store.apply(persist)
+        reply = None
+        for a in actions:
+            t = type(a)
+            if t is Reply:
+                reply = a.msg
+            elif t not in PERSIST:
+                _ACTIONS[t](self, a)
+        return reply
+
     # -- the loop's steps ------------------------------------------------------------------------------------
     def _drain_socket(self, budget: int = 1000) -> None:
         assert self.sock is not None
@@ -248,22 +277,16 @@ class Daemon:
             self._last_check = now
             self._check_hosts(now)
             self._escalate(now)
+        if self.config.host_check and now - self._last_probe >= self.config.host_check:
+            self._last_probe = now
+            self._probe_hosts(now)
         if now - self._last_tick >= self.config.tick or (self.core.wakes and min(self.core.wakes) <= now):
             self._last_tick = now
-            self._do(self.core.tick(now))
+            self._handle(Tick(now))
             self.dirty = True
         if self.dirty and not self.shutdown:
             self.dirty = False
-            self._do(self.core.schedule(time.time()))
-
-    def _do(self, actions: list[Any]) -> None:
-        for a in actions:
-            if isinstance(a, Launch):
-                self._launch(a)
-            elif isinstance(a, Stop):
-                self._stop(a.job_id, a.pid)
-            elif isinstance(a, Kill):
-                self._kill(a.job_id, a.host)
+            self._handle(Schedule(time.time()))
 
     def _launch(self, a: Launch) -> None:
         j = a.job
@@ -274,7 +297,7 @@ class Daemon:
             p = start_job(j, argv, env, self.jobs_dir)
         except (OSError, MalleableError) as e:
             log.error("job %d: launch failed: %s", j.id, e)  # noqa: TRY400 - the reason is the message
-            self.core.launch_failed(j.id, str(e), now)
+            self._handle(LaunchFailed(now, j.id, str(e)))
             self.dirty = True
             return
         self.procs[j.id] = p
@@ -282,13 +305,13 @@ class Daemon:
             ctime = psutil.Process(p.pid).create_time()
         except psutil.Error:
             ctime = 0.0
-        self.core.launched(j.id, p.pid, ctime, now)
+        self._handle(JobLaunched(now, j.id, p.pid, ctime))
         log.info("job %d launched (pid %d): %s", j.id, p.pid, " ".join(argv))
 
-    def _stop(self, job_id: int, pid: int) -> None:
-        p = self.procs.get(job_id)
-        stop_job(p.pid if p is not None else pid)
-        self.stopping[job_id] = time.time() + STOP_GRACE
+    def _stop(self, a: Stop) -> None:
+        p = self.procs.get(a.job_id)
+        stop_job(p.pid if p is not None else a.pid)
+        self.stopping[a.job_id] = time.time() + STOP_GRACE
 
     def _escalate(self, now: float) -> None:
         for jid, when in list(self.stopping.items()):
@@ -302,18 +325,18 @@ class Daemon:
 
     def _kill_everywhere(self, job_id: int) -> None:
         if self.pool.kind in ("local", "netns"):
-            for pr in scan_tagged(self.tag(job_id) + "").get(self.tag(job_id), []):
+            for pr in scan_tagged(self.tag(job_id)).get(self.tag(job_id), []):
                 try:
                     os.kill(pr.pid, signal.SIGKILL)
                 except OSError:
                     pass
 
-    def _kill(self, job_id: int, host: str) -> None:
-        tag = self.tag(job_id)
-        pids = self.pool.leftovers(tag, host)
+    def _kill(self, a: Kill) -> None:
+        tag = self.tag(a.job_id)
+        pids = self.pool.leftovers(tag, a.host)
         if pids:
-            log.warning("job %d: killing %d process(es) left on %s: %s", job_id, len(pids), host, pids)
-            self.pool.kill(tag, host, pids)
+            log.warning("job %d: killing %d process(es) left on %s: %s", a.job_id, len(pids), a.host, pids)
+            self.pool.kill(tag, a.host, pids)
 
     def _reap(self, now: float) -> None:
         for jid, p in list(self.procs.items()):
@@ -334,7 +357,7 @@ class Daemon:
             code, _ = read_rc(self.jobs_dir, jid)
             if code is None and sig is not None and sig < 0:
                 code = 128 - sig
-            self._do(self.core.exited(jid, code, now))
+            self._handle(JobExited(now, jid, code))
             self.dirty = True
 
     def _check_hosts(self, now: float) -> None:
@@ -352,7 +375,22 @@ class Daemon:
             else:
                 left = self.pool.leftovers(self.tag(jid), h.name, allowed, scan)
             if not left:
-                self._do(self.core.host_clean(h.name, now))
+                self._handle(HostClean(now, h.name))
+                self.dirty = True
+
+    def _probe_hosts(self, now: float) -> None:
+        """Mark hosts that stop answering down (their job is interrupted and re-queued), and up again."""
+        for name, why in self.pool.probe(self.core.nodes).items():
+            h = self.core.hosts.get(name)
+            if h is None:
+                continue
+            if why and not h.down:
+                log.error("host %s is down: %s", name, why)  # noqa: TRY400 - not an exception
+                self._handle(HostDown(now, name, why))
+                self.dirty = True
+            elif not why and h.down:
+                log.warning("host %s answers again", name)
+                self._handle(HostUp(now, name))
                 self.dirty = True
 
     # -- recovery --------------------------------------------------------------------------------------------
@@ -379,7 +417,7 @@ class Daemon:
                 if top:
                     try:
                         proc = psutil.Process(top[0].pid)
-                        self.core.launched(j.id, proc.pid, proc.create_time(), now)
+                        self._handle(JobLaunched(now, j.id, proc.pid, proc.create_time()))
                     except psutil.Error:
                         proc = None
             if proc is not None:
@@ -389,11 +427,11 @@ class Daemon:
                 continue
             code, started = read_rc(self.jobs_dir, j.id)
             if code is not None:
-                self._do(self.core.exited(j.id, code, now))
+                self._handle(JobExited(now, j.id, code))
             elif started:
-                self._do(self.core.exited(j.id, None, now, "ended while the controller was down; exit code lost"))
+                self._handle(JobExited(now, j.id, None, "ended while the controller was down; exit code lost"))
             else:
-                self._do(self.core.relaunch(j.id, now))
+                self._handle(Relaunch(now, j.id))
         self.dirty = True
 
     # -- messages --------------------------------------------------------------------------------------------
@@ -433,72 +471,30 @@ class Daemon:
             log.debug("reply dropped: %s", e)
 
     def _dispatch(self, m: P.Message) -> P.Message:
-        now = time.time()
-        core = self.core
-        t = type(m)
-        if t is P.Poll:
-            order = core.poll(m, now)  # type: ignore[arg-type]
-            return order if order is not None else P.Ok()
-        if t is P.Submit:
-            jid = core.submit(m, now)  # type: ignore[arg-type]
+        view = _VIEWS.get(type(m))
+        if view is not None:
+            return view(self, m)
+        if type(m) not in _CORE_REQUESTS:
+            raise ProtocolError(f"{m.TYPE} is a reply, not a request")
+        reply = self._handle(Request(time.time(), m))
+        if type(m) is not P.Poll:
             self.dirty = True
-            return P.Submitted(jid)
-        if t is P.Queue:
-            return P.Table(self._queue_rows())
-        if t is P.Nodes:
-            return P.Table(self._node_rows())
-        if t is P.History:
-            return P.Table([self._row(j) for j in self.store.finished_jobs(m.limit)])  # type: ignore[attr-defined]
-        if t is P.Info:
-            return self._info(m.job_id)  # type: ignore[attr-defined]
-        if t is P.Cancel:
-            self._do(core.cancel(m.job_id, now))  # type: ignore[attr-defined]
-            self.dirty = True
-            return P.Ok()
-        if t is P.Status:
-            return P.StatusReply(self._status())
-        if t is P.Shutdown:
-            self.shutdown = True
-            if m.cancel_jobs:  # type: ignore[attr-defined]
-                self.cancel_on_exit = True
-                for jid in list(core.jobs):
-                    self._do(core.cancel(jid, now))
-            return P.Ok()
-        if t is P.Register:
-            core.register(m, now)  # type: ignore[arg-type]
-            return P.Ok()
-        if t is P.Committed:
-            self._do(core.committed(m, now))  # type: ignore[arg-type]
-            if m.idle or self.pool.kind == "local":  # type: ignore[attr-defined]
-                self.allowed[m.job_id] = m.new_size + m.idle  # type: ignore[attr-defined]
-            self.dirty = True
-            return P.Ok()
-        if t is P.Refused:
-            self._do(core.refused(m, now))  # type: ignore[arg-type]
-            self.dirty = True
-            return P.Ok()
-        if t is P.Progress:
-            core.progress(m, now)  # type: ignore[arg-type]
-            self.dirty = True
-            return P.Ok()
-        raise ProtocolError(f"{m.TYPE} is a reply, not a request")
+        if type(m) is P.Committed and (m.idle or self.pool.kind == "local"):  # type: ignore[attr-defined]
+            self.allowed[m.job_id] = m.new_size + m.idle  # type: ignore[attr-defined]
+        return reply if reply is not None else P.Ok()
 
-    # -- views -----------------------------------------------------------------------------------------------
-    def _row(self, j: Any) -> dict[str, Any]:
-        row = j.public()
-        r = self.core.reservations.get(j.id)
-        row["expected_start"] = r.start if r is not None else None
-        return row
-
-    def _queue_rows(self) -> list[dict[str, Any]]:
+    # -- read-only requests and shutdown ---------------------------------------------------------------------
+    def _queue(self, m: P.Queue) -> P.Message:
         running = sorted((j for j in self.core.jobs.values() if j.state != "PENDING"), key=lambda j: j.id)
-        return [self._row(j) for j in running + self.core.queue()]
+        return P.Table([self._row(j) for j in running + self.core.queue()])
 
-    def _node_rows(self) -> list[dict[str, Any]]:
+    def _nodes(self, m: P.Nodes) -> P.Message:
         rows = []
         for name in self.core.nodes:
             h = self.core.hosts[name]
-            if h.owner is not None and h.drain is not None:
+            if h.down:
+                state = "down"
+            elif h.owner is not None and h.drain is not None:
                 state = "alloc+drain"
             elif h.owner is not None:
                 state = "alloc"
@@ -506,22 +502,60 @@ class Daemon:
                 state = "draining"
             else:
                 state = "idle"
-            rows.append({"name": name, "state": state, "job": h.owner, "drain": h.drain})
-        return rows
+            rows.append({"name": name, "state": state, "job": h.owner, "drain": h.drain, "reason": h.down})
+        return P.Table(rows)
 
-    def _info(self, job_id: int) -> P.JobInfo:
-        j = self.core.jobs.get(job_id) or self.store.load_job(job_id)
+    def _history(self, m: P.History) -> P.Message:
+        return P.Table([self._row(j) for j in self.store.finished_jobs(m.limit)])
+
+    def _info(self, m: P.Info) -> P.Message:
+        j = self.core.jobs.get(m.job_id) or self.store.load_job(m.job_id)
         if j is None:
-            raise UnknownJob(f"no job {job_id}")
-        return P.JobInfo(self._row(j), self.store.steps(job_id), self.store.events(job_id))
+            raise UnknownJob(f"no job {m.job_id}")
+        return P.JobInfo(self._row(j), self.store.steps(m.job_id), self.store.events(m.job_id))
 
-    def _status(self) -> dict[str, Any]:
-        return {"address": self.address, "jobs_address": self.job_address, "pid": os.getpid(),
-                "controller_id": self.cid, "state": self.config.state, "pool": self.pool.kind,
-                "nodes": list(self.pool.nodes), "policy": self.config.policy, "slots": self.config.core.slots,
-                "uptime": time.time() - self.started, "handled": self.handled, "rejected": self.rejected,
-                **self.core.status()}
+    def _status_reply(self, m: P.Status) -> P.Message:
+        return P.StatusReply({
+            "address": self.address, "jobs_address": self.job_address, "pid": os.getpid(),
+            "controller_id": self.cid, "state": self.config.state, "pool": self.pool.kind,
+            "nodes": list(self.pool.nodes), "policy": self.config.policy, "slots": self.config.core.slots,
+            "uptime": time.time() - self.started, "handled": self.handled, "rejected": self.rejected,
+            **self.core.status()})
 
+    def _shutdown(self, m: P.Shutdown) -> P.Message:
+        self.shutdown = True
+        if m.cancel_jobs:
+            self.cancel_on_exit = True
+            now = time.time()
+            for jid in list(self.core.jobs):
+                self._handle(Request(now, P.Cancel(jid)))
+        return P.Ok()
+
+    def _row(self, j: Any) -> dict[str, Any]:
+        row = j.public()
+        row["expected_start"] = self.core.reservation(j.id)
+        return row
+
+
+_ACTIONS: dict[type, Callable[[Daemon, Any], None]] = {
+    Launch: Daemon._launch,
+    Stop: Daemon._stop,
+    Kill: Daemon._kill,
+}
+"""How the daemon carries out each process action of the core."""
+
+_VIEWS: dict[type, Callable[[Daemon, Any], P.Message]] = {
+    P.Queue: Daemon._queue,
+    P.Nodes: Daemon._nodes,
+    P.History: Daemon._history,
+    P.Info: Daemon._info,
+    P.Status: Daemon._status_reply,
+    P.Shutdown: Daemon._shutdown,
+}
+"""Requests the daemon answers itself (read-only views, and shutdown)."""
+
+_CORE_REQUESTS = (P.Submit, P.Cancel, P.Register, P.Poll, P.Committed, P.Refused, P.Progress)
+"""Requests handed to the core."""
 
 def run_foreground(config: DaemonConfig) -> int:
     """Run the daemon in this process until shutdown or SIGTERM/SIGINT; returns the exit code."""

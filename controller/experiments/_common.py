@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ._engine import SimResult
-from ._model import Decision, Interrupt, Policy, ResizeJob, Snapshot, StartJob
+from malleable.controller.sched._model import Decision, Interrupt, Policy, ResizeJob, Snapshot, StartJob
+from malleable.controller.sim._engine import SimResult
 
 __all__ = ["Recorder", "Report", "Row", "jobs_per_node", "pct", "plot_bars", "plot_timelines", "result_metrics"]
 

@@ -1,0 +1,275 @@
+"""The live core's vocabulary: the events it handles, the actions it returns, job states and resize orders.
+
+Every record is frozen. The daemon turns what happens (a message, a process ending, a host checked, the clock)
+into an event, hands it to :meth:`Core.handle <malleable.controller.daemon._core.Core.handle>` and carries out the
+returned actions in order: the persistence actions first, in one transaction, then the others.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+__all__ = [
+    "PERSIST",
+    "Action",
+    "AddEvent",
+    "AddStep",
+    "DeleteHost",
+    "Event",
+    "HostClean",
+    "HostDown",
+    "HostUp",
+    "JobExited",
+    "JobLaunched",
+    "JobState",
+    "Kill",
+    "Launch",
+    "LaunchFailed",
+    "Relaunch",
+    "Reply",
+    "Request",
+    "ResizeOrder",
+    "SaveHost",
+    "SaveJob",
+    "Schedule",
+    "Stop",
+    "Tick",
+]
+
+
+class JobState(str, enum.Enum):
+    """Where a job is in its life (the values are what the store and the command line show)."""
+
+    PENDING = "PENDING"        # queued
+    STARTING = "STARTING"      # hosts granted; launched once every host is checked clean
+    RUNNING = "RUNNING"        # its processes were started
+    COMPLETED = "COMPLETED"    # exit code 0
+    FAILED = "FAILED"          # non-zero or unknown exit code, or could not be launched
+    CANCELLED = "CANCELLED"    # cancelled by a user
+    TIMEOUT = "TIMEOUT"        # stopped at its time limit
+
+    @property
+    def final(self) -> bool:
+        """Whether the job has ended."""
+        return self not in (JobState.PENDING, JobState.STARTING, JobState.RUNNING)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class ResizeOrder:
+    """A resize the core decided for a malleable job, until the runtime acknowledges it.
+
+    ``target`` is the job's hosts afterwards, ``added``/``removed`` the change; ``procs`` the process count the
+    runtime goes to; ``decided``/``sent`` when the pass decided it and when the runtime first fetched it (0: not
+    yet). ``prev`` is the job's view before the order (since, progress, estimated end, resizes), restored when
+    the runtime refuses.
+    """
+
+    seq: int
+    kind: str
+    target: tuple[str, ...]
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+    procs: int
+    decided: float
+    sent: float = 0.0
+    prev: tuple[float, float, float, int] = (0.0, 0.0, 0.0, 0)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (stored inside the job record)."""
+        return {"seq": self.seq, "kind": self.kind, "target": list(self.target), "added": list(self.added),
+                "removed": list(self.removed), "procs": self.procs, "decided": self.decided, "sent": self.sent,
+                "prev": list(self.prev)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ResizeOrder:
+        """Inverse of :meth:`to_dict`."""
+        prev = d.get("prev") or (0.0, 0.0, 0.0, 0)
+        return cls(int(d["seq"]), str(d["kind"]), tuple(d["target"]), tuple(d.get("added", ())),
+                   tuple(d.get("removed", ())), int(d["procs"]), float(d["decided"]), float(d.get("sent", 0.0)),
+                   (float(prev[0]), float(prev[1]), float(prev[2]), int(prev[3])))
+
+
+# -- events ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A state-changing wire request (submit, cancel, or one of a job's runtime link) received at ``now``;
+    answered by exactly one :class:`Reply` (or refused by raising :class:`~malleable.errors.Refusal`)."""
+
+    now: float
+    msg: Any
+
+
+@dataclass(frozen=True, slots=True)
+class JobLaunched:
+    """The job's shepherd process started (the start acknowledgement)."""
+
+    now: float
+    job_id: int
+    pid: int
+    ctime: float
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchFailed:
+    """The job could not be started at all (missing program, bad working directory)."""
+
+    now: float
+    job_id: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Relaunch:
+    """A launched job left no trace (the daemon died between recording and starting it): start it again."""
+
+    now: float
+    job_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobExited:
+    """The job's processes ended (``code`` None: unknown, e.g. lost while the daemon was down)."""
+
+    now: float
+    job_id: int
+    code: int | None
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class HostClean:
+    """No process of the job that last used ``host`` is left on it."""
+
+    now: float
+    host: str
+
+
+@dataclass(frozen=True, slots=True)
+class HostDown:
+    """``host`` failed its check or stopped answering; the job on it is interrupted and re-queued. ``until`` is
+    when it is expected back (``inf``: unknown), what a policy sees in ``Snapshot.down``."""
+
+    now: float
+    host: str
+    reason: str
+    until: float = math.inf
+
+
+@dataclass(frozen=True, slots=True)
+class HostUp:
+    """``host`` answers again (it is checked clean before reuse)."""
+
+    now: float
+    host: str
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Periodic: time limits, unacknowledged orders, leftovers of ended jobs."""
+
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """Run a scheduling pass."""
+
+    now: float
+
+
+Event: TypeAlias = (Request | JobLaunched | LaunchFailed | Relaunch | JobExited | HostClean | HostDown | HostUp
+                    | Tick | Schedule)
+
+
+# -- actions -----------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class SaveJob:
+    """Persist a job record (its JSON form as of the event)."""
+
+    job_id: int
+    state: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class SaveHost:
+    """Persist a host record."""
+
+    name: str
+    idx: int
+    owner: int | None
+    drain: int | None
+    drain_since: float
+    down: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteHost:
+    """Forget a host that left the pool once nothing of its jobs is left on it."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class AddStep:
+    """Append to a job's size history: from ``t`` on it runs on ``hosts``."""
+
+    job_id: int
+    t: float
+    kind: str
+    hosts: tuple[str, ...]
+    decided: float | None = None
+    seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AddEvent:
+    """Append to the event log."""
+
+    job_id: int | None
+    kind: str
+    text: str
+    t: float
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """Start the job's processes on its hosts (``job`` is a copy of the record at that time)."""
+
+    job: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """Stop a running job's processes (cancel, time limit, interruption)."""
+
+    job_id: int
+    pid: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Kill:
+    """Kill processes of an ended job still found on a host after the grace period."""
+
+    job_id: int
+    host: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The answer to a :class:`Request`."""
+
+    msg: Any = field(default=None)
+
+
+Action: TypeAlias = SaveJob | SaveHost | DeleteHost | AddStep | AddEvent | Launch | Stop | Kill | Reply
+
+PERSIST: tuple[type, ...] = (SaveJob, SaveHost, DeleteHost, AddStep, AddEvent)
+"""Action types that change the state file (carried out first, in one transaction)."""

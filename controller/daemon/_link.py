@@ -1,0 +1,139 @@
+"""The live core's handlers of a malleable job's runtime link: register, poll for an order, acknowledge (commit
+or refuse) it, report progress. Plain functions over the :class:`~._core.Core` they are given."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import TYPE_CHECKING, Any
+
+from malleable.controller.sched._model import RunningJob
+from malleable.errors import Refusal, UnknownJob
+
+from . import _protocol as P
+from ._events import AddStep, JobState, Reply
+from ._store import JobRec
+
+if TYPE_CHECKING:
+    from ._core import Core
+
+__all__ = ["committed", "fraction", "mtct_of", "poll", "progress", "refused", "register"]
+
+
+def linked(core: Core, job_id: int) -> JobRec:
+    j = core.jobs.get(job_id)
+    if j is None or j.state != JobState.RUNNING or not j.malleable:
+        raise UnknownJob(f"no running malleable job {job_id}")
+    return j
+
+def register(core: Core, m: P.Register, now: float) -> None:
+    j = linked(core, m.job_id)
+    j.registered, j.link_pid = True, m.pid
+    core.save(j)
+    core.log_event(j.id, "register", f"rank 0 pid {m.pid} on {m.host}, {m.size} processes on "
+                f"{','.join(sorted(set(m.hosts)))}", now)
+    core.emit(Reply(P.Ok()))
+
+def poll(core: Core, m: P.Poll, now: float) -> None:
+    j = linked(core, m.job_id)
+    if not j.registered:
+        j.registered = True
+        core.save(j)
+    o = j.order
+    if not o or (o.kind == "expand" and not core.hosts_clean(o.added)):
+        core.emit(Reply(P.Ok()))
+        return
+    if not o.sent:
+        j.order = dataclasses.replace(o, sent=now)
+        core.save(j)
+    core.emit(Reply(P.Order(o.seq, o.procs, list(o.added))))
+
+def committed(core: Core, m: P.Committed, now: float) -> None:
+    j = linked(core, m.job_id)
+    o = j.order
+    if o is None or o.seq != m.seq:
+        if m.seq <= j.seq and (o is None or m.seq < o.seq):
+            core.emit(Reply(P.Ok()))     # a retransmission of an acknowledged order
+            return
+        raise Refusal(f"job {j.id} has no order {m.seq}")
+    j.hosts = list(o.target)
+    j.order, j.unresponsive, j.since = None, False, now
+    core.save(j)
+    if o.kind == "shrink":
+        for name in o.removed:
+            if core.hosts[name].drain == j.id:
+                core.set_host(name, drain_since=now)
+    core.emit(AddStep(j.id, now, o.kind, tuple(j.hosts), o.decided, m.seconds))
+    unfreed = sorted(set(o.removed) - set(m.freed))
+    note = f"; runtime did not report {','.join(unfreed)} freed" if unfreed else ""
+    core.log_event(j.id, o.kind, f"{m.old_size} -> {m.new_size} processes on {len(j.hosts)} hosts in "
+                f"{m.seconds:.3f} s (decided {now - o.decided:.3f} s ago){note}", now)
+    core.emit(Reply(P.Ok()))
+    core.launch_ready(now)
+
+def refused(core: Core, m: P.Refused, now: float) -> None:
+    j = linked(core, m.job_id)
+    o = j.order
+    if o is None or o.seq != m.seq:
+        raise Refusal(f"job {j.id} has no order {m.seq}")
+    if o.kind == "expand":
+        for name in o.added:    # a failed spawn may have left something behind: check before reuse
+            core.set_host(name, owner=None, drain=j.id, drain_since=now)
+    else:
+        for name in o.removed:
+            other = core.hosts[name].owner
+            if other is not None and other != j.id:
+                unstart(core, core.jobs[other], now)
+            core.set_host(name, owner=j.id, drain=None, drain_since=0.0)
+    v = core.ledger.view(j.id)
+    if v is not None:
+        since, done, end, resizes = o.prev
+        core.ledger.revert(j.id, RunningJob(v.job, tuple(j.hosts), len(j.hosts), v.start, since, done, end,
+                                            resizes, v.mtct))
+    j.order, j.unresponsive = None, False
+    core.keep_view(j)
+    core.save(j)
+    core.backoff[j.id] = now + core.config.refuse_backoff
+    core.log_event(j.id, "refused", f"order {m.seq} ({o.kind} to {o.procs}): {m.reason[:300]}", now)
+    core.emit(Reply(P.Ok()))
+    core.launch_ready(now)
+
+def unstart(core: Core, j: JobRec, now: float) -> None:
+    """Put a job that was waiting for hosts back in the queue (its hosts are not coming)."""
+    for name in j.hosts:
+        if core.hosts[name].owner == j.id:
+            core.set_host(name, owner=None)
+    core.ledger.unstart(j.id)
+    j.state, j.hosts, j.reason, j.view = JobState.PENDING, [], "Resources", None
+    core.save(j)
+    core.log_event(j.id, "unstart", "a host it was waiting for stays with its job; back in the queue", now)
+
+def progress(core: Core, m: P.Progress, now: float) -> None:
+    j = linked(core, m.job_id)
+    if len(json.dumps(m.data)) > 4096:
+        raise Refusal("progress data larger than 4096 bytes")
+    j.progress[m.phase[:64]] = m.data
+    frac = fraction(m.data)
+    if frac is not None:
+        core.reported[j.id] = frac
+    core.ledger.annotate(j.id, mtct_of(j.progress))
+    core.save(j)
+    core.emit(Reply(P.Ok()))
+
+
+def mtct_of(progress: dict[str, Any]) -> float | None:
+    """The MTCT of the job's last reported elastic phase (other phases do not scale with the size)."""
+    vals = [v.get("mtct") for v in progress.values() if isinstance(v, dict) and v.get("kind", "elastic") == "elastic"]
+    vals = [float(v) for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return vals[-1] if vals else None
+
+
+def fraction(data: dict[str, Any]) -> float | None:
+    """The job's progress (fraction of its work done) in a report: ``fraction``, or ``(first + iterations) /
+    total`` of an elastic phase."""
+    f = data.get("fraction")
+    if f is None and data.get("total"):
+        f = (data.get("first", 0) + data.get("iterations", 0)) / data["total"]
+    if isinstance(f, (int, float)) and not isinstance(f, bool) and 0.0 <= f <= 1.0:
+        return float(f)
+    return None

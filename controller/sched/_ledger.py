@@ -1,0 +1,595 @@
+"""The one decision path: the allocation state that the simulator and the live controller both keep, the
+snapshot the policies see, and the validation and application of the policies' decisions.
+
+A :class:`Ledger` holds what a policy may know: the node ids and which are free (in allocation order), the queue
+in priority order, the running jobs' views (sorted by estimated end), reservations, the policy's memo and the
+down nodes. :meth:`Ledger.apply` applies a pass's shrinks first (so the nodes a policy frees are free for its
+starts and expansions, whatever order it lists them in), then the rest in order; it checks every decision
+against that state (job queued or running, size within
+the job's bounds, nodes free or owned, a resize of a malleable job only, reservations of queued jobs in the
+future within the job's bounds, wake-ups in the future) and applies it, so a later decision of the same pass
+sees the earlier ones. It returns the effects (what was started, resized, interrupted) for the caller to act on:
+the simulator computes real end times from them, the live core turns them into launches and resize orders.
+
+A decision that breaks an invariant raises :class:`~malleable.errors.PolicyError` (``strict``, the simulator)
+or is rejected, recorded with its reason and skipped (the live controller, which must keep serving); in both
+cases it changes nothing.
+
+What the two callers differ in is kept outside the checks:
+
+- *progress*: how much of a job's work is done when it is resized (the simulator knows the hidden real run
+  time; the live controller uses the runtime's reports, else the elapsed share of the estimate), a callable;
+- *clean hosts* (live only): nodes that a job released stay *dirty* until the controller has checked that no
+  process is left on them; dirty nodes are not shown as free, but nodes released by a decision may be taken by a
+  later decision of the same pass (the new job then waits for the check);
+- *busy jobs* (live only): a job with a resize order in flight (or not yet registered) cannot be resized, and a
+  re-queued job whose processes are still being stopped cannot start; such a decision is *deferred* (a later
+  pass may repeat it), not counted as a bad one;
+- *allocation order*: ``order="release"`` (the simulator's default) hands free nodes out in the order they were
+  freed; ``order="pool"`` (the live controller, and the simulator when asked) keeps the free list in the
+  machine's node order, lowest first, as a resource manager hands out hosts.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Callable, Iterable, Sequence
+from types import MappingProxyType
+from typing import Any, NamedTuple, TypeAlias
+
+from malleable.errors import PolicyError
+
+from ._model import (
+    Interrupt,
+    Job,
+    JobKind,
+    NodeId,
+    QueueView,
+    Remember,
+    Reserve,
+    ResizeJob,
+    RunningJob,
+    Snapshot,
+    StartJob,
+    Wake,
+)
+from ._speedup import MtctModel, ReconfigCost, SpeedupModel, amdahl, no_reconfig_cost
+
+__all__ = ["Applied", "Effect", "Ledger", "Progress", "Rejected", "elapsed_progress"]
+
+Progress: TypeAlias = Callable[[RunningJob, float], float]
+"""``progress(view, now)``: the fraction of the job's work done at ``now`` (in [0, 1])."""
+
+Effect: TypeAlias = tuple[Any, ...]
+"""What an applied decision did, for the caller: ``("start", view, factor)``, ``("resize", old view, new view,
+cost)``, ``("interrupt", old view, priority)`` or ``("wake", time)``. ``factor`` is the run-time factor of the
+start size (1.0 at the requested size), ``cost`` the reconfiguration seconds."""
+
+Rejected: TypeAlias = tuple[Any, str]
+"""A decision that was not applied and why (lenient mode only)."""
+
+def elapsed_progress(speedup: SpeedupModel) -> Progress:
+    """Progress estimated from the elapsed share of the user's estimate at the current size (no reports)."""
+
+    def progress(v: RunningJob, now: float) -> float:
+        full = v.job.estimate * speedup(v.job, v.size)
+        done = v.progress + (max(0.0, now - v.since) / full if full > 0 else 1.0)
+        return min(done, 1.0)
+
+    return progress
+
+
+class Ledger:
+    """Allocation state and decision path shared by the simulator and the live controller.
+
+    Mutated only through its methods; the views it hands out (:class:`RunningJob`, snapshots) are frozen and
+    replaced, never changed. Invariants: every node is exactly one of free, held by one running job, or down;
+    a queued job is not running; the running list is sorted by ``(end_estimate, order of start/resize)``.
+
+    Args:
+        nodes: the machine's node ids, in allocation order (free ones are handed out first-come).
+        speedup: run-time factor of a job on another size than requested.
+        reconfig_cost: seconds without progress after a resize.
+        mtct: ``mtct(job, size)`` shown in the views (simulated MTCT), or None (views carry what
+            :meth:`annotate` sets).
+        progress: fraction of work done at a resize (default: elapsed share of the estimate).
+        order: ``"release"`` or ``"pool"`` (module docstring).
+    """
+
+    def __init__(self, nodes: Sequence[NodeId], *, speedup: SpeedupModel = amdahl,
+                 reconfig_cost: ReconfigCost = no_reconfig_cost, mtct: MtctModel | None = None,
+                 progress: Progress | None = None, order: str = "release") -> None:
+        self.nodes: tuple[NodeId, ...] = tuple(nodes)
+        if len(set(self.nodes)) != len(self.nodes):
+            raise ValueError("node ids must be distinct")
+        if order not in ("release", "pool"):
+            raise ValueError(f"order must be 'release' or 'pool', got {order!r}")
+        self._rank: dict[NodeId, int] | None = (
+            {x: i for i, x in enumerate(self.nodes)} if order == "pool" else None)
+        self.speedup = speedup
+        self.reconfig_cost = reconfig_cost
+        self.mtct = mtct
+        self.progress: Progress = progress or elapsed_progress(speedup)
+        self.free: list[NodeId] = list(self.nodes)
+        self.free_set: set[NodeId] = set(self.nodes)
+        self.queue: list[Job] = []
+        self.queued: dict[int, Job] = {}
+        self.running: dict[int, RunningJob] = {}
+        self._rkeys: list[tuple[float, int]] = []
+        self._rviews: list[RunningJob] = []
+        self._key: dict[int, tuple[float, int]] = {}
+        self._seq = 0
+        self.reservations: dict[int, Reserve] = {}
+        self.memo: Any = None
+        self.down: dict[NodeId, float] = {}
+        self.owner: dict[NodeId, int] = {}
+        self.dirty: set[NodeId] = set()
+        self.busy: dict[int, str] = {}
+        self.track_owner = False      # keep ``owner`` (node -> job): needed for node failures and live
+        self.dirty_release = False    # live: released nodes stay dirty until checked clean
+        self._owner_for = 0
+        self.counts: dict[str, int] = dict.fromkeys(
+            ("StartJob", "ResizeJob", "Reserve", "Wake", "Remember", "Interrupt"), 0)
+        """Applied decisions by type name."""
+        self._res = MappingProxyType(self.reservations)
+        self._free_t: tuple[NodeId, ...] | None = None
+        self._run_t: tuple[RunningJob, ...] | None = None
+
+    # -- the queue ------------------------------------------------------------------------------------------
+    def submit(self, job: Job) -> None:
+        """Queue a newly submitted job (at the tail of its priority class).
+
+        Raises:
+            PolicyError: the job id is already queued or running.
+        """
+        jid = job.id
+        if jid in self.queued or jid in self.running:
+            raise PolicyError(f"job id {jid} submitted while already in the system")
+        self.queued[jid] = job
+        q = self.queue
+        if not q or job.priority <= q[-1].priority:
+            q.append(job)
+        else:
+            self._insert(job)
+
+    def _insert(self, job: Job) -> None:
+        q = self.queue
+        i = 0
+        while i < len(q) and (q[i].priority > job.priority or
+                              (q[i].priority == job.priority and q[i].submit <= job.submit)):
+            i += 1
+        q.insert(i, job)
+
+    def dequeue(self, job_id: int, keep_reservation: bool = False) -> Job:
+        """Remove a queued job (cancelled before it started, or held back until its old processes are gone: then
+        its reservation, if any, is kept)."""
+        job = self.queued.pop(job_id)
+        self.queue.remove(job)
+        if not keep_reservation:
+            self.reservations.pop(job_id, None)
+        return job
+
+    def enqueue(self, job: Job) -> None:
+        """Put a job back in the queue at its place by ``(-priority, submission)``."""
+        self.queued[job.id] = job
+        self._insert(job)
+
+    # -- views ----------------------------------------------------------------------------------------------
+    def snapshot(self, now: float, changed: bool = True, arrived: int = -1) -> Snapshot:
+        """The state as a policy sees it at ``now`` (free excludes dirty nodes)."""
+        free_t = self._free_t
+        if free_t is None:
+            free_t = tuple(self.free) if not self.dirty else tuple(x for x in self.free if x not in self.dirty)
+            self._free_t = free_t
+        run_t = self._run_t
+        if run_t is None:
+            run_t = self._run_t = tuple(self._rviews)
+        down = tuple(sorted(self.down.items(), key=lambda kv: kv[1])) if self.down else ()
+        q = self.queue
+        return Snapshot(now, self.nodes, free_t, run_t, QueueView(q), changed,
+                        len(q) if arrived < 0 else arrived, self._res, self.memo, down)
+
+    def view(self, job_id: int) -> RunningJob | None:
+        """The running job's view, or None."""
+        return self.running.get(job_id)
+
+    def _stale(self) -> None:
+        self._free_t = None
+        self._run_t = None
+
+    # -- the decision path ----------------------------------------------------------------------------------
+    def apply(self, decisions: Iterable[Any], now: float, strict: bool = True,
+              sink: Callable[[Effect], None] | None = None) -> Applied:
+        """Validate and apply one pass's decisions in order.
+
+        Args:
+            decisions: what the policy returned.
+            now: the pass time.
+            strict: raise on the first bad decision (simulator); else reject it and go on (live controller).
+            sink: called with each effect as soon as its decision is applied (before the next decision is
+                checked), for callers whose own state must follow the ledger's within the pass.
+
+        Returns:
+            The effects of the applied decisions, the rejected decisions with their reasons, and the deferred
+            ones (a resize of a job that cannot take one now: live only).
+
+        Raises:
+            PolicyError: a bad decision, in strict mode (the message names the pass time and the decision).
+        """
+        effects: list[Effect] = []
+        rejected: list[Rejected] = []
+        deferred: list[Rejected] = []
+        released: set[NodeId] = set()
+        n_eff = 0
+        counts = self.counts
+        if not isinstance(decisions, list):
+            decisions = list(decisions)
+        if len(decisions) > 1:
+            decisions = self._shrinks_first(decisions)
+        for d in decisions:
+            t = type(d)
+            fn = _DISPATCH.get(t, _not_a_decision)
+            try:
+                fn(self, d, now, effects, released)
+                counts[t.__name__] += 1
+                if sink is not None and len(effects) > n_eff:
+                    sink(effects[-1])
+                    n_eff = len(effects)
+            except _Busy as e:
+                deferred.append((d, str(e)))
+            except _Bad as e:
+                if strict:
+                    raise PolicyError(f"t={now:g}: {d!r}: {e}") from None
+                rejected.append((d, str(e)))
+        if released and self.dirty_release:
+            self._stale()
+        return Applied(effects, rejected, deferred)
+
+    def _shrinks_first(self, decisions: list[Any]) -> list[Any]:
+        running = self.running
+        shrinks = [d for d in decisions if type(d) is ResizeJob and d.job_id in running
+                   and len(d.nodes) < running[d.job_id].size]
+        if not shrinks or decisions[:len(shrinks)] == shrinks:
+            return decisions
+        ids = {id(d) for d in shrinks}
+        return shrinks + [d for d in decisions if id(d) not in ids]
+
+    def _take(self, nodes: tuple, released: set[NodeId]) -> None:
+        """Remove ``nodes`` from the free list (they must be free, distinct, and clean unless released now)."""
+        k = len(nodes)
+        free = self.free
+        dirty = self.dirty
+        if free[:k] == list(nodes) and not dirty:
+            del free[:k]
+        else:
+            fs = self.free_set
+            if not fs.issuperset(nodes):
+                raise _Bad(f"nodes not free: {[x for x in nodes if x not in fs][:8]}")
+            if len(set(nodes)) != k:
+                raise _Bad("a node is named twice")
+            if dirty:
+                bad = [x for x in nodes if x in dirty and x not in released]
+                if bad:
+                    raise _Bad(f"nodes not checked clean yet: {bad[:8]}")
+            drop = set(nodes)
+            free[:] = [x for x in free if x not in drop]
+        self.free_set.difference_update(nodes)
+        if self.track_owner:
+            jid = self._owner_for
+            for x in nodes:
+                self.owner[x] = jid
+
+    def _give_back(self, nodes: Iterable[NodeId], released: set[NodeId] | None, dirty: bool = True) -> None:
+        """Nodes a job no longer holds become free (dirty in the live controller until checked, unless the job
+        never ran on them: ``dirty`` False)."""
+        if not (self.down or self.track_owner or self.dirty_release or self._rank):
+            self.free.extend(nodes)
+            self.free_set.update(nodes)
+            return
+        down = self.down
+        for x in nodes:
+            if self.track_owner:
+                self.owner.pop(x, None)
+            if x in down:
+                continue
+            self._free_one(x)
+            if self.dirty_release and dirty:
+                self.dirty.add(x)
+            if released is not None:
+                released.add(x)
+
+    def _start(self, d: StartJob, now: float, effects: list[Effect], released: set[NodeId]) -> None:
+        job = self.queued.get(d.job_id)
+        if job is None:
+            raise _Bad("job is " + ("already running" if d.job_id in self.running else "not queued"))
+        if self.busy and job.id in self.busy:
+            raise _Busy(f"job {job.id} cannot start now: {self.busy[job.id]}")
+        nodes = d.nodes
+        if type(nodes) is not tuple:
+            raise _Bad("nodes must be a tuple of node ids")
+        k = len(nodes)
+        if not job.min_procs <= k <= job.max_procs:
+            raise _Bad(f"{k} nodes: the job allows {job.min_procs}..{job.max_procs}")
+        self._owner_for = job.id
+        self._take(nodes, released)
+        del self.queued[job.id]
+        q = self.queue
+        if q[0] is job:
+            del q[0]
+        else:
+            q.remove(job)
+        if self.reservations:
+            self.reservations.pop(job.id, None)
+        f = 1.0 if k == job.procs else self.speedup(job, k)
+        view = RunningJob(job, nodes, k, now, now, 0.0, now + job.estimate * f if k != job.procs else
+                          now + job.estimate, 0, None if self.mtct is None else self.mtct(job, k))
+        self._list(view)
+        effects.append(("start", view, f))
+
+    def _resize(self, d: ResizeJob, now: float, effects: list[Effect], released: set[NodeId]) -> None:
+        v = self.running.get(d.job_id)
+        if v is None:
+            raise _Bad("job is not running")
+        job = v.job
+        if job.kind is not JobKind.MALLEABLE:
+            raise _Bad(f"job {job.id} is {job.kind.value}, not malleable")
+        why = self.busy.get(job.id) if self.busy else None
+        if why:
+            raise _Busy(f"job {job.id} cannot be resized now: {why}")
+        nodes = d.nodes
+        k = len(nodes)
+        if type(nodes) is not tuple or not job.min_procs <= k <= job.max_procs:
+            raise _Bad(f"size {k} outside {job.min_procs}..{job.max_procs}")
+        vn = v.nodes
+        m = len(vn)
+        fs = self.free_set
+        if k < m and vn[:k] == nodes:                    # the usual shrink: keep a prefix
+            added: Sequence[NodeId] = ()
+            removed: Sequence[NodeId] = vn[k:]
+        elif k > m and nodes[:m] == vn and fs.issuperset(nodes[m:]) and len(set(nodes[m:])) == k - m:
+            added, removed = nodes[m:], ()               # the usual grow: append free nodes
+        else:
+            new = set(nodes)
+            if len(new) != k:
+                raise _Bad("a node is named twice")
+            if k == m and new == set(vn):
+                raise _Bad("same nodes: nothing to resize")
+            old = set(vn)
+            added = [x for x in nodes if x not in old]
+            if not fs.issuperset(added):
+                raise _Bad(f"nodes not free: {[x for x in added if x not in fs][:8]}")
+            removed = [x for x in vn if x not in new]
+        if added and self.dirty:
+            bad = [x for x in added if x in self.dirty and x not in released]
+            if bad:
+                raise _Bad(f"nodes not checked clean yet: {bad[:8]}")
+        done = self.progress(v, now)
+        cost = float(self.reconfig_cost(job, v.size, k))
+        if cost < 0:
+            raise _Bad(f"negative reconfiguration cost {cost}")
+        if added:
+            self._owner_for = job.id
+            self._take(tuple(added), released)
+        if removed:
+            self._give_back(removed, released)
+        since = now + cost
+        new_view = RunningJob(job, nodes, k, v.start, since, done,
+                              since + (1.0 - done) * job.estimate * self.speedup(job, k), v.resizes + 1,
+                              None if self.mtct is None else self.mtct(job, k))
+        self._unlist(v)
+        self._list(new_view)
+        effects.append(("resize", v, new_view, cost))
+
+    def _interrupt(self, d: Interrupt, now: float, effects: list[Effect], released: set[NodeId]) -> None:
+        v = self.running.get(d.job_id)
+        if v is None:
+            raise _Bad("job is not running")
+        self.requeue(v, int(d.priority), released)
+        effects.append(("interrupt", v, int(d.priority)))
+
+    def _reserve(self, d: Reserve, now: float, effects: list[Effect], released: set[NodeId]) -> None:
+        job = self.queued.get(d.job_id)
+        if job is None:
+            raise _Bad(f"job {d.job_id} is not queued")
+        if d.start < now:
+            raise _Bad("reservation in the past")
+        if not job.min_procs <= d.size <= job.max_procs:
+            raise _Bad(f"reserved size {d.size} outside {job.min_procs}..{job.max_procs}")
+        self.reservations[d.job_id] = d
+
+    def _wake(self, d: Wake, now: float, effects: list[Effect], released: set[NodeId]) -> None:
+        if not d.at > now:
+            raise _Bad("a wake-up must be in the future")
+        effects.append(("wake", float(d.at)))
+
+    def _remember(self, d: Remember, now: float, effects: list[Effect], released: set[NodeId]) -> None:
+        self.memo = d.value
+
+    # -- the running list -----------------------------------------------------------------------------------
+    def _list(self, view: RunningJob) -> None:
+        self._seq += 1
+        key = (view.end_estimate, self._seq)
+        self.running[view.job.id] = view
+        self._key[view.job.id] = key
+        rkeys = self._rkeys
+        if not rkeys or rkeys[-1] < key:
+            rkeys.append(key)
+            self._rviews.append(view)
+        else:
+            j = bisect_left(rkeys, key)
+            rkeys.insert(j, key)
+            self._rviews.insert(j, view)
+        self._stale()
+
+    def _unlist(self, view: RunningJob) -> None:
+        jid = view.job.id
+        key = self._key.pop(jid)
+        del self.running[jid]
+        j = bisect_left(self._rkeys, key)
+        if j >= len(self._rkeys) or self._rkeys[j] != key:
+            raise PolicyError(f"running list lost job {jid}")
+        del self._rkeys[j]
+        del self._rviews[j]
+        self._stale()
+
+    def replace_view(self, view: RunningJob) -> None:
+        """Put a new view of a running job in place of the old one (after a report); with the same estimated end
+        it keeps its place among jobs ending at the same time."""
+        jid = view.job.id
+        old = self.running[jid]
+        if old.end_estimate != view.end_estimate:
+            self._unlist(old)
+            self._list(view)
+            return
+        j = bisect_left(self._rkeys, self._key[jid])
+        self._rviews[j] = view
+        self.running[jid] = view
+        self._stale()
+
+    def annotate(self, job_id: int, mtct: float | None) -> None:
+        """Show a running job's last reported MTCT in its view."""
+        v = self.running.get(job_id)
+        if v is not None and v.mtct != mtct:
+            self.replace_view(RunningJob(v.job, v.nodes, v.size, v.start, v.since, v.progress, v.end_estimate,
+                                         v.resizes, mtct))
+
+    # -- what happens to running jobs ----------------------------------------------------------------------
+    def finish(self, job_id: int) -> RunningJob:
+        """The job ended: its nodes are given back. Returns its last view."""
+        v = self.running[job_id]
+        self._unlist(v)
+        self._give_back(v.nodes, None)
+        return v
+
+    def requeue(self, v: RunningJob, priority: int, released: set[NodeId] | None = None) -> Job:
+        """Stop a running job and put it back in the queue with ``priority`` (a failure or an interruption):
+        its nodes are given back (down ones stay down). Returns the queued record."""
+        job = v.job
+        self._unlist(v)
+        self._give_back(v.nodes, released)
+        again = Job(job.id, job.submit, job.procs, job.estimate, job.kind, job.min_procs, job.max_procs,
+                    job.serial, job.rho, priority, job.constraint)
+        self.queued[job.id] = again
+        self._insert(again)
+        return again
+
+    def node_down(self, x: NodeId, until: float) -> int | None:
+        """Node ``x`` failed until ``until`` (``inf``: unknown). Returns the running job holding it (which the
+        caller interrupts with :meth:`requeue`), or None."""
+        if x in self.down:
+            self.down[x] = max(self.down[x], until)
+            return None
+        self.down[x] = until
+        self._stale()
+        if x in self.free_set:
+            self.free.remove(x)
+            self.free_set.discard(x)
+            self.dirty.discard(x)
+            return None
+        jid = self.owner.get(x)
+        if jid is None:
+            raise PolicyError(f"node {x!r} is neither free nor held")
+        return jid
+
+    def node_up(self, x: NodeId) -> None:
+        """Node ``x`` is back: free again."""
+        if self.down.pop(x, None) is not None:
+            self._free_one(x)
+            self._stale()
+
+    def _free_one(self, x: NodeId) -> None:
+        if self._rank is None:
+            self.free.append(x)
+        else:
+            insort(self.free, x, key=self._rank.__getitem__)
+        self.free_set.add(x)
+
+    # -- live-only state ------------------------------------------------------------------------------------
+    def revert(self, job_id: int, prev: RunningJob) -> None:
+        """Undo a resize that could not be carried out: the job's view goes back to ``prev``. Nodes it had
+        gained are given back (dirty: a failed spawn may have left something); nodes it had released must be
+        free (the caller first un-starts a job that took them) and are its own again."""
+        cur = self.running[job_id]
+        now_has, had = set(cur.nodes), set(prev.nodes)
+        back = [x for x in prev.nodes if x not in now_has]
+        if not self.free_set.issuperset(back):
+            raise PolicyError(f"job {job_id}: cannot take back nodes held by others: "
+                              f"{[x for x in back if x not in self.free_set]}")
+        self._owner_for = job_id
+        self.withhold(back)
+        for x in back:
+            self.dirty.discard(x)
+            if self.track_owner:
+                self.owner[x] = job_id
+        self._give_back([x for x in cur.nodes if x not in had], None)
+        self._unlist(cur)
+        self._list(prev)
+
+    def unstart(self, job_id: int) -> Job:
+        """Put a job that was granted nodes but never ran back in the queue; its nodes are free again."""
+        v = self.running[job_id]
+        self._unlist(v)
+        self._give_back(v.nodes, None, dirty=False)
+        self.enqueue(v.job)
+        return v.job
+
+    def withhold(self, nodes: Iterable[NodeId]) -> None:
+        """Take free nodes out of the free list without giving them to a running job."""
+        for x in nodes:
+            if x in self.free_set:
+                self.free.remove(x)
+                self.free_set.discard(x)
+        self._stale()
+
+    def clean(self, x: NodeId) -> None:
+        """Node ``x`` was checked: nothing of its previous job is left; it is free for every policy."""
+        if x in self.dirty:
+            self.dirty.discard(x)
+            self._stale()
+
+    def restore(self, job: Job | None, view: RunningJob | None, nodes: Iterable[NodeId] = ()) -> None:
+        """Rebuild state after a restart: queue ``job`` or list ``view`` as running on its nodes (taken from the
+        free list), or take ``nodes`` out of the free list as dirty-held (draining)."""
+        if job is not None:
+            self.submit(job)
+        if view is not None:
+            for x in view.nodes:
+                if x in self.free_set:
+                    self.free.remove(x)
+                    self.free_set.discard(x)
+                self.owner[x] = view.job.id
+            self._list(view)
+        for x in nodes:
+            self.dirty.add(x)
+        self._stale()
+
+
+class _Bad(Exception):
+    """A decision that breaks an invariant (internal: turned into PolicyError or a rejection)."""
+
+
+class _Busy(_Bad):
+    """A resize of a job that cannot take one now (live only: deferred, not rejected)."""
+
+
+class Applied(NamedTuple):
+    """What :meth:`Ledger.apply` did with one pass's decisions."""
+
+    effects: list[Effect]
+    rejected: list[Rejected]
+    deferred: list[Rejected]
+
+
+def _not_a_decision(self: Ledger, d: Any, *_: Any) -> None:
+    raise _Bad("not a decision")
+
+
+_DISPATCH: dict[type, Callable[..., None]] = {
+    StartJob: Ledger._start,
+    ResizeJob: Ledger._resize,
+    Interrupt: Ledger._interrupt,
+    Reserve: Ledger._reserve,
+    Wake: Ledger._wake,
+    Remember: Ledger._remember,
+}
+"""One handler per decision type."""

@@ -1,0 +1,84 @@
+"""The one registry of scheduling policies: every built-in policy under its name, plus user policies.
+
+A policy is any callable ``decide(snapshot, now) -> list[Decision]`` (:data:`~._model.Policy`). Built-in entries
+are frozen, callable policy objects with their parameters at the documents' defaults; build other settings with
+the classes themselves (``MEBF(MEBFConfig(gamma=1.5))``). :func:`get_policy` also accepts
+``package.module:function`` (a policy importable by name) and the names that installed distributions publish in
+the entry-point group ``malleable.policies``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+
+from malleable.errors import PolicyError
+
+from ._conservative import conservative
+from ._ebs import EBS, EBSConfig
+from ._fill import malleable_fill
+from ._mebf000 import MEBF0, MEBF0Config
+from ._mebf002 import EXPANDS, MEBF, MEBFConfig
+from ._model import Policy
+from ._rigid import easy, fcfs
+from ._sfsj import baseline, sfsj
+
+__all__ = ["ENTRY_POINT_GROUP", "POLICIES", "get_policy"]
+
+ENTRY_POINT_GROUP = "malleable.policies"
+
+
+def _table() -> dict[str, Policy]:
+    t: dict[str, Policy] = {"fcfs": fcfs, "easy": easy, "conservative": conservative}
+    for e in EXPANDS:
+        t[f"mebf-{e}"] = MEBF(MEBFConfig(variant="basic", expand=e))
+        t[f"mebf-{e}-expand+"] = MEBF(MEBFConfig(variant="expand+", expand=e))
+        t[f"mebf-{e}-shrink+"] = MEBF(MEBFConfig(variant="shrink+", expand=e))
+    t["mebf0"] = MEBF0(MEBF0Config())
+    for strategy in ("fpsma", "egs"):
+        for management in ("pwma", "prma"):
+            t[f"{strategy}-{management}"] = EBS(EBSConfig(management=management, strategy=strategy))
+    t["fpsma-mtct-pwma"] = EBS(EBSConfig(management="pwma", strategy="fpsma", mtct=(0.5, 2.0)))
+    t["fpsma-mtct-prma"] = EBS(EBSConfig(management="prma", strategy="fpsma", mtct=(0.5, 2.0)))
+    t["baseline"] = baseline
+    t["sfsj"] = sfsj
+    t["malleable-fill"] = malleable_fill
+    return t
+
+
+POLICIES: dict[str, Policy] = _table()
+"""Built-in policies by name: ``fcfs``, ``easy``, ``conservative`` (rigid baselines);
+``mebf-<handoff|spare|intensive>[-expand+|-shrink+]`` (seed 002), ``mebf0`` (seed 000),
+``<fpsma|egs>-<pwma|prma>`` and ``fpsma-mtct-<pwma|prma>`` (seed 003; MTCT thresholds 0.5 / 2.0, our choice: the
+thesis gives none), ``baseline`` and ``sfsj`` (seed 000 §3.1, with node failures), and ``malleable-fill`` (the
+live controller's simplest malleable policy)."""
+
+
+def get_policy(name: str) -> Policy:
+    """The policy called ``name``: a registered name, an entry point of ``malleable.policies``, or
+    ``package.module:function``.
+
+    Raises:
+        PolicyError: no such policy (the message lists the built-in names), or the named object is not callable.
+    """
+    pol = POLICIES.get(name)
+    if pol is not None:
+        return pol
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name == name:
+            return _callable(ep.load(), name)
+    if ":" in name:
+        mod, _, attr = name.partition(":")
+        try:
+            obj = getattr(importlib.import_module(mod), attr)
+        except (ImportError, AttributeError) as e:
+            raise PolicyError(f"cannot load policy {name!r}: {e}") from None
+        return _callable(obj, name)
+    raise PolicyError(f"unknown policy {name!r}; known: {', '.join(sorted(POLICIES))} "
+                      "(or package.module:function)")
+
+
+def _callable(obj: object, name: str) -> Policy:
+    if not callable(obj):
+        raise PolicyError(f"policy {name!r} is not callable")
+    return obj  # type: ignore[return-value]

@@ -1,0 +1,128 @@
+"""Workloads as JSON lines: one job per line, what ``malleable history --export`` writes and ``malleable simulate
+--workload`` reads.
+
+The first line may be a header object ``{"format": "malleable-jobs", "version": 1, "machine": N, ...}``; every
+other non-empty line is a job::
+
+    {"id": 3, "submit": 12.5, "run": 40.2, "estimate": 600, "procs": 2,
+     "kind": "malleable", "min": 1, "max": 4, "speedup": "amdahl:0.05"}
+
+``id``, ``submit``, ``run`` and ``procs`` are required; ``estimate`` defaults to ``run``, ``kind`` to ``rigid``
+(``rigid``, ``moldable`` or ``malleable``), ``min``/``max`` to ``procs``, ``speedup`` to ``linear`` (``linear``,
+``amdahl:F`` or ``rho:R``, as ``malleable submit --speedup``). ``run`` is the run time at ``procs`` nodes. Other
+keys are kept by the writer for the record (the live size history of an exported job, ``measured``) and ignored by
+the reader. The machine size is ``--procs``, else the header's ``machine``, else the largest ``max``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from malleable.controller.sched._speedup import parse_speedup
+from malleable.errors import TraceError
+
+from ._workload import Workload, _sorted
+
+__all__ = ["FORMAT", "read_jobs", "write_jobs"]
+
+FORMAT = "malleable-jobs"
+VERSION = 1
+_KINDS = {"rigid": 0, "moldable": 1, "malleable": 2}
+
+
+def write_jobs(path: str | os.PathLike[str], jobs: Iterable[Mapping[str, Any]], machine: int,
+               **header: Any) -> int:
+    """Write ``jobs`` (dicts with the keys above) after a header line; returns how many were written."""
+    n = 0
+    with open(path, "w") as f:
+        f.write(json.dumps({"format": FORMAT, "version": VERSION, "machine": machine, **header}) + "\n")
+        for job in jobs:
+            f.write(json.dumps(job, separators=(",", ":")) + "\n")
+            n += 1
+    return n
+
+
+def read_jobs(path: str | os.PathLike[str], procs: int | None = None) -> Workload:
+    """Read a JSON-lines workload.
+
+    Raises:
+        TraceError: a line that is not a JSON object, a missing or ill-typed field, sizes that do not satisfy
+            ``1 <= min <= procs <= max <= machine``, negative times or a bad speedup (the message gives the
+            line number); or no job at all.
+    """
+    rows: list[tuple] = []
+    machine = procs
+    name = os.path.basename(str(path))
+    try:
+        f = open(path)  # noqa: SIM115 - closed below
+    except OSError as e:
+        raise TraceError(f"{path}: {e.strerror}") from None
+    with f:
+        for no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise TraceError(f"{name}:{no}: not JSON ({e.msg})") from None
+            if not isinstance(obj, dict):
+                raise TraceError(f"{name}:{no}: not a JSON object")
+            if obj.get("format") == FORMAT:
+                if machine is None and isinstance(obj.get("machine"), int):
+                    machine = obj["machine"]
+                continue
+            rows.append(_row(obj, f"{name}:{no}"))
+    if not rows:
+        raise TraceError(f"{name}: no job in the file")
+    biggest = max(r[7] for r in rows)
+    machine = machine or biggest
+    if biggest > machine:
+        raise TraceError(f"{name}: a job allows {biggest} nodes but the machine has {machine} (give --procs)")
+    c = list(zip(*rows, strict=True))
+    w = Workload(np.array(c[0], dtype=np.int64), np.array(c[1], dtype=np.float64), np.array(c[2], dtype=np.float64),
+                 np.array(c[3], dtype=np.float64), np.array(c[4], dtype=np.int32), machine,
+                 np.array(c[5], dtype=np.int8), np.array(c[6], dtype=np.int32), np.array(c[7], dtype=np.int32),
+                 np.array(c[8], dtype=np.float64), name=name, rho=np.array(c[9], dtype=np.float64))
+    if len(set(w.ids.tolist())) != len(w):
+        raise TraceError(f"{name}: job ids repeat")
+    return _sorted(w)
+
+
+def _row(obj: dict[str, Any], where: str) -> tuple:
+    def num(key: str, default: Any = None) -> float:
+        v = obj.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v < 0:
+            raise TraceError(f"{where}: {key!r} must be a number >= 0, got {v!r}")
+        return float(v)
+
+    def count(key: str, default: Any = None) -> int:
+        v = obj.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise TraceError(f"{where}: {key!r} must be an integer >= 1, got {v!r}")
+        return v
+
+    for key in ("id", "submit", "run", "procs"):
+        if key not in obj:
+            raise TraceError(f"{where}: missing {key!r}")
+    jid = obj["id"]
+    if isinstance(jid, bool) or not isinstance(jid, int):
+        raise TraceError(f"{where}: 'id' must be an integer, got {jid!r}")
+    submit, run = num("submit"), num("run")
+    est = max(num("estimate", run), run)
+    p = count("procs")
+    kind = obj.get("kind", "rigid")
+    if kind not in _KINDS:
+        raise TraceError(f"{where}: 'kind' must be rigid, moldable or malleable, got {kind!r}")
+    lo, hi = (count("min", p), count("max", p)) if kind != "rigid" else (p, p)
+    if not lo <= p <= hi:
+        raise TraceError(f"{where}: sizes must satisfy min <= procs <= max, got {lo} <= {p} <= {hi}")
+    try:
+        serial, rho = parse_speedup(str(obj.get("speedup", "linear")))
+    except ValueError as e:
+        raise TraceError(f"{where}: {e}") from None
+    return (jid, submit, run, est, p, _KINDS[kind], lo, hi, serial, rho)
