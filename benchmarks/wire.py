@@ -97,7 +97,7 @@ def codec_rates(seconds: float) -> dict[str, dict[str, float]]:
 def _controller_wire(old: bool) -> Iterator[None]:
     """Bind the controller protocol's envelope functions to the old or the new implementation."""
     from malleable import _wire as W
-    from malleable.controller import _protocol as P
+    from malleable.controller.daemon import _protocol as P
 
     saved = P.pack, P.unpack
     if old:
@@ -112,17 +112,11 @@ def _controller_wire(old: bool) -> Iterator[None]:
 
 def submit_rate(n: int, old: bool) -> float:
     """Submits per second through a daemon serving in a thread (every job waits behind a running one)."""
-    try:
-        from malleable.controller._client import Client
-        from malleable.controller._core import CoreConfig
-        from malleable.controller._daemon import Daemon, DaemonConfig
-        from malleable.controller._hostpool import HostPool
-    except ImportError:  # the controller's rooms (daemon/ ...)
-        from malleable.controller.daemon._client import Client  # type: ignore[no-redef]
-        from malleable.controller.daemon._core import CoreConfig  # type: ignore[no-redef]
-        from malleable.controller.daemon._daemon import Daemon, DaemonConfig  # type: ignore[no-redef]
-        from malleable.controller.daemon._hostpool import HostPool  # type: ignore[no-redef]
-    from malleable.controller import _protocol as P
+    from malleable.controller.daemon import _protocol as P
+    from malleable.controller.daemon._client import Client
+    from malleable.controller.daemon._core import CoreConfig
+    from malleable.controller.daemon._daemon import Daemon, DaemonConfig
+    from malleable.controller.daemon._hostpool import HostPool
 
     with tempfile.TemporaryDirectory() as d, _controller_wire(old):
         daemon = Daemon(DaemonConfig(os.path.join(d, "ctl.sqlite"), HostPool.local(1), "fcfs", tick=5.0,

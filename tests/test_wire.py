@@ -242,8 +242,8 @@ def test_per_thread_sessions_and_fresh_after_fork():
 def test_controller_survives_nested_brackets_and_refuses_replays(tmp_path, monkeypatch):
     """The nested-bracket header used to kill the daemon (RecursionError); a captured submit replayed used to
     start the job again."""
-    from malleable.controller import _protocol as P
-    from malleable.controller._hostpool import HostPool
+    from malleable.controller.daemon import _protocol as P
+    from malleable.controller.daemon._hostpool import HostPool
     from tests.controller._daemon_util import TOKEN as CTL
     from tests.controller._daemon_util import daemon_thread
 
