@@ -136,7 +136,9 @@ class Deployment:
 
 
 def _python_cmd(module: str, *args: str) -> list[str]:
-    return [sys.executable, "-m", module, *args]
+    # -P: the working directory is not put first on sys.path, so a server started from inside another checkout
+    # of malleable runs the installed code, not that checkout's
+    return [sys.executable, "-P", "-m", module, *args]
 
 
 def _spawn(host: str, cmd: list[str], launcher: str | None, errfile: str | None = None) -> subprocess.Popen:
