@@ -11,22 +11,24 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from malleable.adhocfs._deploy import MetaClient, start_data_servers
-from malleable.adhocfs._protocol import Change, Expand, Shrink, StopServers
+from malleable.adhocfs._protocol import Change, Check, CheckReply, Expand, Lose, Shrink, StopServers
 from malleable.errors import ConfigError, FsError
 
-__all__ = ["expand_fs", "resolve_servers", "shrink_fs", "wait_change"]
+__all__ = ["check_fs", "expand_fs", "lose_fs", "resolve_servers", "shrink_fs", "wait_change"]
 
 log = logging.getLogger(__name__)
 
 
-def resolve_servers(addr: str, specs: Sequence[str], token: bytes | None = None) -> list[int]:
-    """Server ids for specs ``sid``, ``HOST`` (every active server on it) or ``HOST:PORT``.
+def resolve_servers(
+    addr: str, specs: Sequence[str], token: bytes | None = None, states: Sequence[str] = ("active",)
+) -> list[int]:
+    """Server ids for specs ``sid``, ``HOST`` (every server on it) or ``HOST:PORT``, among servers in ``states``.
 
     Raises:
-        ConfigError: a spec matches no active server.
+        ConfigError: a spec matches no such server.
     """
     with MetaClient(addr, token) as mc:
-        rows = [s for s in mc.status().servers if s["state"] == "active"]
+        rows = [s for s in mc.status().servers if s["state"] in states]
     out: list[int] = []
     for spec in specs:
         if spec.isdigit():
@@ -36,7 +38,7 @@ def resolve_servers(addr: str, specs: Sequence[str], token: bytes | None = None)
         else:
             hits = [r["sid"] for r in rows if r["host"] == spec]
         if not hits:
-            raise ConfigError(f"no active data server matches {spec!r}")
+            raise ConfigError(f"no {'/'.join(states)} data server matches {spec!r}")
         out += [h for h in hits if h not in out]
     return out
 
@@ -76,6 +78,7 @@ def expand_fs(
     launcher: str | None = None,
     token: bytes | None = None,
     wait: bool = True,
+    capacity: int = 0,
 ) -> tuple[dict[int, tuple[str, str]], dict[str, Any], dict[str, Any]]:
     """Start data servers on ``hosts`` and commission them (a new placement epoch; nothing moves unless
     ``rebalance``). I/O continues meanwhile; files show ``commissioning``.
@@ -85,7 +88,7 @@ def expand_fs(
     """
     state = state or tempfile.mkdtemp(prefix="malleable-fs-expand-")
     try:
-        servers, procs = start_data_servers(addr, list(hosts), state, dir, launcher, token)
+        servers, procs = start_data_servers(addr, list(hosts), state, dir, launcher, token, capacity=capacity)
     except BaseException:
         with MetaClient(addr, token) as mc:
             mc.call(Expand([]))  # end the commissioning state
@@ -135,3 +138,30 @@ def shrink_fs(
     if info.get("state") == "rolled_back":
         raise FsError(f"shrink of {list(sids)} rolled back (nothing lost): {info.get('error')}")
     return info
+
+
+def lose_fs(
+    addr: str, sids: Sequence[int], wait: bool = False, timeout: float = 600.0, token: bytes | None = None
+) -> dict[str, Any]:
+    """Declare dead data servers ``sids`` lost: they leave every layout at once, blocks with another copy are
+    copied again in the background (``wait`` for it), written blocks without one mark their files damaged.
+
+    Raises:
+        FsError: a server still answers (stop it, or shrink it instead), or a change is in progress.
+    """
+    with MetaClient(addr, token) as mc:
+        reply = mc.call(Lose(list(sids)))
+    assert isinstance(reply, Change)
+    info = reply.info
+    if wait and info.get("state") == "running":
+        info = wait_change(addr, info.get("id"), timeout, token)
+    return info
+
+
+def check_fs(addr: str, repair: bool = False, token: bytes | None = None, timeout: float = 60.0) -> CheckReply:
+    """Files with damaged (lost), missing (no live copy, not yet recorded) or under-replicated blocks; with
+    ``repair`` also start re-copying and recording (see the reply's ``change``)."""
+    with MetaClient(addr, token, timeout) as mc:
+        reply = mc.call(Check(repair))
+    assert isinstance(reply, CheckReply)
+    return reply

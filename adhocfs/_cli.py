@@ -5,13 +5,58 @@ and the elasticity commands ``expand|shrink|watch``.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import re
 import sys
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["register"]
+from malleable.errors import ConfigError, FsError, MalleableError
+
+__all__ = ["one_line", "parse_size", "register"]
 
 CHUNK = 4 << 20
+_ADDR = re.compile(r"^tcp://[^\s:/]+:\d{1,5}$")
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """``SIZE`` with an optional K, M, G or T suffix (powers of 1024, an optional trailing ``B`` or ``iB``).
+
+    Raises:
+        argparse.ArgumentTypeError: not a size.
+    """
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
+    if not m:
+        raise argparse.ArgumentTypeError(f"expected a size such as 512M or 2G, got {text!r}")
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+
+
+def one_line(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Run an ``fs`` subcommand so that every failure is one line naming it (exit 1, no traceback): OS and zmq
+    errors become :class:`FsError`, a ``--meta`` that is not ``tcp://HOST:PORT`` a :class:`ConfigError`."""
+
+    @functools.wraps(func)
+    def run(args: argparse.Namespace) -> int:
+        import zmq
+
+        cmd = getattr(args, "fs_command", "fs")
+        meta = getattr(args, "meta", None)
+        if cmd != "start" and meta is not None and not _ADDR.match(meta):
+            raise ConfigError(f"{cmd}: --meta must be the metadata address tcp://HOST:PORT "
+                              f"(the last line of 'malleable fs start'), got {meta!r}")
+        try:
+            return func(args)
+        except MalleableError as e:
+            text = " ".join(str(e).split())
+            if text == str(e):
+                raise
+            raise FsError(f"{cmd}: {text}") from None
+        except (OSError, zmq.ZMQError) as e:
+            raise FsError(f"{cmd}: {' '.join(str(e).split())}") from None
+
+    return run
 
 
 def _hosts(text: str) -> list[str]:
@@ -49,6 +94,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--state", default=None, help="directory for the metadata database and logs (default: temp)"
     )
     p.add_argument("--block-size", type=int, default=0, help="default block size in bytes (default 512 KiB)")
+    p.add_argument("--replicas", type=int, default=1, metavar="R",
+                   help="copies of each block, on the next servers in rendezvous order (default 1)")
+    p.add_argument("--capacity", type=parse_size, default=0, metavar="SIZE",
+                   help="most bytes each data server holds, e.g. 2G (default: no limit); writes beyond get ENOSPC")
     p.set_defaults(func=_start)
 
     p = fsub.add_parser("stop", help="stop every server of an instance")
@@ -84,12 +133,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     except ImportError:  # pragma: no cover - elasticity commands not installed
         return
     _cli_elastic.register(fsub)
+    for parser in fsub.choices.values():
+        parser.set_defaults(func=one_line(parser.get_default("func")))
 
 
 def _start(args: argparse.Namespace) -> int:
     from malleable.adhocfs._deploy import start_fs
 
-    dep = start_fs(args.meta, args.data, dir=args.dir, state=args.state, block_size=args.block_size)
+    if args.replicas < 1:
+        raise ConfigError(f"start: --replicas must be at least 1, got {args.replicas}")
+    dep = start_fs(args.meta, args.data, dir=args.dir, state=args.state, block_size=args.block_size,
+                   replicas=args.replicas, capacity=args.capacity)
     for sid, (host, addr) in sorted(dep.data.items()):
         print(f"data server {sid} on {host}: {addr}")
     print(f"state and logs: {dep.state}")
@@ -132,6 +186,8 @@ def _status(args: argparse.Namespace) -> int:
                     "change": st.change,
                     "rio": st.rio,
                     "history": st.history,
+                    "damaged": st.damaged,
+                    "replicas": st.replicas,
                 },
                 indent=2,
             )
@@ -142,22 +198,28 @@ def _status(args: argparse.Namespace) -> int:
         f"{st.epochs.get(str(st.epoch), [])}, requested I/O (RIO) {st.rio:.1f} MB/s"
     )
     print(
-        f"{'sid':>4} {'host':<10} {'state':<9} {'blocks':>7} {'bytes':>10} {'reads':>7} {'writes':>7} "
+        f"{'sid':>4} {'host':<10} {'state':<9} {'blocks':>7} {'used':>10} {'free':>10} {'reads':>7} {'writes':>7} "
         f"{'req/s':>7} {'AIO MB/s':>9}  address"
     )
     for s in st.servers:
         if not s.get("reachable"):
+            why = "lost" if s["state"] == "lost" else "not answering"
             print(
-                f"{s['sid']:>4} {s['host']:<10} {s['state']:<9} {'-':>7} {'-':>10} {'-':>7} {'-':>7} "
-                f"{'-':>7} {'-':>9}  {s['addr'] or '-'} (not answering)"
+                f"{s['sid']:>4} {s['host']:<10} {s['state']:<9} {'-':>7} {'-':>10} {'-':>10} {'-':>7} {'-':>7} "
+                f"{'-':>7} {'-':>9}  {s['addr'] or '-'} ({why})"
             )
             continue
+        cap = s.get("capacity", 0)
+        free = _fmt_bytes(max(0, cap - s["bytes"])) if cap else "unlimited"
         print(
             f"{s['sid']:>4} {s['host']:<10} {s['state']:<9} {s['blocks']:>7} {_fmt_bytes(s['bytes']):>10} "
-            f"{s['reads']:>7} {s['writes']:>7} {s['req_rate']:>7.1f} {s['aio']:>9.1f}  {s['addr']}"
+            f"{free:>10} {s['reads']:>7} {s['writes']:>7} {s['req_rate']:>7.1f} {s['aio']:>9.1f}  {s['addr']}"
         )
     if st.change:
         _print_change(st.change)
+    if getattr(st, "damaged", None):
+        print(f"damaged files ({len(st.damaged)}): " + ", ".join(st.damaged[:20])
+              + (" ..." if len(st.damaged) > 20 else "") + " (details: malleable fs check)")
     return 0
 
 

@@ -15,7 +15,9 @@ def _hosts(text: str) -> list[str]:
 
 
 def register(fsub: argparse._SubParsersAction) -> None:
-    """Add expand, shrink and watch to the ``fs`` subcommands."""
+    """Add expand, shrink, lose, check and watch to the ``fs`` subcommands."""
+    from malleable.adhocfs._cli import parse_size
+
     p = fsub.add_parser(
         "expand",
         help="start and commission new data servers while files are in use",
@@ -26,6 +28,7 @@ def register(fsub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", required=True, type=_hosts, metavar="HOST,...", help="hosts of the new servers")
     p.add_argument("--dir", default=None, help="backing directory root of the new servers")
     p.add_argument("--state", default=None, help="directory for the new servers' logs")
+    p.add_argument("--capacity", type=parse_size, default=0, metavar="SIZE", help="most bytes each new server holds")
     p.add_argument("--rebalance", action="store_true", help="also move old blocks onto the new servers")
     p.add_argument("--rate", type=float, default=0.0, help="cap of the rebalance bandwidth in MB/s")
     p.set_defaults(func=_expand)
@@ -53,6 +56,28 @@ def register(fsub: argparse._SubParsersAction) -> None:
     p.add_argument("--rate", type=float, default=0.0, help="cap of the move bandwidth in MB/s")
     p.add_argument("--no-wait", action="store_true", help="return once the shrink has started")
     p.set_defaults(func=_shrink)
+
+    p = fsub.add_parser(
+        "lose",
+        help="declare dead data servers lost; other copies are re-replicated, files without one are damaged",
+        description="The servers leave every layout at once (new writes go to the others). Blocks with a copy "
+        "on another server are copied again in the background; files whose blocks had no other copy are "
+        "marked damaged (their lost byte ranges read as EIO; 'fs check' lists them).",
+    )
+    p.add_argument("--meta", required=True, metavar="ADDR")
+    p.add_argument("servers", nargs="+", metavar="SERVER", help="server id, HOST:PORT or HOST (all on it)")
+    p.add_argument("--wait", action="store_true", help="return once the re-replication is done")
+    p.set_defaults(func=_lose)
+
+    p = fsub.add_parser(
+        "check",
+        help="list damaged files and blocks missing or under-replicated on the live servers",
+        description="Asks every live data server for its blocks and compares with the files' replica sets.",
+    )
+    p.add_argument("--meta", required=True, metavar="ADDR")
+    p.add_argument("--repair", action="store_true", help="re-copy under-replicated blocks, record missing ones")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_check)
 
     p = fsub.add_parser(
         "watch",
@@ -84,7 +109,8 @@ def _expand(args: argparse.Namespace) -> int:
     from malleable.adhocfs._admin import expand_fs
 
     servers, procs, info = expand_fs(
-        args.meta, args.data, dir=args.dir, state=args.state, rebalance=args.rebalance, rate=args.rate
+        args.meta, args.data, dir=args.dir, state=args.state, rebalance=args.rebalance, rate=args.rate,
+        capacity=args.capacity,
     )
     for sid, (host, addr) in sorted(servers.items()):
         print(f"data server {sid} on {host}: {addr}")
@@ -125,6 +151,40 @@ def _shrink(args: argparse.Namespace) -> int:
         f"{info.get('planned', 0)} blocks moved ({info.get('on_leaving', 0)} were on the leaving servers)"
         + (f" in {info['elapsed']:.2f} s" if "elapsed" in info else "")
     )
+    return 0
+
+
+def _lose(args: argparse.Namespace) -> int:
+    from malleable.adhocfs._admin import lose_fs, resolve_servers
+
+    sids = resolve_servers(args.meta, args.servers, states=("active", "leaving", "up"))
+    info = lose_fs(args.meta, sids, wait=args.wait)
+    print(
+        f"servers {sids} declared lost: {info.get('state')}"
+        + (f", {info.get('moved', 0)} of {info.get('planned', 0)} block copies made" if "planned" in info else "")
+    )
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from malleable.adhocfs._admin import check_fs
+
+    rep = check_fs(args.meta, repair=args.repair)
+    if args.json:
+        print(json.dumps({"files": rep.files, "checked": rep.checked, "change": rep.change}, indent=2))
+        return 0
+    for f in rep.files:
+        parts = []
+        if f["damaged"]:
+            parts.append("damaged bytes " + ", ".join(f"{a}-{b}" for a, b in f["damaged"][:8]))
+        if f["missing"]:
+            parts.append("no live copy of bytes " + ", ".join(f"{a}-{b}" for a, b in f["missing"][:8]))
+        if f["under_replicated"]:
+            parts.append(f"{f['under_replicated']} blocks under-replicated")
+        print(f"{f['path']}: {'; '.join(parts)}")
+    bad = sum(1 for f in rep.files if f["damaged"] or f["missing"])
+    print(f"{rep.checked} files checked: {bad} damaged, {len(rep.files) - bad} only under-replicated"
+          + (f"; repair {rep.change.get('state')}" if rep.change else ""))
     return 0
 
 

@@ -17,25 +17,19 @@ import errno
 import io
 import logging
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import zmq
 
 from malleable._secret import load_token
 from malleable.adhocfs._namespace import BLOCKING, MODES, normalize
-from malleable.adhocfs._placement import Layout, block_range
+from malleable.adhocfs._placement import Layout, block_range, in_ranges, ranges_of
 from malleable.adhocfs._protocol import (
-    BlockData,
-    Data,
     DeclareRio,
     Error,
     Extend,
     FileInfo,
     FsStatus,
-    Get,
-    GetBlocks,
     GetLayout,
     ListDir,
     Message,
@@ -50,6 +44,7 @@ from malleable.adhocfs._protocol import (
     StatReply,
     Status,
 )
+from malleable.adhocfs._reader import BlockReader, _Pending
 from malleable.adhocfs._rpc import Busy, Peer, raise_remote
 from malleable.errors import FsError, ServerUnavailable
 
@@ -91,25 +86,6 @@ def connect(
     )
 
 
-@dataclass
-class _Pending:
-    """A block request sent and not yet answered."""
-
-    key: tuple[int, int]  # (sid, request id)
-    block: int
-    offset: int
-    length: int
-    data: bytes | memoryview | None  # for puts
-    dest: int = 0  # for gets: offset in the caller's buffer
-    peer: Peer | None = None  # where the request went
-    blocks: tuple[int, ...] = ()  # for read-ahead requests: the blocks asked
-    parts: tuple[tuple[int, int, Any], ...] = ()  # for batched puts: (block, offset, data)
-
-
-class _Fallback(Exception):
-    """Read-ahead gave up (stale layout or a silent server): read the range the careful way."""
-
-
 class FileSystem:
     """A connection to one adhocfs instance. Use as a context manager or call :meth:`close`."""
 
@@ -128,6 +104,7 @@ class FileSystem:
         self.ctx: zmq.Context[Any] = zmq.Context()
         self.meta = Peer(self.ctx, addr, token, f"metadata server {addr}", timeout)
         self._peers: dict[tuple[int, str], Peer] = {}
+        self.down: dict[int, float] = {}  # sid -> until when reads prefer other copies
         self.closed = False
 
     # ------------------------------------------------------------ plumbing
@@ -244,7 +221,7 @@ class FileSystem:
         return f"<adhocfs.FileSystem {self.addr}{' closed' if self.closed else ''}>"
 
 
-class AdhocFile(io.RawIOBase):
+class AdhocFile(BlockReader, io.RawIOBase):
     """A binary file of adhocfs (``io.RawIOBase``): read, readinto, write, seek, tell, truncate, flush, close.
 
     The object caches the file's layout (interval map, epochs, server addresses, version) and its size;
@@ -263,6 +240,7 @@ class AdhocFile(io.RawIOBase):
         self._pos = 0
         self._meta_size = info.size
         self._pending: dict[tuple[int, int], _Pending] = {}
+        self._unpub: set[int] = set()  # blocks written since the last flush (their ranges are published by it)
         self._batch: dict[int, tuple[Peer, list[tuple[int, int, Any]]]] = {}  # puts not sent yet, per server
         # read-ahead (read-only files): blocks received ahead of the reader (zmq frames, not copied) and
         # requests in flight for the next ones; requests for blocks [_pf_first, _pf_next) were sent
@@ -288,6 +266,7 @@ class AdhocFile(io.RawIOBase):
         self._layout = Layout.from_pairs(info.layout)
         self._epochs = {int(k): tuple(v) for k, v in info.epochs.items()}
         self._addrs = {int(k): v for k, v in info.servers.items()}
+        self._written, self._damaged, self._r = info.written, info.damaged, max(1, info.replicas)
 
     def _refresh(self, wait_ready: bool) -> None:
         """Fetch the layout again; with ``wait_ready`` wait while the file is being redistributed."""
@@ -302,9 +281,24 @@ class AdhocFile(io.RawIOBase):
                 raise FsError(f"{self.name} stayed in redistribution for more than {self.fs.wait:g} s")
             time.sleep(0.05)
 
-    def _where(self, block: int) -> tuple[int, Peer]:
-        sid = self._layout.server(self._epochs, self.fid, block)
+    def _replicas(self, block: int) -> tuple[int, ...]:
+        return self._layout.replicas(self._epochs, self.fid, block, self._r)
+
+    def _where(self, block: int, skip: frozenset[int] = frozenset()) -> tuple[int, Peer]:
+        """The server to read ``block`` from: the first copy not in ``skip``, preferring servers not known down."""
+        reps = [s for s in self._replicas(block) if s not in skip] or list(self._replicas(block))
+        now = time.monotonic()
+        sid = next((s for s in reps if self.fs.down.get(s, 0) <= now), reps[0])
         return sid, self.fs.peer(sid, self._addrs.get(sid, ""))
+
+    def _is_written(self, block: int) -> bool:
+        """Whether ``block`` holds data (published by a flush, or written through this object since)."""
+        return block in self._unpub or in_ranges(self._written, block)
+
+    def _lost(self, block: int, why: str) -> FsError:
+        bs = self.block_size
+        first, last = block * bs, min((block + 1) * bs, max(self._size, block * bs + 1)) - 1
+        return FsError(errno.EIO, f"{self.name}: bytes {first}-{last} (block {block}) are lost: {why}")
 
     # ------------------------------------------------------------ io.RawIOBase
     def readable(self) -> bool:
@@ -351,92 +345,6 @@ class AdhocFile(io.RawIOBase):
         self._pos += n
         return n
 
-    def _read_cached(self, pos: int, out: memoryview) -> None:
-        """Serve sequential reads of read-only files from blocks fetched ahead: ``readahead`` block
-        requests stay in flight (to all servers at once) while the reader consumes earlier blocks, and
-        each received block is copied once, from its zmq frame straight into the caller's buffer."""
-        n = len(out)
-        ahead = self.fs.readahead
-        if self._write_ok or not ahead:
-            self._read_range(pos, out)
-            return
-        bs = self.block_size
-        if pos != self._last_end or self._pf_size != self._size:
-            self._pf_reset()  # not sequential, or the file grew: a block fetched short may have more bytes now
-        first, last = pos // bs, (pos + n - 1) // bs
-        end = min(-(-self._size // bs), last + 1 + ahead)
-        if last - first >= ahead or self._layout.any_unallocated(first, end):
-            self._pf_reset()  # large reads pipeline by themselves; holes need the layout refreshed
-            self._read_range(pos, out)
-            return
-        try:
-            if not self._pf_next or self._pf_next < first:
-                self._pf_reset()
-                self._pf_next = first
-            if self._pf_next <= last or end - self._pf_next >= max(1, ahead // 2):
-                self._pf_send(end)  # in batches: fewer, larger requests and replies
-            data = self._pf_data
-            dest = 0
-            for b, off, ln in block_range(pos, n, bs):
-                while b not in data:
-                    self._pf_collect()
-                chunk = data[b][off : off + ln]
-                got = len(chunk)
-                if got:
-                    out[dest : dest + got] = chunk
-                if got < ln:
-                    out[dest + got : dest + ln] = bytes(ln - got)
-                dest += ln
-            for b in range(first, (pos + n) // bs):  # blocks read to their end are not needed again
-                data.pop(b, None)
-        except _Fallback:
-            self._pf_reset()
-            self._read_range(pos, out)
-        except BaseException:
-            self._pf_reset()
-            raise
-
-    def _pf_send(self, end: int) -> None:
-        """Request blocks ``[_pf_next, end)`` (the whole block each), one request per server."""
-        bs = self.block_size
-        by_server: dict[int, tuple[Peer, list[int]]] = {}
-        for b in range(self._pf_next, end):
-            sid, p = self._where(b)
-            by_server.setdefault(sid, (p, []))[1].append(b)
-        for sid, (p, blocks) in by_server.items():
-            rid = p.send(GetBlocks(self.fid, blocks, bs, self.version))
-            self._pf_pending[(sid, rid)] = _Pending((sid, rid), blocks[0], 0, bs, None, 0, p, tuple(blocks))
-        self._pf_next = max(self._pf_next, end)
-        self._pf_size = self._size
-
-    def _pf_collect(self) -> None:
-        """Wait for at least one read-ahead reply."""
-        if not self._pf_pending:
-            raise _Fallback
-        try:
-            got = self._collect(self._pf_pending, f"reading {self.name}")
-        except ServerUnavailable:
-            raise _Fallback from None  # the careful path refreshes the layout and retries or reports
-        for rec, reply in got:
-            if isinstance(reply, BlockData) and len(reply.parts) == len(rec.blocks):
-                for b, part in zip(rec.blocks, reply.parts, strict=True):
-                    self._pf_data[b] = part  # absent: empty, read as a hole
-            elif isinstance(reply, Error) and reply.kind == "stale":
-                raise _Fallback
-            elif isinstance(reply, Error):
-                raise_remote(reply, f"data server {rec.key[0]}, reading {self.name}")
-            else:
-                raise FsError(f"unexpected reply {reply.TYPE!r} reading {self.name}")
-
-    def _pf_reset(self) -> None:
-        """Forget read-ahead: received blocks and requests in flight (their late replies are dropped)."""
-        for rec in self._pf_pending.values():
-            if rec.peer is not None:
-                rec.peer.forget(rec.key[1])
-        self._pf_pending.clear()
-        self._pf_data.clear()
-        self._pf_next = 0
-
     def readall(self) -> bytes:
         self._check_open()
         if not self._write_ok:
@@ -469,6 +377,7 @@ class AdhocFile(io.RawIOBase):
         frozen = isinstance(b, bytes)
         for block, off, ln in block_range(self._pos, n, self.block_size):
             self._queue_put(block, off, data[pos : pos + ln] if frozen else bytes(data[pos : pos + ln]))
+            self._unpub.add(block)
             pos += ln
             if len(self._pending) >= limit:
                 self._drain(limit // 2)
@@ -484,7 +393,9 @@ class AdhocFile(io.RawIOBase):
         if size < 0:
             raise ValueError(f"negative size {size}")
         self.flush()
-        self._with_wait(lambda: self.fs.call(SetSize(self.fid, size), what=f"truncating {self.name}"))
+        info = self._with_wait(lambda: self.fs.call(SetSize(self.fid, size), what=f"truncating {self.name}"))
+        if isinstance(info, FileInfo):
+            self._set_info(info)  # the written ranges are cut too
         self._size = self._meta_size = size
         return size
 
@@ -492,8 +403,9 @@ class AdhocFile(io.RawIOBase):
         if self.closed:
             return
         self._drain(0)
-        if self._write_ok and self._size > self._meta_size:
-            self._extend(self._size, 0)
+        if self._write_ok and (self._size > self._meta_size or self._unpub):
+            self._extend(self._size, 0, written=ranges_of(self._unpub))
+            self._unpub.clear()
 
     def close(self) -> None:
         if self.closed:
@@ -526,9 +438,9 @@ class AdhocFile(io.RawIOBase):
                     raise
                 time.sleep(0.05)
 
-    def _extend(self, size: int, blocks: int, first: int = 0) -> None:
+    def _extend(self, size: int, blocks: int, first: int = 0, written: list[list[int]] | None = None) -> None:
         info = self._with_wait(
-            lambda: self.fs.call(Extend(self.fid, size, blocks, first), what=f"writing {self.name}")
+            lambda: self.fs.call(Extend(self.fid, size, blocks, first, written or []), what=f"writing {self.name}")
         )
         assert isinstance(info, FileInfo)
         self._set_info(info)
@@ -536,16 +448,18 @@ class AdhocFile(io.RawIOBase):
 
     # ------------------------------------------------------------ block requests
     def _queue_put(self, block: int, off: int, data: bytes | memoryview) -> None:
-        """Write behind: queue a piece for its server, sending the server's batch once it is full."""
-        sid, p = self._where(block)
-        batch = self._batch.get(sid)
-        if batch is None or batch[0] is not p:
-            if batch is not None:
+        """Write behind: queue a piece for every server keeping a copy of its block, sending a server's batch
+        once it is full (a write is acknowledged when every copy is)."""
+        for sid in self._replicas(block):
+            p = self.fs.peer(sid, self._addrs.get(sid, ""))
+            batch = self._batch.get(sid)
+            if batch is None or batch[0] is not p:
+                if batch is not None:
+                    self._send_batch(sid)
+                batch = self._batch[sid] = (p, [])
+            batch[1].append((block, off, data))
+            if len(batch[1]) >= PUT_BATCH:
                 self._send_batch(sid)
-            batch = self._batch[sid] = (p, [])
-        batch[1].append((block, off, data))
-        if len(batch[1]) >= PUT_BATCH:
-            self._send_batch(sid)
 
     def _send_batch(self, sid: int) -> None:
         p, parts = self._batch.pop(sid)
@@ -573,118 +487,3 @@ class AdhocFile(io.RawIOBase):
                 for block, off, data in rec.parts:
                     self._queue_put(block, off, data)
             self._drain(keep)
-
-    def _collect(
-        self, pending: dict[tuple[int, int], _Pending], what: str
-    ) -> Iterable[tuple[_Pending, Message]]:
-        """Wait for at least one reply among ``pending`` (removing answered entries) and yield them.
-
-        Replies to requests of other files on the same connections are kept for them (``Peer.stash``)."""
-        peers: dict[int, tuple[int, Peer]] = {}
-        for rec in pending.values():
-            p = rec.peer
-            if p is not None and id(p) not in peers:
-                peers[id(p)] = (rec.key[0], p)
-        out = []
-        for sid, p in peers.values():
-            if p.stash:
-                for rid in [r for r in p.stash if (sid, r) in pending]:
-                    out.append((pending.pop((sid, rid)), p.stash.pop(rid)))
-        if out:
-            return out
-        for sid, p in peers.values():  # replies already queued: no need to poll
-            self._take(sid, p, pending, out)
-        if out:
-            return out
-        by_sock = {}
-        poller = zmq.Poller()
-        for sid, p in peers.values():
-            if p.pending:
-                poller.register(p.sock, zmq.POLLIN)
-                by_sock[p.sock] = (sid, p)
-        ready = dict(poller.poll(int(self.fs.timeout * 1000))) if by_sock else {}
-        if not ready:
-            sid = min(s for s, _ in peers.values()) if peers else min(k[0] for k in pending)
-            p = next((q for s, q in peers.values() if s == sid), None)
-            name = p.name if p else f"data server {sid}"
-            for _, p in peers.values():
-                p.reset()
-            pending.clear()
-            raise ServerUnavailable(f"{name} did not answer within {self.fs.timeout:g} s ({what})")
-        for sock in ready:
-            sid, p = by_sock[sock]
-            self._take(sid, p, pending, out)
-        return out
-
-    @staticmethod
-    def _take(sid: int, p: Peer, pending: dict[tuple[int, int], _Pending], out: list[Any]) -> None:
-        """Move the replies queued on ``p`` into ``out`` (those for ``pending``) or ``p.stash`` (others)."""
-        if not p.pending:
-            return
-        while (got := p.try_recv()) is not None:
-            msg, rid = got
-            rec = pending.pop((sid, rid), None)
-            if rec is not None:
-                out.append((rec, msg))
-            else:
-                p.stash[rid] = msg  # another file's request on this connection
-
-    def _read_range(self, pos: int, out: memoryview) -> None:
-        """Fill ``out`` with the file bytes at ``pos`` (holes read as zeros), re-fetching the layout and
-        retrying once per layout change when a server answers ``stale`` or not at all."""
-        pieces = block_range(pos, len(out), self.block_size)
-        if pieces and self._layout.any_unallocated(pieces[0][0], pieces[-1][0] + 1):
-            self._refresh(False)  # another client may have allocated (and written) these blocks
-        todo = []
-        for (b, off, ln), dest in zip(pieces, _offsets(pieces), strict=True):
-            if self._layout.allocated(b):
-                todo.append((b, off, ln, dest))
-            else:  # never written: a hole
-                out[dest : dest + ln] = bytes(ln)
-        for _attempt in range(5):
-            pending: dict[tuple[int, int], _Pending] = {}
-            failed: list[tuple[int, int, int, int]] = []
-            queue = list(todo)
-            version = self.version
-            try:
-                while queue or pending:
-                    while queue and len(pending) < 4 * self.fs.window:
-                        b, off, ln, dest = queue.pop(0)
-                        sid, p = self._where(b)
-                        rid = p.send(Get(self.fid, b, off, ln, self.version))
-                        pending[(sid, rid)] = _Pending((sid, rid), b, off, ln, None, dest, p)
-                    for rec, reply in self._collect(pending, f"reading {self.name}"):
-                        if isinstance(reply, Data):
-                            got = len(reply.data)
-                            if got:
-                                out[rec.dest : rec.dest + got] = reply.data
-                            out[rec.dest + got : rec.dest + rec.length] = bytes(rec.length - got)
-                        elif isinstance(reply, Error) and reply.kind == "stale":
-                            failed.append((rec.block, rec.offset, rec.length, rec.dest))
-                        elif isinstance(reply, Error):
-                            raise_remote(reply, f"data server {rec.key[0]}, reading {self.name}")
-                        else:
-                            raise FsError(f"unexpected reply {reply.TYPE!r} reading {self.name}")
-            except ServerUnavailable:
-                addrs = dict(self._addrs)
-                self._refresh(False)
-                if self.version == version and self._addrs == addrs:
-                    raise
-                continue  # a server left or came back elsewhere: retry everything on the new layout
-            finally:
-                for rec in pending.values():  # abandoned after an error: late replies are dropped
-                    if rec.peer is not None:
-                        rec.peer.forget(rec.key[1])
-            if not failed:
-                return
-            todo = failed
-            self._refresh(False)
-        raise FsError(errno.EIO, f"{self.name}: layout kept changing while reading")
-
-
-def _offsets(pieces: list[tuple[int, int, int]]) -> list[int]:
-    out, acc = [], 0
-    for _, _, ln in pieces:
-        out.append(acc)
-        acc += ln
-    return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import errno
 import logging
 import os
 import time
@@ -62,10 +63,14 @@ class DataServer:
         store: the block store.
         token: the shared secret.
         sid: the stable server id given by the metadata server.
+        max_rate: MB/s cap emulating a node's bandwidth (0: none).
+        capacity: most bytes the store may hold (0: no limit); a write beyond it fails with ENOSPC.
     """
 
-    def __init__(self, store: BlockStore, token: bytes, sid: int, max_rate: float = 0.0) -> None:
-        self.store, self.token, self.sid = store, token, sid
+    def __init__(
+        self, store: BlockStore, token: bytes, sid: int, max_rate: float = 0.0, capacity: int = 0
+    ) -> None:
+        self.store, self.token, self.sid, self.capacity = store, token, sid, capacity
         self.max_rate = max_rate  # MB/s cap emulating a node's bandwidth (0: none)
         self._free_at = 0.0
         self.fences: dict[int, tuple[int, int]] = {}
@@ -84,6 +89,7 @@ class DataServer:
             self._check_fence(msg.fid, msg.version, write=True)
             if msg.offset + len(msg.data) > 1 << 30:
                 raise ValueError("block write beyond 1 GiB")
+            self._check_space([((msg.fid, msg.block), msg.offset, len(msg.data))])
             self.store.write((msg.fid, msg.block), msg.offset, msg.data)
             self._count("writes", len(msg.data))
             return Ok()
@@ -91,6 +97,8 @@ class DataServer:
             self._check_fence(msg.fid, msg.version, write=True)
             if any(off + len(part) > 1 << 30 for off, part in zip(msg.offsets, msg.parts, strict=True)):
                 raise ValueError("block write beyond 1 GiB")  # checked for all before writing any
+            parts = zip(msg.blocks, msg.offsets, msg.parts, strict=True)
+            self._check_space([((msg.fid, b), off, len(part)) for b, off, part in parts])
             for b, off, part in zip(msg.blocks, msg.offsets, msg.parts, strict=True):
                 self.store.write((msg.fid, b), off, part)
                 self._count("writes", len(part))
@@ -110,6 +118,7 @@ class DataServer:
                 parts.append(b"" if view is None else view)
             return BlockData(found, parts)
         if isinstance(msg, Copy):
+            self._check_space([((msg.fid, msg.block), 0, len(msg.data))], whole=True)
             self.store[(msg.fid, msg.block)] = bytearray(msg.data)
             self.counts["copies"] += 1
             return Ok()
@@ -130,9 +139,34 @@ class DataServer:
         if isinstance(msg, Stats):
             return self.stats()
         if isinstance(msg, Shutdown):
+            if msg.wipe:
+                n = len(self.store)
+                for fid in self.store.files():
+                    self.store.drop_file(fid)
+                log.info("dropped all %d blocks before leaving", n)
             self.running = False
             return Ok()
         raise ProtocolError(f"data server does not handle {msg.TYPE!r}")
+
+    def _check_space(self, writes: list[tuple[tuple[int, int], int, int]], whole: bool = False) -> None:
+        """Refuse (ENOSPC) writes that would take the store beyond its capacity; nothing is written then."""
+        if not self.capacity:
+            return
+        grow, seen = 0, {}
+        for key, off, n in writes:
+            cur = seen.get(key)
+            if cur is None:
+                block = self.store.get(key)
+                cur = 0 if block is None else len(block)
+            new = off + n if whole else max(cur, off + n)
+            grow += new - cur
+            seen[key] = new
+        if self.store.nbytes + grow > self.capacity:
+            raise OSError(
+                errno.ENOSPC,
+                f"no space left on data server {self.sid}: {self.store.nbytes} of {self.capacity} bytes used, "
+                f"{grow} more asked",
+            )
 
     def _check_fence(self, fid: int, version: int, write: bool) -> None:
         fence = self.fences.get(fid)
@@ -185,6 +219,7 @@ class DataServer:
             self.samples[-1] if self.samples else 0.0,
             self.req_rate,
             list(self.samples),
+            self.capacity,
         )
 
     # ------------------------------------------------------------ the shell
@@ -237,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=0, help="port (0: a random free port)")
     p.add_argument("--dir", default=None, help="backing directory: blocks survive a restart")
     p.add_argument("--log", default=None, help="log file (default stderr)")
+    p.add_argument("--capacity", type=int, default=0, help="most bytes this server holds (0: no limit)")
     p.add_argument(
         "--max-rate",
         type=float,
@@ -249,8 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     token = load_token()
     store: BlockStore = DirStore(args.dir) if args.dir else MemoryStore()
     ctx = zmq.Context()
-    sock, addr = bind_socket(ctx, zmq.ROUTER, args.host, args.port)
-    server = DataServer(store, token, args.sid, args.max_rate)
+    sock, addr = bind_socket(ctx, zmq.ROUTER, args.host, args.port, token)
+    server = DataServer(store, token, args.sid, args.max_rate, args.capacity)
     try:
         for fid, wmin, rmin in register(ctx, args.meta, token, args.sid, addr, args.host):
             server.fences[fid] = (wmin, rmin)

@@ -136,19 +136,27 @@ class Deployment:
 
 
 def _python_cmd(module: str, *args: str) -> list[str]:
-    return [sys.executable, "-m", module, *args]
+    # -P: the working directory is not put first on sys.path, so a server started from inside another checkout
+    # of malleable runs the installed code, not that checkout's
+    return [sys.executable, "-P", "-m", module, *args]
 
 
-def _spawn(host: str, cmd: list[str], launcher: str | None) -> subprocess.Popen:
-    return spawn_on(
-        host,
-        cmd,
-        launcher,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+def _spawn(host: str, cmd: list[str], launcher: str | None, errfile: str | None = None) -> subprocess.Popen:
+    """Start ``cmd`` on ``host``; the launcher's (and the early server's) stderr goes to ``errfile``."""
+    err = open(errfile, "ab") if errfile else subprocess.DEVNULL  # noqa: SIM115 - closed below, kept by the child
+    try:
+        return spawn_on(
+            host,
+            cmd,
+            launcher,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            start_new_session=True,
+        )
+    finally:
+        if errfile:
+            err.close()  # type: ignore[union-attr]
 
 
 def _wait_ready(procs: dict[str, subprocess.Popen], logs: dict[str, str], timeout: float) -> dict[str, str]:
@@ -189,15 +197,21 @@ def _wait_ready(procs: dict[str, subprocess.Popen], logs: dict[str, str], timeou
 
 
 def _tail(logs: dict[str, str], names: Sequence[str]) -> str:
-    parts = []
+    """``": <last line of the launcher's stderr or of the log> (log PATH)"`` for the first of ``names`` that
+    left one: one line, so the command's error stays one line."""
     for n in names:
-        try:
-            with open(logs[n], errors="replace") as f:
-                lines = f.read().splitlines()[-5:]
-            parts.append(f"\n--- {logs[n]}:\n" + "\n".join(lines))
-        except (OSError, KeyError):
-            pass
-    return "".join(parts)
+        path = logs.get(n)
+        if not path:
+            continue
+        for candidate in (path + ".launch", path):
+            try:
+                with open(candidate, errors="replace") as f:
+                    lines = [ln.strip() for ln in f.read().splitlines() if ln.strip()]
+            except OSError:
+                continue
+            if lines:
+                return f": {lines[-1][:500]} (log {candidate})"
+    return ""
 
 
 def start_data_servers(
@@ -208,6 +222,7 @@ def start_data_servers(
     launcher: str | None = None,
     token: bytes | None = None,
     sids: Sequence[int] | None = None,
+    capacity: int = 0,
 ) -> tuple[dict[int, tuple[str, str]], dict[str, subprocess.Popen]]:
     """Start data servers on ``hosts`` for the metadata server ``meta`` and wait until they registered.
 
@@ -219,6 +234,7 @@ def start_data_servers(
         launcher: ssh stand-in for remote hosts (default ``MALLEABLE_LAUNCHER_EXEC``).
         token: shared secret.
         sids: restart these existing server ids instead of reserving new ones (same length as ``hosts``).
+        capacity: most bytes each server holds (0: no limit); writes beyond it fail with ENOSPC.
 
     Returns:
         ``({sid: (host, address)}, {name: process})``; the servers are registered but not yet
@@ -240,7 +256,9 @@ def start_data_servers(
             args = ["--meta", meta, "--sid", str(sid), "--host", host, "--log", logs[name]]
             if dir:
                 args += ["--dir", os.path.join(dir, f"ds{sid}")]
-            procs[name] = _spawn(host, _python_cmd("malleable.adhocfs._data", *args), launcher)
+            if capacity:
+                args += ["--capacity", str(int(capacity))]
+            procs[name] = _spawn(host, _python_cmd("malleable.adhocfs._data", *args), launcher, logs[name] + ".launch")
         addrs = _wait_ready(procs, logs, START_TIMEOUT)
     except BaseException:
         for p in procs.values():
@@ -251,7 +269,7 @@ def start_data_servers(
 
 
 def start_meta(
-    meta: str, state: str, block_size: int = 0, launcher: str | None = None
+    meta: str, state: str, block_size: int = 0, launcher: str | None = None, replicas: int = 1
 ) -> tuple[str, subprocess.Popen]:
     """Start (or restart, on the same ``state`` directory) a metadata server on ``HOST[:PORT]``.
 
@@ -265,7 +283,9 @@ def start_meta(
     args = ["--host", host, "--port", str(port), "--state", state, "--log", log_path]
     if block_size:
         args += ["--block-size", str(block_size)]
-    proc = _spawn(host, _python_cmd("malleable.adhocfs._meta", *args), launcher)
+    if replicas != 1:
+        args += ["--replicas", str(replicas)]
+    proc = _spawn(host, _python_cmd("malleable.adhocfs._meta", *args), launcher, log_path + ".launch")
     try:
         addr = _wait_ready({"metadata server": proc}, {"metadata server": log_path}, START_TIMEOUT)[
             "metadata server"
@@ -285,6 +305,8 @@ def start_fs(
     block_size: int = 0,
     launcher: str | None = None,
     token: bytes | None = None,
+    replicas: int = 1,
+    capacity: int = 0,
 ) -> Deployment:
     """Start a metadata server on ``meta`` (``HOST[:PORT]``) and one data server per entry of ``data``.
 
@@ -298,6 +320,8 @@ def start_fs(
         block_size: default block size of new files (0: 512 KiB).
         launcher: ssh stand-in for remote hosts.
         token: shared secret (servers read it themselves from the environment or the key file).
+        replicas: copies kept of each block, on the next servers in rendezvous order (default 1).
+        capacity: most bytes each data server holds (0: no limit).
 
     Raises:
         FsError: a server failed to start (its log tail is in the message).
@@ -305,12 +329,14 @@ def start_fs(
     """
     if not data:
         raise ConfigError("at least one data server host is needed")
+    if replicas < 1 or capacity < 0:
+        raise ConfigError(f"replicas must be >= 1 and capacity >= 0, got {replicas} and {capacity}")
     state = state or tempfile.mkdtemp(prefix="malleable-fs-")
-    addr, mproc = start_meta(meta, state, block_size, launcher)
+    addr, mproc = start_meta(meta, state, block_size, launcher, replicas)
     procs = {"metadata server": mproc}
     try:
         dep = Deployment(addr, state, procs, dir=dir)
-        servers, dprocs = start_data_servers(addr, list(data), state, dir, launcher, token)
+        servers, dprocs = start_data_servers(addr, list(data), state, dir, launcher, token, capacity=capacity)
         dep.procs.update(dprocs)
         dep.data.update(servers)
         with MetaClient(addr, token) as mc:

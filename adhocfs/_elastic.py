@@ -15,6 +15,10 @@ A shrink goes through these journaled states (``kv['change']`` in SQLite):
    and marks the leaving servers ``gone``; then fences make old layouts stale everywhere, moved sources
    are dropped and the leaving servers are told to exit.
 
+``lose`` (a dead server declared lost) and ``repair`` (``fs check --repair``) run the same steps: copies come
+from the surviving replicas, written blocks without any live copy are recorded as damaged, and a copy that
+fails is skipped (reported by the next check) instead of rolling back.
+
 A crash in ``fencing`` or ``moving`` (of the metadata server, or a source that stops answering) rolls
 back: old layouts are still valid because no source block was changed or deleted; copies made so far are
 dropped. A crash in ``cleanup`` finishes the cleanup on restart. No byte is lost either way (a killed
@@ -29,9 +33,11 @@ import time
 from typing import Any
 
 from malleable.adhocfs._namespace import BLOCKING
-from malleable.adhocfs._placement import UNALLOCATED, Layout, intern_epoch
+from malleable.adhocfs._placement import UNALLOCATED, Layout, intern_epoch, merge_ranges, ranges_of
 from malleable.adhocfs._protocol import (
     Change,
+    Check,
+    CheckReply,
     Copy,
     Data,
     DropBlocks,
@@ -40,11 +46,13 @@ from malleable.adhocfs._protocol import (
     Get,
     Inventory,
     InventoryReply,
+    Lose,
     Message,
     Shrink,
     Shutdown,
+    Stats,
 )
-from malleable.adhocfs._redistribute import FileState, Plan, plan_rebalance, plan_shrink
+from malleable.adhocfs._redistribute import FileState, Plan, plan_rebalance, plan_repair, plan_shrink
 from malleable.errors import FsError, PlacementError
 
 __all__ = ["ElasticMixin"]
@@ -187,9 +195,73 @@ class ElasticMixin:
             raise PlacementError("cannot remove every data server")
         return Change(self._start(kind="shrink", sids=sorted(set(msg.sids)), mode=msg.mode, rate=msg.rate))
 
+    def lose(self, msg: Lose) -> Message:
+        """Declare dead servers lost and start re-copying their blocks from the other replicas."""
+        if self.job is not None:
+            raise FsError("another change is in progress; try again when it is done")
+        rows = {r["sid"]: r for r in self.ns.servers()}
+        bad = [s for s in msg.sids if rows.get(s, {}).get("state") not in ("active", "leaving", "up")]
+        if not msg.sids or bad:
+            raise PlacementError(f"servers {bad or '[]'} are not data servers in use (already lost or gone?)")
+        alive = self.call_many([(s, Stats()) for s in msg.sids], timeout=1.0)
+        answering = [msg.sids[i] for i, rep in alive.items() if not isinstance(rep, BaseException)]
+        if answering:
+            raise FsError(
+                f"data servers {answering} are answering: stop them first, or use 'malleable fs shrink' to move "
+                "their blocks away"
+            )
+        uncommissioned = [s for s in msg.sids if rows[s]["state"] == "up"]
+        with _txn(self.ns):
+            for s in uncommissioned:  # held no data yet: simply gone
+                self.ns.db.execute("UPDATE servers SET state='lost' WHERE sid=?", (s,))
+        sids = sorted(set(msg.sids) - set(uncommissioned))
+        if not sids:
+            return Change({"kind": "lose", "state": "done", "sids": uncommissioned})
+        cur = self.ns.current_epoch()
+        if not set(self.ns.epochs().get(cur, ())) - set(sids):
+            raise PlacementError("cannot lose every data server")
+        return Change(self._start(kind="lose", sids=sids, mode="partial", rate=0.0))
+
+    def check(self, msg: Check) -> Message:
+        """Compare the live servers' blocks with the files' replica sets; with ``repair`` start re-copying."""
+        if self.job is not None:
+            raise FsError("a change is in progress; check again when it is done")
+        files = self._file_states([r for r in self.ns.files()])
+        plan = plan_repair(files, self.ns.epochs(), self.ns.current_epoch() or 0, self._inventory(), self.ns.replicas())
+        out = []
+        for row in self.ns.files():
+            fp = plan.files.get(row["fid"])
+            damaged = json.loads(row["damaged"])
+            if not (fp or damaged):
+                continue
+            bs = row["block_size"]
+            out.append({
+                "path": row["path"],
+                "fid": row["fid"],
+                "damaged": _byte_ranges(damaged, bs, row["size"]),
+                "missing": _byte_ranges(ranges_of(fp.damaged) if fp else [], bs, row["size"]),
+                "under_replicated": len({m.block for m in fp.moves}) if fp else 0,
+            })
+        change = None
+        if msg.repair and plan.files:
+            change = self._start(kind="repair", sids=[], mode="partial", rate=0.0)
+        return CheckReply(out, len(files), change)
+
+    def _file_states(self, rows: list[dict[str, Any]]) -> list[FileState]:
+        return [
+            FileState(
+                r["fid"],
+                self.ns.layout(r),
+                r["hw"],
+                tuple(tuple(x) for x in json.loads(r["written"])),
+                tuple(tuple(x) for x in json.loads(r["damaged"])),
+            )
+            for r in rows
+        ]
+
     def _start(self, kind: str, sids: list[int], mode: str, rate: float) -> dict[str, Any]:
         ns = self.ns
-        gone = set(sids) if kind == "shrink" else set()
+        gone = set(sids) if kind in ("shrink", "lose") else set()
         cur = ns.current_epoch()
         epochs = ns.epochs()
         journal: dict[str, Any] = {
@@ -204,17 +276,18 @@ class ElasticMixin:
             "moves": [],
             "affected": {},
         }
-        status = "decommissioning" if kind == "shrink" else "rebalancing"
+        status = {"shrink": "decommissioning", "rebalance": "rebalancing"}.get(kind, "repairing")
         with _txn(ns):
             ns.kv_set("change_seq", journal["id"])
             candidates = {}
             for row in ns.files():
                 lay = ns.layout(row)
-                touches = (
-                    (lay.servers(epochs) & gone)
-                    if gone
-                    else any(iv.epoch not in (cur, UNALLOCATED) for iv in lay.intervals)
-                )
+                if kind == "repair":
+                    touches = row["written"] != "[]"
+                elif gone:
+                    touches = bool(lay.servers(epochs) & gone)
+                else:
+                    touches = any(iv.epoch not in (cur, UNALLOCATED) for iv in lay.intervals)
                 if touches and row["status"] not in BLOCKING:
                     candidates[row["fid"]] = row["version"] + 1
                     self._set_file(row["fid"], status=status, version=row["version"] + 1)
@@ -225,7 +298,8 @@ class ElasticMixin:
                 new_cur, epochs = intern_epoch(epochs, remaining)
                 ns.set_epochs(epochs, new_cur)
                 for sid in gone:
-                    ns.db.execute("UPDATE servers SET state='leaving' WHERE sid=?", (sid,))
+                    state = "lost" if kind == "lose" else "leaving"
+                    ns.db.execute("UPDATE servers SET state=? WHERE sid=?", (state, sid))
             ns.kv_set("change", journal)
         log.info("%s %s (%s): %d files fenced", kind, sids, mode, len(candidates))
         self.job = _Job(journal)
@@ -249,20 +323,29 @@ class ElasticMixin:
         inventory: dict[int, dict[int, list[int]]],
     ) -> Plan:
         old_epochs = self.ns.epochs()
-        files = [
-            FileState(r["fid"], self.ns.layout(r), r["hw"])
-            for r in self.ns.files()
-            if r["status"] in BLOCKING
-        ]
-        if kind == "shrink":
-            return plan_shrink(files, old_epochs, prev, gone, inventory, mode)
-        return plan_rebalance(files, old_epochs, self.ns.current_epoch(), inventory)
+        files = self._file_states([r for r in self.ns.files() if r["status"] in BLOCKING])
+        r = self.ns.replicas()
+        if kind in ("shrink", "lose"):
+            return plan_shrink(files, old_epochs, prev, gone, inventory, mode, r)
+        if kind == "repair":
+            return plan_repair(files, old_epochs, self.ns.current_epoch(), inventory, r)
+        return plan_rebalance(files, old_epochs, self.ns.current_epoch(), inventory, r)
 
     def _apply_plan(self, journal: dict[str, Any], plan: Plan, candidates: dict[int, int]) -> None:
         ns = self.ns
         switched = []
+        drops: dict[tuple[int, int], list[int]] = {}
+        for fp in plan.files.values():
+            for sid, b in fp.drops:
+                drops.setdefault((sid, fp.fid), []).append(b)
         with _txn(ns):
             ns.set_epochs(plan.epochs)
+            for fid, blocks in plan.damaged.items():
+                row = ns.file_row(fid)
+                lost = merge_ranges(json.loads(row["damaged"]), ranges_of(blocks))
+                ns.db.execute("UPDATE files SET damaged=? WHERE fid=?", (json.dumps(lost), fid))
+                log.error("%s: %d blocks lost (no live copy): %s", row["path"], len(blocks), ranges_of(blocks)[:10])
+            journal["drops"] = [[sid, fid, bl] for (sid, fid), bl in drops.items()]
             for fid, v1 in candidates.items():
                 fp = plan.files.get(fid)
                 if fp is None or not fp.affected:  # nothing of it moves: switch now, do not block it
@@ -299,6 +382,10 @@ class ElasticMixin:
             try:
                 job.bytes += self._move(batch)
             except (FsError, OSError) as e:
+                if job.journal["kind"] in ("lose", "repair"):  # nothing to roll back to: go on, check reports it
+                    log.warning("%s: copying blocks failed (they stay under-replicated): %s", job.journal["kind"], e)
+                    job.done += len(batch)
+                    return
                 log.warning("%s: moving blocks failed: %s; rolling back", job.journal["kind"], e)
                 self._rollback(job.journal, str(e))
                 return
@@ -327,11 +414,7 @@ class ElasticMixin:
 
     def _commit(self, journal: dict[str, Any]) -> None:
         ns = self.ns
-        drops: dict[tuple[int, int], list[int]] = {}
         gone = set(journal["sids"]) if journal["kind"] == "shrink" else set()
-        for fid, b, src, _ in journal["moves"]:
-            if src not in gone:
-                drops.setdefault((src, fid), []).append(b)
         with _txn(ns):
             for fid_s, a in journal["affected"].items():
                 fid = int(fid_s)
@@ -342,7 +425,6 @@ class ElasticMixin:
             for sid in gone:
                 ns.db.execute("UPDATE servers SET state='gone' WHERE sid=?", (sid,))
             journal["state"] = "cleanup"
-            journal["drops"] = [[s, f, bl] for (s, f), bl in drops.items()]
             ns.kv_set("change", journal)
             ns.history(
                 {
@@ -360,8 +442,8 @@ class ElasticMixin:
         ns = self.ns
         self._send_fences([int(f) for f in journal["affected"]], strict=False)
         self.run_actions([(s, DropBlocks(f, bl)) for s, f, bl in journal.get("drops", [])])
-        if journal["kind"] == "shrink":
-            self.run_actions([(s, Shutdown()) for s in journal["sids"]])
+        if journal["kind"] == "shrink":  # the leaving servers delete their blocks (and --dir files) and exit
+            self.run_actions([(s, Shutdown(wipe=True)) for s in journal["sids"]])
         with _txn(ns):
             ns.kv_set("change", None)
         info = self._finish(journal, "done")
@@ -381,9 +463,11 @@ class ElasticMixin:
                     self._set_file(row["fid"], status="ready", version=row["version"] + 1)
                     self._fence(row["fid"], row["version"] + 1, row["version"] + 1)
                     rolled.append(row["fid"])
-            if journal["kind"] == "shrink":
+            if journal["kind"] in ("shrink", "lose"):
                 for sid in journal["sids"]:
-                    ns.db.execute("UPDATE servers SET state='active' WHERE sid=? AND state='leaving'", (sid,))
+                    ns.db.execute(
+                        "UPDATE servers SET state='active' WHERE sid=? AND state IN ('leaving', 'lost')", (sid,)
+                    )
                 if journal.get("prev_epoch") is not None:
                     ns.kv_set("epoch", journal["prev_epoch"])
             ns.kv_set("change", None)
@@ -461,6 +545,11 @@ class ElasticMixin:
                 raise FsError(f"data server {sids[i]} did not report its blocks: {rep}")
             out[sids[i]] = {int(f): [int(b) for b in bl] for f, bl in rep.files.items()}
         return out
+
+
+def _byte_ranges(blocks: list[list[int]], bs: int, size: int) -> list[list[int]]:
+    """Block ranges as inclusive byte ranges ``[first, last]`` within the file size."""
+    return [[a * bs, min(b * bs, max(size, a * bs + 1)) - 1] for a, b in blocks]
 
 
 class _txn:

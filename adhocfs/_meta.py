@@ -19,9 +19,11 @@ from malleable._secret import load_token
 from malleable.adhocfs._elastic import ElasticMixin
 from malleable.adhocfs._namespace import DEFAULT_BLOCK_SIZE, Namespace
 from malleable.adhocfs._protocol import (
+    Check,
     Error,
     Expand,
     FsStatus,
+    Lose,
     Message,
     Ok,
     Register,
@@ -145,6 +147,10 @@ class MetaServer(ElasticMixin):
             return self.expand(msg)
         if isinstance(msg, Shrink):
             return self.shrink(msg)
+        if isinstance(msg, Lose):
+            return self.lose(msg)
+        if isinstance(msg, Check):
+            return self.check(msg)
         if isinstance(msg, Register):
             self.unreachable.pop(msg.sid, None)
         reply, actions = self.ns.handle(msg)
@@ -154,7 +160,7 @@ class MetaServer(ElasticMixin):
     def status(self) -> FsStatus:
         """Servers with their live counters, epochs and the change in progress."""
         rows = [r for r in self.ns.servers() if r["state"] != "gone"]
-        live = [r for r in rows if r["state"] != "reserved" and r["addr"]]
+        live = [r for r in rows if r["state"] not in ("reserved", "lost") and r["addr"]]
         replies = self.call_many([(r["sid"], Stats()) for r in live], timeout=1.5)
         stats: dict[int, Any] = {live[i]["sid"]: rep for i, rep in replies.items()}
         servers = []
@@ -172,6 +178,7 @@ class MetaServer(ElasticMixin):
                     aio=rep.aio,
                     req_rate=rep.req_rate,
                     samples=rep.samples[-10:],
+                    capacity=rep.capacity,
                     reachable=True,
                 )
             else:
@@ -187,6 +194,8 @@ class MetaServer(ElasticMixin):
             self.change_info(),
             self.ns.rio(),
             self.ns.recent_history(),
+            [r["path"] for r in self.ns.files() if r["damaged"] != "[]"],
+            self.ns.replicas(),
         )
 
     # ------------------------------------------------------------ loop
@@ -222,13 +231,22 @@ def main(argv: list[str] | None = None) -> int:
         "--block-size", type=int, default=DEFAULT_BLOCK_SIZE, help="default block size of new files"
     )
     p.add_argument("--log", default=None, help="log file (default stderr)")
+    p.add_argument(
+        "--replicas", type=int, default=None, help="copies of each block (fixed when the file system is created)"
+    )
     args = p.parse_args(argv)
     setup_logging(args.log, "meta")
     token = load_token()
     os.makedirs(args.state, exist_ok=True)
     ns = Namespace(os.path.join(args.state, "meta.sqlite"), args.block_size)
+    if ns.kv_get("replicas") is None:
+        if args.replicas is not None and args.replicas < 1:
+            p.error("--replicas must be at least 1")
+        ns.kv_set("replicas", args.replicas or 1)
+    elif args.replicas is not None and args.replicas != ns.replicas():
+        log.warning("keeping the %d replicas of the existing file system", ns.replicas())
     ctx = zmq.Context()
-    sock, addr = bind_socket(ctx, zmq.ROUTER, args.host, args.port)
+    sock, addr = bind_socket(ctx, zmq.ROUTER, args.host, args.port, token, max_frame=2 << 20)
     server = MetaServer(ns, token, ctx)
     try:
         server.recover()

@@ -20,7 +20,7 @@ import sqlite3
 from collections.abc import Iterable
 from typing import Any
 
-from malleable.adhocfs._placement import UNALLOCATED, Epochs, Layout
+from malleable.adhocfs._placement import UNALLOCATED, Epochs, Layout, clip_ranges, merge_ranges
 from malleable.adhocfs._protocol import (
     AddServers,
     DeclareRio,
@@ -51,9 +51,10 @@ __all__ = ["BLOCKING", "DEFAULT_BLOCK_SIZE", "MODES", "Namespace", "normalize"]
 
 DEFAULT_BLOCK_SIZE = 512 * 1024
 MODES = frozenset({"r", "r+", "w", "w+", "a", "a+", "x", "x+"})
-BLOCKING = frozenset({"decommissioning", "rebalancing"})
+BLOCKING = frozenset({"decommissioning", "rebalancing", "repairing"})
 """File states in which writes wait (reads go on)."""
 Action = tuple[int, Message]
+MAX_RANGES = 20_000  # written ranges a file may record (they travel in every FileInfo)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS kv(k TEXT PRIMARY KEY, v TEXT NOT NULL);
@@ -65,7 +66,7 @@ CREATE TABLE IF NOT EXISTS files(fid INTEGER PRIMARY KEY AUTOINCREMENT, path TEX
     is_dir INTEGER NOT NULL,
     size INTEGER NOT NULL DEFAULT 0, block_size INTEGER NOT NULL DEFAULT 0, hw INTEGER NOT NULL DEFAULT 0,
     layout TEXT NOT NULL DEFAULT '[]', status TEXT NOT NULL DEFAULT 'ready',
-    version INTEGER NOT NULL DEFAULT 1);
+    version INTEGER NOT NULL DEFAULT 1, written TEXT NOT NULL DEFAULT '[]', damaged TEXT NOT NULL DEFAULT '[]');
 CREATE TABLE IF NOT EXISTS fences(fid INTEGER PRIMARY KEY, wmin INTEGER NOT NULL, rmin INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS rio(job TEXT PRIMARY KEY, rate REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS history(n INTEGER PRIMARY KEY AUTOINCREMENT, t REAL NOT NULL, info TEXT NOT NULL);
@@ -100,6 +101,10 @@ class Namespace:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.executescript(_SCHEMA)
+        cols = {r[1] for r in self.db.execute("PRAGMA table_info(files)")}
+        for col in ("written", "damaged"):  # databases of older versions
+            if col not in cols:
+                self.db.execute(f"ALTER TABLE files ADD COLUMN {col} TEXT NOT NULL DEFAULT '[]'")
         self.block_size = block_size
         if self._row("SELECT 1 FROM files WHERE path='/'") is None:
             self.db.execute("INSERT INTO files(fid, path, is_dir) VALUES(0, '/', 1)")
@@ -140,6 +145,14 @@ class Namespace:
     def current_epoch(self) -> int | None:
         """The epoch new blocks are placed in (None before any server was commissioned)."""
         return self.kv_get("epoch")
+
+    def replicas(self) -> int:
+        """Copies kept of each block (set when the file system is created)."""
+        return int(self.kv_get("replicas", 1))
+
+    def lost_sids(self) -> set[int]:
+        """Servers declared lost."""
+        return {r["sid"] for r in self.servers() if r["state"] == "lost"}
 
     def set_epochs(self, epochs: Epochs, current: int | None = None) -> None:
         """Store every epoch of ``epochs`` (and the current one)."""
@@ -195,6 +208,9 @@ class Namespace:
             row["version"],
             epochs,
             servers,
+            json.loads(row["written"]),
+            json.loads(row["damaged"]),
+            self.replicas(),
         )
 
     def history(self, info: dict[str, Any], t: float) -> None:
@@ -223,7 +239,7 @@ class Namespace:
             raise NotADirectoryError(errno.ENOTDIR, f"not a directory: {parent}")
 
     def _drop_actions(self, row: dict[str, Any]) -> list[Action]:
-        sids = self.layout(row).servers(self.epochs())
+        sids = self.layout(row).servers(self.epochs()) - self.lost_sids()
         return [(s, DropFile(row["fid"])) for s in sorted(sids)]
 
     def _delete_file(self, row: dict[str, Any]) -> list[Action]:
@@ -340,9 +356,16 @@ class Namespace:
             layout = layout.allocate(msg.first, msg.blocks, eid)
         hw = max(row["hw"], msg.blocks)
         size = max(row["size"], msg.size)
+        written = json.loads(row["written"])
+        if msg.written:
+            if any(len(r) != 2 or r[0] >= r[1] for r in msg.written):
+                raise ValueError("extend: written ranges must be [start, end) with start < end")
+            written = merge_ranges(written, msg.written)
+            if len(written) > MAX_RANGES:
+                raise FsError(f"{row['path']}: more than {MAX_RANGES} separate written ranges")
         self.db.execute(
-            "UPDATE files SET hw=?, size=?, layout=? WHERE fid=?",
-            (hw, size, json.dumps(layout.to_pairs()), msg.fid),
+            "UPDATE files SET hw=?, size=?, layout=?, written=? WHERE fid=?",
+            (hw, size, json.dumps(layout.to_pairs()), json.dumps(written), msg.fid),
         )
         return self.info(self.file_row(msg.fid))
 
@@ -356,7 +379,15 @@ class Namespace:
             keep = -(-msg.size // bs)
             cut = msg.size // bs if msg.size % bs else None
             drop = DropBlocks(msg.fid, [], from_block=keep, cut_block=cut, cut_len=msg.size % bs)
-            actions = [(s, drop) for s in sorted(self.layout(row).servers(self.epochs()))]
+            actions = [(s, drop) for s in sorted(self.layout(row).servers(self.epochs()) - self.lost_sids())]
+            self.db.execute(
+                "UPDATE files SET written=?, damaged=? WHERE fid=?",
+                (
+                    json.dumps(clip_ranges(json.loads(row["written"]), keep)),
+                    json.dumps(clip_ranges(json.loads(row["damaged"]), keep)),
+                    msg.fid,
+                ),
+            )
         self.db.execute("UPDATE files SET size=? WHERE fid=?", (msg.size, msg.fid))
         return self.info(self.file_row(msg.fid)), actions
 
@@ -366,7 +397,8 @@ class Namespace:
             raise FileNotFoundError(errno.ENOENT, f"no such file or directory: {path}")
         bs = row["block_size"]
         nblocks = -(-row["size"] // bs) if bs else 0
-        return StatReply(path, bool(row["is_dir"]), row["size"], bs, row["fid"], row["status"], nblocks)
+        status = "damaged" if row["status"] == "ready" and json.loads(row["damaged"]) else row["status"]
+        return StatReply(path, bool(row["is_dir"]), row["size"], bs, row["fid"], status, nblocks)
 
     def _children(self, path: str) -> list[dict[str, Any]]:
         prefix = path.rstrip("/") + "/"
@@ -435,8 +467,9 @@ class Namespace:
 
     def _register(self, msg: Register) -> Registered:
         row = self._row("SELECT state FROM servers WHERE sid=?", (msg.sid,))
-        if row is None or row["state"] == "gone":
-            raise ValueError(f"unknown or removed data server id {msg.sid}")
+        if row is None or row["state"] in ("gone", "lost"):
+            state = "declared lost" if row is not None and row["state"] == "lost" else "unknown or removed"
+            raise ValueError(f"data server id {msg.sid} is {state}: add a new server with 'malleable fs expand'")
         state = "up" if row["state"] == "reserved" else row["state"]
         self.db.execute(
             "UPDATE servers SET addr=?, host=?, pid=?, state=? WHERE sid=?",

@@ -25,8 +25,13 @@ __all__ = [
     "Interval",
     "Layout",
     "block_range",
+    "in_ranges",
+    "merge_ranges",
+    "clip_ranges",
+    "ranges_of",
     "intern_epoch",
     "owner",
+    "owners",
     "score",
 ]
 
@@ -66,6 +71,21 @@ def owner(sids: Sequence[int], fid: int, block: int) -> int:
         if sc > best_score or (sc == best_score and s < best):
             best, best_score = s, sc
     return best
+
+
+def owners(sids: Sequence[int], fid: int, block: int, r: int) -> tuple[int, ...]:
+    """The ``r`` servers of ``sids`` holding copies of ``(fid, block)``, in rendezvous order (the first is
+    :func:`owner`, the primary; the others are the next ones, so removing a server keeps the survivors' order).
+
+    Raises:
+        PlacementError: ``sids`` is empty.
+    """
+    if r <= 1:
+        return (owner(sids, fid, block),)
+    if not sids:
+        raise PlacementError(f"no servers to place block {block} of file {fid}")
+    ranked = sorted(sids, key=lambda s: (-score(s, fid, block), s))
+    return tuple(ranked[:r])
 
 
 def intern_epoch(epochs: Epochs, sids: Iterable[int]) -> tuple[int, dict[int, tuple[int, ...]]]:
@@ -182,20 +202,30 @@ class Layout:
         starts = [i.start for i in self.intervals]
         return self.intervals[bisect.bisect_right(starts, block) - 1].epoch
 
-    def server(self, epochs: Epochs, fid: int, block: int) -> int:
-        """Server id holding ``block`` of file ``fid``.
-
-        Raises:
-            PlacementError: the layout names an unknown epoch.
-        """
+    def _sids(self, epochs: Epochs, fid: int, block: int) -> tuple[int, ...]:
         eid = self.epoch_of(block)
         if eid == UNALLOCATED:
             raise PlacementError(f"file {fid}: block {block} is not allocated")
         try:
-            sids = epochs[eid]
+            return tuple(epochs[eid])
         except KeyError:
             raise PlacementError(f"file {fid}: layout refers to unknown epoch {eid}") from None
-        return owner(sids, fid, block)
+
+    def server(self, epochs: Epochs, fid: int, block: int) -> int:
+        """Server id holding ``block`` of file ``fid`` (its primary copy).
+
+        Raises:
+            PlacementError: the block is not allocated or the layout names an unknown epoch.
+        """
+        return owner(self._sids(epochs, fid, block), fid, block)
+
+    def replicas(self, epochs: Epochs, fid: int, block: int, r: int) -> tuple[int, ...]:
+        """The servers holding the ``r`` copies of ``block`` (primary first; fewer if the epoch is smaller).
+
+        Raises:
+            PlacementError: the block is not allocated or the layout names an unknown epoch.
+        """
+        return owners(self._sids(epochs, fid, block), fid, block, r)
 
     def extend(self, hw: int, epoch: int) -> Layout:
         """Layout after the blocks from ``hw`` on are placed in ``epoch`` (no block below ``hw`` moves)."""
@@ -241,3 +271,40 @@ def block_range(offset: int, length: int, block_size: int) -> list[tuple[int, in
         out.append((b, off, n))
         pos += n
     return out
+
+
+# ---------------------------------------------------------------- sets of blocks as sorted [start, end) ranges
+Ranges = list[list[int]]
+
+
+def ranges_of(blocks: Iterable[int]) -> Ranges:
+    """Sorted, merged ``[start, end)`` ranges covering ``blocks``."""
+    out: Ranges = []
+    for b in sorted(set(blocks)):
+        if out and out[-1][1] == b:
+            out[-1][1] = b + 1
+        else:
+            out.append([b, b + 1])
+    return out
+
+
+def merge_ranges(a: Iterable[Sequence[int]], b: Iterable[Sequence[int]]) -> Ranges:
+    """The union of two range lists, sorted and merged (touching ranges join)."""
+    out: Ranges = []
+    for s, e in sorted([int(x), int(y)] for x, y in [*a, *b] if int(y) > int(x)):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return out
+
+
+def clip_ranges(ranges: Iterable[Sequence[int]], end: int) -> Ranges:
+    """The part of ``ranges`` below block ``end``."""
+    return [[s, min(e, end)] for s, e in ranges if s < end]
+
+
+def in_ranges(ranges: Sequence[Sequence[int]], block: int) -> bool:
+    """Whether ``block`` lies in one of the sorted ``ranges``."""
+    i = bisect.bisect_right([r[0] for r in ranges], block) - 1
+    return i >= 0 and block < ranges[i][1]

@@ -22,6 +22,8 @@ __all__ = [
     "AddServers",
     "Blocks",
     "Change",
+    "Check",
+    "CheckReply",
     "Copy",
     "Data",
     "DeclareRio",
@@ -41,6 +43,7 @@ __all__ = [
     "GetLayout",
     "ListBlocks",
     "ListDir",
+    "Lose",
     "Message",
     "Mkdir",
     "Names",
@@ -255,7 +258,8 @@ class Stats(Message):
 
 @_msg("stats_reply")
 class StatsReply(Message):
-    """Counters of a data server; ``aio`` is the achieved MB/s of the last complete time step."""
+    """Counters of a data server; ``aio`` is the achieved MB/s of the last complete time step; ``capacity`` the
+    most bytes it may hold (0: no limit)."""
 
     sid: int
     blocks: int
@@ -267,13 +271,16 @@ class StatsReply(Message):
     aio: float
     req_rate: float
     samples: list[float]
+    capacity: int = 0
 
 
 @_msg("shutdown")
 class Shutdown(Message):
-    """Stop a server (the metadata server also stops every data server when ``everything``)."""
+    """Stop a server (the metadata server also stops every data server when ``everything``); a data server told
+    to ``wipe`` first deletes every block it holds (from its ``--dir`` too)."""
 
     everything: bool = False
+    wipe: bool = False
 
 
 # ---------------------------------------------------------------- metadata server
@@ -295,7 +302,9 @@ class Open(Message):
 
 @_msg("file_info")
 class FileInfo(Message):
-    """A file's metadata and everything a client needs to place its blocks."""
+    """A file's metadata and everything a client needs to place its blocks: ``written`` and ``damaged`` are
+    ``[start, end)`` block ranges (data published by flushes; blocks lost with every copy), ``replicas`` the
+    number of copies of each block."""
 
     fid: int
     path: str
@@ -307,6 +316,9 @@ class FileInfo(Message):
     version: int
     epochs: dict
     servers: dict
+    written: list[list[int]] = dataclasses.field(default_factory=list)
+    damaged: list[list[int]] = dataclasses.field(default_factory=list)
+    replicas: int = 1
 
 
 @_msg("get_layout")
@@ -319,12 +331,14 @@ class GetLayout(Message):
 @_msg("extend")
 class Extend(Message):
     """Allocate blocks ``[first, blocks)`` not allocated yet in the current epoch and raise the size to at
-    least ``size``."""
+    least ``size``; ``written`` adds ``[start, end)`` ranges of blocks the client wrote (published with the
+    size, so a reader can tell a hole from a lost block)."""
 
     fid: int
     size: int
     blocks: int
     first: int = 0
+    written: list[list[int]] = dataclasses.field(default_factory=list)
 
 
 @_msg("set_size")
@@ -430,7 +444,8 @@ class Status(Message):
 
 @_msg("fs_status")
 class FsStatus(Message):
-    """Reply to :class:`Status`. ``servers`` are dicts with sid, addr, host, state and counters."""
+    """Reply to :class:`Status`. ``servers`` are dicts with sid, addr, host, state and counters; ``damaged`` the
+    paths of files with lost blocks."""
 
     servers: list[dict]
     epoch: int
@@ -439,6 +454,8 @@ class FsStatus(Message):
     change: dict | None
     rio: float
     history: list[dict]
+    damaged: list[str] = dataclasses.field(default_factory=list)
+    replicas: int = 1
 
 
 @_msg("expand")
@@ -459,6 +476,32 @@ class Shrink(Message):
     sids: list[int]
     mode: str = "partial"
     rate: float = 0.0
+
+
+@_msg("lose")
+class Lose(Message):
+    """Declare dead data servers ``sids`` lost: they leave every layout; blocks with a copy elsewhere are copied
+    again (in the background), files whose blocks had no other copy are marked damaged."""
+
+    sids: list[int]
+
+
+@_msg("check")
+class Check(Message):
+    """Compare what the servers hold with what files need; ``repair`` also re-copies under-replicated blocks
+    and marks blocks that no live server holds as damaged."""
+
+    repair: bool = False
+
+
+@_msg("check_reply")
+class CheckReply(Message):
+    """Reply to :class:`Check`: ``files`` lists problem files (path, damaged and missing byte ranges,
+    under-replicated blocks); ``change`` is the repair started, if any."""
+
+    files: list[dict]
+    checked: int
+    change: dict | None
 
 
 @_msg("change")
@@ -486,9 +529,10 @@ def _defaults(cls: type[Message]) -> dict[str, Any]:
     d = _DEFAULTS.get(cls.TYPE)
     if d is None:
         d = _DEFAULTS[cls.TYPE] = {
-            f.name: f.default
+            f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
             for f in dataclasses.fields(cls)
-            if f.default is not dataclasses.MISSING and f.name != "data"
+            if (f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING)
+            and f.name not in ("data", "parts")
         }
     return d
 
@@ -559,7 +603,7 @@ def decode(
             raise ProtocolError(f"{cls.TYPE}: more than {MAX_PARTS} blocks")
     for name, default in _defaults(cls).items():  # optional fields may be omitted by older senders
         if name not in header:
-            header[name] = default
+            header[name] = list(default) if isinstance(default, list) else default
     check_fields(header, spec, cls.TYPE)
     kwargs: dict[str, Any] = {}
     for name in spec:

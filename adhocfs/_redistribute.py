@@ -13,6 +13,12 @@ block counts only where the file's current layout says it lives (a copy found el
 
 Files without blocks on leaving servers still get a new layout (their reserved, not yet written range
 must not point at a leaving server) but are not blocked and move nothing.
+
+With ``replicas`` R > 1 each block lives on the first R servers of its rendezvous order; a plan copies a block
+from a live holder to every member of its new replica set that lacks it and drops copies that left the set.
+A leaving server that is dead (``lose``) is absent from the inventory: its blocks are copied from the other
+replicas, and written blocks with no live copy are reported ``damaged`` (:func:`plan_repair` does the same
+without changing layouts).
 """
 
 from __future__ import annotations
@@ -20,10 +26,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from malleable.adhocfs._placement import UNALLOCATED, Epochs, Layout, intern_epoch
+from malleable.adhocfs._placement import UNALLOCATED, Epochs, Layout, in_ranges, intern_epoch
 from malleable.errors import PlacementError
 
-__all__ = ["FilePlan", "FileState", "Move", "Plan", "plan_rebalance", "plan_shrink"]
+__all__ = ["FilePlan", "FileState", "Move", "Plan", "plan_rebalance", "plan_repair", "plan_shrink"]
 
 Inventory = Mapping[int, Mapping[int, Iterable[int]]]
 """``{sid: {fid: blocks held}}``."""
@@ -31,11 +37,14 @@ Inventory = Mapping[int, Mapping[int, Iterable[int]]]
 
 @dataclass(frozen=True, slots=True)
 class FileState:
-    """What the planner needs to know of a file."""
+    """What the planner needs to know of a file: its layout, allocation high-water mark and the ``[start, end)``
+    block ranges known to hold data (``written``) or known lost (``damaged``)."""
 
     fid: int
     layout: Layout
     hw: int
+    written: tuple[tuple[int, int], ...] = ()
+    damaged: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,12 +59,16 @@ class Move:
 
 @dataclass(frozen=True, slots=True)
 class FilePlan:
-    """A file's new layout; ``affected`` files are blocked for writes while their ``moves`` run."""
+    """A file's new layout; ``affected`` files are blocked for writes while their ``moves`` run. ``drops`` are
+    ``(server, block)`` copies to delete once the new layout is in force; ``damaged`` the written blocks that
+    no live server holds."""
 
     fid: int
     layout: Layout
     affected: bool
     moves: tuple[Move, ...] = ()
+    drops: tuple[tuple[int, int], ...] = ()
+    damaged: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +92,11 @@ class Plan:
         """Every move of the plan."""
         return [m for fp in self.files.values() for m in fp.moves]
 
+    @property
+    def damaged(self) -> dict[int, tuple[int, ...]]:
+        """Blocks lost for good, by file."""
+        return {fid: fp.damaged for fid, fp in self.files.items() if fp.damaged}
+
 
 def _held(inventory: Inventory) -> dict[tuple[int, int], set[int]]:
     out: dict[tuple[int, int], set[int]] = {}
@@ -89,37 +107,54 @@ def _held(inventory: Inventory) -> dict[tuple[int, int], set[int]]:
     return out
 
 
-def _existing(
-    f: FileState,
-    layout_epochs: Epochs,
-    held: Mapping[tuple[int, int], set[int]],
-    blocks_by_file: Mapping[int, list[int]],
-) -> list[tuple[int, int]]:
-    """``(block, owner)`` of the file's blocks that exist on their owner (orphan copies ignored)."""
-    out = []
-    for b in blocks_by_file.get(f.fid, ()):
-        if not f.layout.allocated(b):
-            continue
-        src = f.layout.server(layout_epochs, f.fid, b)
-        if src in held.get((f.fid, b), ()):
-            out.append((b, src))
-    return out
-
-
-def _moves(f: FileState, new: Layout, epochs: Epochs, existing: list[tuple[int, int]]) -> tuple[Move, ...]:
-    out = []
-    for b, src in existing:
-        dst = new.server(epochs, f.fid, b)
-        if dst != src:
-            out.append(Move(f.fid, b, src, dst))
-    return tuple(out)
-
-
 def _blocks_by_file(held: Mapping[tuple[int, int], set[int]]) -> dict[int, list[int]]:
     out: dict[int, list[int]] = {}
     for fid, b in sorted(held):
         out.setdefault(fid, []).append(b)
     return out
+
+
+@dataclass
+class _Copies:
+    """Where the copies of one file's blocks are now: ``holders[b]`` the servers of the block's replica set
+    that hold it (rank order); ``damaged`` written blocks none holds."""
+
+    holders: dict[int, list[int]]
+    damaged: list[int]
+
+
+def _copies(
+    f: FileState, epochs: Epochs, held: Mapping[tuple[int, int], set[int]], blocks: Iterable[int], r: int
+) -> _Copies:
+    """The copies of ``f``'s blocks that count: on a server of the block's replica set (others are orphans)."""
+    holders: dict[int, list[int]] = {}
+    damaged = []
+    known_lost = {b for s, e in f.damaged for b in range(s, e)}
+    candidates = set(blocks) | {b for s, e in f.written for b in range(s, e)}
+    for b in sorted(candidates):
+        if not f.layout.allocated(b) or b in known_lost:
+            continue
+        have = held.get((f.fid, b), set())
+        hs = [s for s in f.layout.replicas(epochs, f.fid, b, r) if s in have]
+        if hs:
+            holders[b] = hs
+        elif in_ranges(f.written, b):
+            damaged.append(b)
+    return _Copies(holders, damaged)
+
+
+def _relayout(
+    f: FileState, copies: _Copies, new: Layout, epochs: Epochs, r: int, gone: set[int]
+) -> tuple[tuple[Move, ...], tuple[tuple[int, int], ...]]:
+    """Copies to make and copies to drop so every held block sits on its replica set under ``new``."""
+    moves, drops = [], []
+    for b, hs in copies.holders.items():
+        want = new.replicas(epochs, f.fid, b, r)
+        for dst in want:
+            if dst not in hs:
+                moves.append(Move(f.fid, b, hs[0], dst))
+        drops += [(s, b) for s in hs if s not in want and s not in gone]
+    return tuple(moves), tuple(drops)
 
 
 def plan_shrink(
@@ -129,16 +164,19 @@ def plan_shrink(
     leaving: Iterable[int],
     inventory: Inventory,
     mode: str = "partial",
+    replicas: int = 1,
 ) -> Plan:
-    """Plan the decommissioning of ``leaving`` servers.
+    """Plan the decommissioning of ``leaving`` servers (alive, or dead and absent from the inventory: then the
+    copies come from the other replicas, and written blocks with no other copy are ``damaged``).
 
     Args:
         files: every regular file.
         epochs: all epochs.
         current: the current epoch.
         leaving: server ids that leave.
-        inventory: blocks held per server and file.
+        inventory: blocks held per live server and file.
         mode: ``partial`` or ``total``.
+        replicas: copies kept of each block.
 
     Raises:
         ValueError: unknown mode.
@@ -162,12 +200,12 @@ def plan_shrink(
     plan_files: dict[int, FilePlan] = {}
     on_leaving = 0
     for f in files:
-        existing = _existing(f, epochs, held, by_file)
-        affected = any(src in gone for _, src in existing)
-        on_leaving += sum(1 for _, src in existing if src in gone)
         if not (f.layout.servers(epochs) & gone):
             continue
-        if mode == "total" and affected:
+        copies = _copies(f, epochs, held, by_file.get(f.fid, ()), replicas)
+        on_gone = sum(1 for hs in copies.holders.values() for s in hs if s in gone)
+        on_leaving += on_gone
+        if mode == "total" and on_gone:
             new = f.layout.remap(lambda e: new_current)
         else:
             pairs = []
@@ -179,12 +217,14 @@ def plan_shrink(
                 eid, new_epochs = intern_epoch(new_epochs, lst)
                 pairs.append([iv.start, eid])
             new = Layout.from_pairs(pairs)
-        moves = _moves(f, new, new_epochs, existing) if affected else ()
-        plan_files[f.fid] = FilePlan(f.fid, new, affected, moves)
+        moves, drops = _relayout(f, copies, new, new_epochs, replicas, gone)
+        plan_files[f.fid] = FilePlan(f.fid, new, bool(on_gone or moves), moves, drops, tuple(copies.damaged))
     return Plan(new_epochs, new_current, plan_files, on_leaving)
 
 
-def plan_rebalance(files: Iterable[FileState], epochs: Epochs, current: int, inventory: Inventory) -> Plan:
+def plan_rebalance(
+    files: Iterable[FileState], epochs: Epochs, current: int, inventory: Inventory, replicas: int = 1
+) -> Plan:
     """Plan spreading existing blocks over the current epoch's servers (after an expansion).
 
     Files already placed entirely in the current epoch are left alone.
@@ -196,6 +236,21 @@ def plan_rebalance(files: Iterable[FileState], epochs: Epochs, current: int, inv
         if all(iv.epoch in (current, UNALLOCATED) for iv in f.layout.intervals):
             continue
         new = f.layout.remap(lambda e: current)
-        moves = _moves(f, new, epochs, _existing(f, epochs, held, by_file))
-        plan_files[f.fid] = FilePlan(f.fid, new, bool(moves), moves)
+        copies = _copies(f, epochs, held, by_file.get(f.fid, ()), replicas)
+        moves, drops = _relayout(f, copies, new, epochs, replicas, set())
+        plan_files[f.fid] = FilePlan(f.fid, new, bool(moves), moves, drops)
+    return Plan(dict(epochs), current, plan_files, 0)
+
+
+def plan_repair(files: Iterable[FileState], epochs: Epochs, current: int, inventory: Inventory, replicas: int) -> Plan:
+    """Plan re-copying blocks that have fewer live copies than their replica set (layouts do not change), and
+    find written blocks that no live server holds (``damaged``)."""
+    held = _held(inventory)
+    by_file = _blocks_by_file(held)
+    plan_files: dict[int, FilePlan] = {}
+    for f in files:
+        copies = _copies(f, epochs, held, by_file.get(f.fid, ()), replicas)
+        moves, _ = _relayout(f, copies, f.layout, epochs, replicas, set())
+        if moves or copies.damaged:
+            plan_files[f.fid] = FilePlan(f.fid, f.layout, bool(moves), moves, (), tuple(copies.damaged))
     return Plan(dict(epochs), current, plan_files, 0)

@@ -4,6 +4,7 @@ shared by the client, the metadata server (talking to data servers) and the comm
 
 from __future__ import annotations
 
+import errno
 import itertools
 import logging
 import time
@@ -12,10 +13,14 @@ from typing import Any
 
 import zmq
 
+from malleable._wire import limit_frames, secure_socket
 from malleable.adhocfs._protocol import Error, Message, decode, encode
-from malleable.errors import AuthError, FsError, PlacementError, ProtocolError, ServerUnavailable
+from malleable.errors import AuthError, FsError, PlacementError, ProtocolError, ReplayError, ServerUnavailable
 
-__all__ = ["Busy", "Peer", "StaleLayout", "raise_remote", "reply_error"]
+__all__ = ["MAX_FRAME", "Busy", "Peer", "StaleLayout", "raise_remote", "reply_error"]
+
+MAX_FRAME = (64 << 20) + (1 << 20)
+"""Largest frame any adhocfs socket accepts (a 64 MiB block plus slack): zmq drops a peer sending more."""
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +57,8 @@ def reply_error(exc: BaseException) -> Error:
         kind = "stale"
     elif isinstance(exc, Busy):
         kind = "busy"
+    elif isinstance(exc, OSError) and type(exc) in (OSError, FsError) and exc.errno in errno.errorcode:
+        kind = f"OSError:{errno.errorcode[exc.errno]}"  # ENOSPC, EIO...: the client raises the same errno
     elif kind not in _KINDS:
         kind = "ValueError" if isinstance(exc, ValueError) else "FsError"
     msg = exc.args[-1] if isinstance(exc, OSError) and len(exc.args) > 1 else str(exc)
@@ -60,6 +67,9 @@ def reply_error(exc: BaseException) -> Error:
 
 def raise_remote(err: Error, where: str) -> None:
     """Raise the local exception for an :class:`Error` reply received from ``where``."""
+    if err.kind.startswith("OSError:"):
+        code = getattr(errno, err.kind[8:], errno.EIO)
+        raise (OSError if code == errno.ENOSPC else FsError)(code, f"{err.msg} ({where})")
     cls = _KINDS.get(err.kind, FsError)
     if issubclass(cls, OSError) and cls not in (FsError, StaleLayout, Busy):
         raise cls(_errno(cls), err.msg)
@@ -109,6 +119,8 @@ class Peer:
         s.setsockopt(zmq.LINGER, 0)
         s.setsockopt(zmq.SNDHWM, 0)
         s.setsockopt(zmq.RCVHWM, 0)
+        limit_frames(s, MAX_FRAME)
+        secure_socket(s, self.token, server=False)
         s.connect(self.addr)
         return s
 
@@ -170,6 +182,8 @@ class Peer:
     def _decode(self, frames: Sequence[Any]) -> tuple[Message, int]:
         try:
             return decode(frames, self.token)
+        except ReplayError as e:
+            raise ReplayError(f"{self.name}: {e}") from None
         except AuthError:
             raise AuthError(
                 f"{self.name} refused the request or answered with another shared secret: "

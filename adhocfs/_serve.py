@@ -11,8 +11,9 @@ from typing import Any
 
 import zmq
 
+from malleable._wire import limit_frames, secure_socket
 from malleable.adhocfs._protocol import Error, Message, decode, encode
-from malleable.adhocfs._rpc import reply_error
+from malleable.adhocfs._rpc import MAX_FRAME, reply_error
 from malleable.errors import AuthError
 
 __all__ = ["READY", "announce", "bind_socket", "serve_one", "setup_logging"]
@@ -23,8 +24,13 @@ READY = "READY"
 LOCAL_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
-def bind_socket(ctx: zmq.Context[Any], kind: int, host: str, port: int = 0) -> tuple[zmq.Socket[Any], str]:
+def bind_socket(
+    ctx: zmq.Context[Any], kind: int, host: str, port: int = 0, token: bytes | None = None, max_frame: int = MAX_FRAME
+) -> tuple[zmq.Socket[Any], str]:
     """Bind a ``kind`` socket on the address of ``host`` (a random port when ``port`` is 0).
+
+    Frames above ``max_frame`` bytes make zmq drop the sender before the frame is buffered (before any
+    authentication); with a ``token`` the socket is a CURVE server when encryption is on.
 
     Returns:
         ``(socket, "tcp://host:port")``: the advertised address uses the host name as given.
@@ -34,6 +40,9 @@ def bind_socket(ctx: zmq.Context[Any], kind: int, host: str, port: int = 0) -> t
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.SNDHWM, 0)
     sock.setsockopt(zmq.RCVHWM, 0)
+    limit_frames(sock, max_frame)
+    if token is not None:
+        secure_socket(sock, token, server=True)
     try:
         if port:
             sock.bind(f"tcp://{ip}:{port}")
@@ -83,13 +92,16 @@ def serve_one(
     one is rejected; any other exception is a bug, logged with its traceback and reported as an internal
     error of ``who``, so that it never takes the server down.
     """
-    ident, body = frames[0], frames[2:] if len(frames) > 1 and len(frames[1]) == 0 else frames[1:]
     rid = 0
+    try:
+        ident, body = frames[0], frames[2:] if len(frames) > 1 and len(frames[1]) == 0 else frames[1:]
+    except (IndexError, TypeError):
+        return  # nothing to answer to
     try:
         msg, rid = decode(body, token)
         reply = handle(msg)
     except AuthError as e:
-        log.warning("rejected unauthenticated message: %s", e)
+        log.warning("rejected message: %s", e)
         reply = Error("AuthError", str(e))
     except expected as e:
         if not isinstance(e, quiet):
@@ -97,5 +109,8 @@ def serve_one(
         reply = reply_error(e)
     except Exception as e:  # a bug must not take the server down: report it and go on
         log.exception("internal error handling a request")
-        reply = Error("FsError", f"internal error in {who}: {e!r}")
-    sock.send_multipart([ident, b"", *encode(reply, token, rid)], copy=False)
+        reply = Error("FsError", f"internal error in {who}: {e!r}"[:2000])
+    try:
+        sock.send_multipart([ident, b"", *encode(reply, token, rid)], copy=False)
+    except Exception:  # an unencodable reply or a socket error: logged, the server keeps serving
+        log.exception("could not send the reply to request %d", rid)

@@ -1,11 +1,13 @@
 """IOR-like sequential throughput of adhocfs against raw pyzmq, measured in the same run.
 
 P client processes each write their own file (file-per-process) in 512 KiB transfers, then read it back;
-the file set totals ``--total`` bytes. This runs with 1, 2 and 4 data servers on this machine. The
-baseline streams the same bytes in messages of the same size between two processes with plain pyzmq
-(PUSH -> PULL over tcp on 127.0.0.1), the practical limit of a zmq-based store here.
+the file set totals ``--total`` bytes. Each configuration names the data servers, optionally the replicas
+(``r2``: every block written to two servers) and CURVE encryption (``enc``, ``MALLEABLE_ENCRYPT=1`` on servers
+and clients): ``--configs 1,2,4,2r2,4r2,2enc``. The baseline streams the same bytes in messages of the same
+size between two processes with plain pyzmq (PUSH -> PULL over tcp on 127.0.0.1), the practical limit of a
+zmq-based store here; an encrypted configuration is paired with an encrypted raw stream too.
 
-Usage: python benchmarks/adhocfs_io.py [--total 1GiB] [--clients 2] [--servers 1,2,4] [--reps 2]
+Usage: python benchmarks/adhocfs_io.py [--total 1GiB] [--clients 2] [--configs 1,2,4,2r2,2enc] [--reps 2]
 Writes benchmarks/results/adhocfs_io.json and .png.
 """
 
@@ -15,12 +17,14 @@ import argparse
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
 XFER = 512 * 1024
@@ -61,9 +65,12 @@ def worker_zmq_recv(port_file: str, nbytes: int) -> None:
     """Raw baseline receiver: bind a PULL socket, receive ``nbytes``, print timing."""
     import zmq
 
+    from malleable._wire import secure_socket
+
     ctx = zmq.Context()
     s = ctx.socket(zmq.PULL)
     s.setsockopt(zmq.LINGER, 0)
+    secure_socket(s, os.environ["MALLEABLE_TOKEN"].encode(), server=True)
     port = s.bind_to_random_port("tcp://127.0.0.1")
     Path(port_file).write_text(str(port))
     got = 0
@@ -82,9 +89,12 @@ def worker_zmq_send(port: int, nbytes: int) -> None:
     """Raw baseline sender: PUSH ``nbytes`` in XFER messages."""
     import zmq
 
+    from malleable._wire import secure_socket
+
     ctx = zmq.Context()
     s = ctx.socket(zmq.PUSH)
     s.setsockopt(zmq.LINGER, -1)
+    secure_socket(s, os.environ["MALLEABLE_TOKEN"].encode(), server=False)
     s.connect(f"tcp://127.0.0.1:{port}")
     buf = os.urandom(XFER)
     for _ in range(nbytes // XFER):
@@ -112,7 +122,7 @@ def raw_zmq(nbytes: int) -> float:
     return r["bytes"] / (r["t1"] - r["t0"]) / 1e6
 
 
-def fs_run(nservers: int, nclients: int, total: int) -> dict[str, float]:
+def fs_run(nservers: int, nclients: int, total: int, replicas: int = 1) -> dict[str, float]:
     """Write then read the file set on a fresh instance with ``nservers`` data servers; MB/s per phase."""
     from malleable.adhocfs import start_fs
 
@@ -120,7 +130,7 @@ def fs_run(nservers: int, nclients: int, total: int) -> dict[str, float]:
     res = {}
     with (
         tempfile.TemporaryDirectory() as st,
-        start_fs("127.0.0.1", ["127.0.0.1"] * nservers, state=st) as dep,
+        start_fs("127.0.0.1", ["127.0.0.1"] * nservers, state=st, replicas=replicas) as dep,
     ):
         for op in ("write", "read"):
             start_at = time.time() + 1.0
@@ -133,45 +143,58 @@ def fs_run(nservers: int, nclients: int, total: int) -> dict[str, float]:
     return res
 
 
+def parse_config(text: str) -> dict[str, Any]:
+    """``N[rR][enc]`` as ``{"name", "servers", "replicas", "encrypt"}``."""
+    m = re.fullmatch(r"(\d+)(?:r(\d+))?(enc)?", text.strip())
+    if not m:
+        raise argparse.ArgumentTypeError(f"configuration {text!r}: expected N, NrR, Nenc or NrRenc")
+    return {"name": text.strip(), "servers": int(m.group(1)), "replicas": int(m.group(2) or 1),
+            "encrypt": bool(m.group(3))}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--total", default="1GiB", help="bytes in the file set (default 1GiB)")
     p.add_argument("--clients", type=int, default=2, help="client processes (file per process)")
-    p.add_argument("--servers", default="1,2,4", help="data server counts")
+    p.add_argument("--configs", "--servers", default="1,2,4,2r2,4r2,2enc",
+                   help="configurations: data servers, r2 for two replicas, enc for CURVE encryption")
     p.add_argument("--reps", type=int, default=2, help="repetitions (median reported)")
     p.add_argument("--out", default=str(RESULTS / "adhocfs_io"), help="output path without extension")
     args = p.parse_args()
     os.environ.setdefault("MALLEABLE_TOKEN", "benchmark-token")
     total = _parse_size(args.total)
-    counts = [int(x) for x in args.servers.split(",")]
-    raw, runs = [], {n: [] for n in counts}
+    configs = [parse_config(x) for x in args.configs.split(",")]
+    raw: list[float] = []
+    runs: dict[str, list[dict[str, float]]] = {c["name"]: [] for c in configs}
     for rep in range(args.reps):
-        for n in counts:  # each fs run is paired with a raw run just before it (the machine may be shared)
+        for c in configs:  # each fs run is paired with a raw run just before it (the machine may be shared)
+            os.environ["MALLEABLE_ENCRYPT"] = "1" if c["encrypt"] else "0"  # servers and workers inherit it
             base = raw_zmq(total)
-            raw.append(base)
-            res = fs_run(n, args.clients, total)
+            if not c["encrypt"]:
+                raw.append(base)
+            res = fs_run(c["servers"], args.clients, total, c["replicas"])
             res["raw"] = base
-            runs[n].append(res)
+            runs[c["name"]].append(res)
             print(
-                f"rep {rep + 1}/{args.reps}, {n} servers: raw {base:.0f} MB/s, write {res['write']:.0f}, "
+                f"rep {rep + 1}/{args.reps}, {c['name']}: raw {base:.0f} MB/s, write {res['write']:.0f}, "
                 f"read {res['read']:.0f}",
                 file=sys.stderr,
             )
-    raw_mbs = statistics.median(raw)
+    os.environ["MALLEABLE_ENCRYPT"] = "0"
+    raw_mbs = statistics.median(raw) if raw else 0.0
     rows = []
-    for n in counts:
-        w = statistics.median(r["write"] for r in runs[n])
-        r = statistics.median(r["read"] for r in runs[n])
+    for c in configs:
+        rs = runs[c["name"]]
         rows.append(
             {
-                "servers": n,
-                "write_MBps": round(w, 1),
-                "read_MBps": round(r, 1),
-                "write_vs_raw": round(statistics.median(x["write"] / x["raw"] for x in runs[n]), 3),
-                "read_vs_raw": round(statistics.median(x["read"] / x["raw"] for x in runs[n]), 3),
-                "raw_paired_MBps": [round(x["raw"], 1) for x in runs[n]],
-                "write_all": [round(x["write"], 1) for x in runs[n]],
-                "read_all": [round(x["read"], 1) for x in runs[n]],
+                **c,
+                "write_MBps": round(statistics.median(r["write"] for r in rs), 1),
+                "read_MBps": round(statistics.median(r["read"] for r in rs), 1),
+                "write_vs_raw": round(statistics.median(x["write"] / x["raw"] for x in rs), 3),
+                "read_vs_raw": round(statistics.median(x["read"] / x["raw"] for x in rs), 3),
+                "raw_paired_MBps": [round(x["raw"], 1) for x in rs],
+                "write_all": [round(x["write"], 1) for x in rs],
+                "read_all": [round(x["read"], 1) for x in rs],
             }
         )
     result = {
@@ -191,15 +214,17 @@ def main() -> int:
         "when": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     print(
-        f"raw pyzmq stream (same run): {raw_mbs:.0f} MB/s; {args.clients} clients, "
+        f"raw pyzmq stream (same run, plain): {raw_mbs:.0f} MB/s; {args.clients} clients, "
         f"{total / 2**20:.0f} MiB file set, {XFER // 1024} KiB transfers"
     )
-    print("ratios are medians of (fs run / raw run measured just before it)")
-    print(f"{'servers':>7} {'write MB/s':>11} {'read MB/s':>10} {'write/raw':>10} {'read/raw':>9}")
+    print("ratios are medians of (fs run / raw run measured just before it; encrypted raw for 'enc')")
+    print(f"{'config':>7} {'servers':>7} {'R':>2} {'enc':>4} {'write MB/s':>11} {'read MB/s':>10} "
+          f"{'write/raw':>10} {'read/raw':>9}")
     for row in rows:
         print(
-            f"{row['servers']:>7} {row['write_MBps']:>11.0f} {row['read_MBps']:>10.0f} "
-            f"{row['write_vs_raw']:>10.0%} {row['read_vs_raw']:>9.0%}"
+            f"{row['name']:>7} {row['servers']:>7} {row['replicas']:>2} {'yes' if row['encrypt'] else 'no':>4} "
+            f"{row['write_MBps']:>11.0f} {row['read_MBps']:>10.0f} {row['write_vs_raw']:>10.0%} "
+            f"{row['read_vs_raw']:>9.0%}"
         )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -221,7 +246,8 @@ def _plot(result: dict, path: Path) -> None:
     ax.bar([i + 0.2 for i in x], [r["read_MBps"] for r in rows], 0.4, label="read")
     ax.axhline(result["raw_zmq_MBps"], color="k", ls="--", label="raw pyzmq (same run)")
     ax.axhline(0.6 * result["raw_zmq_MBps"], color="grey", ls=":", label="60% target")
-    ax.set_xticks(list(x), [f"{r['servers']} data servers" for r in rows])
+    ax.set_xticks(list(x), [r["name"] for r in rows])
+    ax.set_xlabel("data servers (r2: two replicas, enc: CURVE encryption)")
     ax.set_ylabel("MB/s")
     ax.set_title(f"adhocfs IOR-like, {result['clients']} clients, {result['total_bytes'] >> 20} MiB")
     ax.legend(fontsize=8)

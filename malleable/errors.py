@@ -14,6 +14,7 @@ __all__ = [
     "PolicyError",
     "ProtocolError",
     "Refusal",
+    "ReplayError",
     "ServerUnavailable",
     "SimulationError",
     "TraceError",
@@ -47,6 +48,10 @@ class ProtocolError(MalleableError):
 
 class AuthError(ProtocolError):
     """A wire message was not authenticated with the shared secret."""
+
+
+class ReplayError(AuthError):
+    """An authenticated wire message was refused as a replay (seen before, or sent outside the time window)."""
 
 
 class PlacementError(MalleableError):

@@ -127,3 +127,54 @@ def _assert_exited(pids, timeout=5.0):
             if time.monotonic() > deadline:
                 pytest.fail(f"server pid {pid} still running after stop")
             time.sleep(0.1)
+
+
+def _one_line_error(p, *needles):
+    assert p.returncode == 1, (p.returncode, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]
+
+
+def test_bad_input_gives_one_line_errors(tmp_path):
+    """A missing local file, an address without its scheme, and a host the launcher cannot reach."""
+    _one_line_error(run("fs", "put", "--meta", "tcp://127.0.0.1:9", str(tmp_path / "missing"), "/x", check=False),
+                    "put", "missing")
+    _one_line_error(run("fs", "ls", "--meta", "127.0.0.1", check=False), "ls", "tcp://HOST:PORT", "'127.0.0.1'")
+    launcher = tmp_path / "launcher"
+    launcher.write_text("#!/bin/sh\necho \"launcher: cannot reach host $1\" >&2\nexit 255\n")
+    launcher.chmod(0o755)
+    p = subprocess.run([*MALLEABLE, "fs", "start", "--meta", "127.0.0.1", "--data", "badhost",
+                        "--state", str(tmp_path / "st")], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "MALLEABLE_LAUNCHER_EXEC": str(launcher)})
+    _one_line_error(p, "launcher: cannot reach host badhost")
+
+
+def test_start_with_replicas_and_capacity_then_lose_and_check(tmp_path):
+    import json
+    import signal
+
+    start = run("fs", "start", "--meta", "127.0.0.1", "--data", "127.0.0.1,127.0.0.1,127.0.0.1",
+                "--replicas", "2", "--capacity", "64M", "--state", str(tmp_path / "st"))
+    addr = start.stdout.strip().splitlines()[-1]
+    pids = []
+    try:
+        src = tmp_path / "in.bin"
+        src.write_bytes(os.urandom(2_000_000))
+        run("fs", "put", "--meta", addr, str(src), "/a.bin", "--block-size", "65536")
+        st = json.loads(run("fs", "status", "--meta", addr, "--json").stdout)
+        assert st["replicas"] == 2 and all(s["capacity"] == 64 << 20 for s in st["servers"])
+        assert "free" in run("fs", "status", "--meta", addr).stdout
+        pids = [s["pid"] for s in st["servers"]]
+        os.kill(pids[0], signal.SIGKILL)
+        out = run("fs", "lose", "--meta", addr, "1", "--wait").stdout
+        assert "declared lost" in out
+        assert "0 damaged" in run("fs", "check", "--meta", addr).stdout
+        run("fs", "get", "--meta", addr, "/a.bin", str(tmp_path / "out.bin"))
+        assert (tmp_path / "out.bin").read_bytes() == src.read_bytes()
+        _one_line_error(run("fs", "lose", "--meta", addr, "2", check=False), "answering")
+    finally:
+        run("fs", "stop", "--meta", addr)
+    _assert_exited(pids[1:])

@@ -123,3 +123,38 @@ def test_expand_and_shrink_across_hosts(netns_cluster, tmp_path, monkeypatch):
             close_checked(fs)
     finally:
         dep.stop()
+
+
+def test_encrypted_replicated_file_system_across_hosts_survives_a_host(netns_cluster, tmp_path, monkeypatch):
+    """CURVE between hosts, two copies of every block: a data host killed (its processes gone) loses nothing,
+    `lose` restores two copies on the others; a client without encryption cannot talk to the servers."""
+    from malleable.adhocfs import connect, start_fs
+    from malleable.adhocfs._admin import check_fs, lose_fs
+    from malleable.errors import ServerUnavailable
+
+    for k, v in netns_cluster.env().items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("MALLEABLE_ENCRYPT", "1")  # the launcher passes it to every server
+    hosts = netns_cluster.hosts
+    dep = start_fs(hosts[0], hosts[1:4], state=str(tmp_path / "st"), replicas=2)
+    try:
+        files = {f"/e{i}": random.Random(i).randbytes(random.Random(i).randrange(1 << 20, 3 << 20)) for i in range(4)}
+        with connect(dep.address, timeout=2.0) as fs:
+            for path, data in files.items():
+                with fs.open(path, "wb", block_size=128 * 1024) as f:
+                    f.write(data)
+            victim = next(s for s in fs.status().servers if s["host"] == hosts[2])
+            os.kill(victim["pid"], signal.SIGKILL)
+            for path, data in files.items():
+                with fs.open(path, "rb") as f:
+                    assert f.read() == data, path
+            lose_fs(dep.address, [victim["sid"]], wait=True)
+            assert check_fs(dep.address).files == []
+        monkeypatch.setenv("MALLEABLE_ENCRYPT", "0")
+        with pytest.raises(ServerUnavailable):
+            with connect(dep.address, timeout=1.0) as plain:
+                plain.listdir("/")
+        monkeypatch.setenv("MALLEABLE_ENCRYPT", "1")
+    finally:
+        monkeypatch.setenv("MALLEABLE_ENCRYPT", "1")
+        dep.stop()

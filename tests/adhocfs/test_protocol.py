@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from malleable._wire import MAGIC, _mac
+from malleable._wire import MAGIC, pack_raw
 from malleable.adhocfs import _protocol as P
 from malleable.errors import AuthError, ProtocolError
 
@@ -48,7 +48,7 @@ def vars_(m):
 
 def _frames(header, payloads=(), token=TOKEN):
     raw = json.dumps(dict(header, sizes=[len(p) for p in payloads])).encode()
-    return [MAGIC, raw, _mac(token, raw), *payloads]
+    return pack_raw(raw, token, payloads)
 
 
 def test_wrong_token_is_an_auth_error():

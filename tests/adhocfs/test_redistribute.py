@@ -96,3 +96,71 @@ def test_rebalance_moves_about_the_new_share_onto_new_servers():
     assert all(m.dst == 4 for m in moves)
     assert abs(len(moves) / 3000 - 0.25) < 0.03
     assert plan_rebalance([FileState(1, Layout.single(new), 5)], epochs2, new, {}).files == {}
+
+
+def _replicated(n_servers=4, nblocks=200, r=2):
+    eid, epochs = intern_epoch({}, range(1, n_servers + 1))
+    f = FileState(1, Layout.single(eid), nblocks, ((0, nblocks),))
+    inv: dict = collections.defaultdict(lambda: collections.defaultdict(list))
+    for b in range(nblocks):
+        for s in f.layout.replicas(epochs, 1, b, r):
+            inv[s][1].append(b)
+    return epochs, eid, f, inv
+
+
+def test_replicas_are_the_next_servers_in_rendezvous_order():
+    from malleable.adhocfs._placement import owner, owners
+
+    for b in range(500):
+        two = owners([1, 2, 3, 4], 7, b, 2)
+        assert two[0] == owner([1, 2, 3, 4], 7, b) and len(set(two)) == 2
+        rest = [s for s in (1, 2, 3, 4) if s != two[0]]
+        assert owners(rest, 7, b, 1)[0] == two[1]  # without the primary, the secondary takes over
+    assert owners([5], 1, 1, 3) == (5,)
+
+
+def test_losing_a_dead_replica_copies_from_the_survivor_and_damages_nothing():
+    epochs, eid, f, inv = _replicated()
+    dead = 3
+    del inv[dead]  # dead: absent from the inventory
+    plan = plan_shrink([f], epochs, eid, [dead], inv, "partial", replicas=2)
+    fp = plan.files[1]
+    assert fp.damaged == ()
+    had = {b for b in range(200) if dead in f.layout.replicas(epochs, 1, b, 2)}
+    assert {m.block for m in fp.moves} == had and len(fp.moves) == len(had)  # one new copy per lost one
+    for m in fp.moves:
+        assert m.src != dead and m.block in inv[m.src][1] and m.dst not in f.layout.replicas(epochs, 1, m.block, 2)
+        assert set(fp.layout.replicas(plan.epochs, 1, m.block, 2)) == {m.src, m.dst}
+    assert fp.drops == ()
+
+
+def test_losing_the_only_copy_reports_written_blocks_damaged():
+    epochs, eid, f, inv = _replicated(r=1)
+    on_dead = sorted(inv[2][1])
+    del inv[2]
+    plan = plan_shrink([f], epochs, eid, [2], inv, "partial", replicas=1)
+    assert list(plan.files[1].damaged) == on_dead and plan.files[1].moves == ()
+    unwritten = FileState(1, f.layout, 200, ((0, 10),))  # blocks never written are holes, not losses
+    plan = plan_shrink([unwritten], epochs, eid, [2], inv, "partial", replicas=1)
+    assert set(plan.files[1].damaged) == {b for b in on_dead if b < 10}
+
+
+def test_shrink_of_a_live_replica_moves_one_copy_and_drops_nothing_kept():
+    epochs, eid, f, inv = _replicated()
+    plan = plan_shrink([f], epochs, eid, [4], inv, "partial", replicas=2)
+    fp = plan.files[1]
+    assert plan.on_leaving == len(inv[4][1]) == len(fp.moves)
+    for m in fp.moves:  # the copy comes from a holder and lands outside the old set
+        new = fp.layout.replicas(plan.epochs, 1, m.block, 2)
+        assert m.dst in new and 4 not in new
+    assert fp.drops == ()  # surviving copies stay where they are
+
+
+def test_repair_plans_missing_copies():
+    from malleable.adhocfs._redistribute import plan_repair
+
+    epochs, eid, f, inv = _replicated()
+    inv[1][1] = inv[1][1][:10]  # server 1 restarted nearly empty
+    plan = plan_repair([f], epochs, eid, inv, 2)
+    assert all(m.dst == 1 for m in plan.moves) and plan.files[1].damaged == ()
+    assert len(plan.moves) == sum(1 for b in range(200) if 1 in f.layout.replicas(epochs, 1, b, 2)) - 10

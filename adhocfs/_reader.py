@@ -1,0 +1,304 @@
+"""Block requests of an open adhocfs file: collecting pipelined replies, sequential read-ahead, and careful reads
+that ask each copy of a block in turn and report a block no live server holds as EIO (never zeros).
+
+Mixed into :class:`~._client.AdhocFile` (which owns the layout, the connections and the state used here).
+"""
+
+from __future__ import annotations
+
+import errno
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import zmq
+
+from malleable.adhocfs._placement import block_range, in_ranges
+from malleable.adhocfs._protocol import BlockData, Data, Error, Get, GetBlocks, Message
+from malleable.adhocfs._rpc import Peer, raise_remote
+from malleable.errors import FsError, ServerUnavailable
+
+__all__ = ["DOWN_FOR", "BlockReader"]
+
+DOWN_FOR = 30.0  # seconds a server that did not answer is skipped by reads when another copy exists
+
+
+@dataclass
+class _Pending:
+    """A block request sent and not yet answered."""
+
+    key: tuple[int, int]  # (sid, request id)
+    block: int
+    offset: int
+    length: int
+    data: bytes | memoryview | None  # for puts
+    dest: int = 0  # for gets: offset in the caller's buffer
+    peer: Peer | None = None  # where the request went
+    blocks: tuple[int, ...] = ()  # for read-ahead requests: the blocks asked
+    parts: tuple[tuple[int, int, Any], ...] = ()  # for batched puts: (block, offset, data)
+
+
+class _Fallback(Exception):
+    """Read-ahead gave up (stale layout or a silent server): read the range the careful way."""
+
+
+class BlockReader:
+    """Reading blocks for :class:`~._client.AdhocFile` (see the module docstring)."""
+
+    fs: Any
+    fid: int
+    name: str
+    version: int
+    block_size: int
+    _size: int
+    _layout: Any
+    _addrs: dict[int, str]
+    _damaged: list[list[int]]
+    _write_ok: bool
+    _last_end: int
+    _pf_data: dict[int, Any]
+    _pf_pending: dict[tuple[int, int], Any]
+    _pf_next: int
+    _pf_size: int
+
+    def _where(self, block: int, skip: frozenset[int] = frozenset()) -> tuple[int, Peer]:  # AdhocFile
+        raise NotImplementedError
+
+    def _replicas(self, block: int) -> tuple[int, ...]:  # AdhocFile
+        raise NotImplementedError
+
+    def _is_written(self, block: int) -> bool:  # AdhocFile
+        raise NotImplementedError
+
+    def _lost(self, block: int, why: str) -> FsError:  # AdhocFile
+        raise NotImplementedError
+
+    def _refresh(self, wait_ready: bool) -> None:  # AdhocFile
+        raise NotImplementedError
+
+    def _read_cached(self, pos: int, out: memoryview) -> None:
+        """Serve sequential reads of read-only files from blocks fetched ahead: ``readahead`` block
+        requests stay in flight (to all servers at once) while the reader consumes earlier blocks, and
+        each received block is copied once, from its zmq frame straight into the caller's buffer."""
+        n = len(out)
+        ahead = self.fs.readahead
+        if self._write_ok or not ahead:
+            self._read_range(pos, out)
+            return
+        bs = self.block_size
+        if pos != self._last_end or self._pf_size != self._size:
+            self._pf_reset()  # not sequential, or the file grew: a block fetched short may have more bytes now
+        first, last = pos // bs, (pos + n - 1) // bs
+        end = min(-(-self._size // bs), last + 1 + ahead)
+        if (
+            last - first >= ahead
+            or self._layout.any_unallocated(first, end)
+            or any(in_ranges(self._damaged, b) for b in range(first, last + 1))
+        ):
+            self._pf_reset()  # large reads pipeline by themselves; holes need the layout refreshed
+            self._read_range(pos, out)
+            return
+        try:
+            if not self._pf_next or self._pf_next < first:
+                self._pf_reset()
+                self._pf_next = first
+            if self._pf_next <= last or end - self._pf_next >= max(1, ahead // 2):
+                self._pf_send(end)  # in batches: fewer, larger requests and replies
+            data = self._pf_data
+            dest = 0
+            for b, off, ln in block_range(pos, n, bs):
+                while b not in data:
+                    self._pf_collect()
+                chunk = data[b][off : off + ln]
+                got = len(chunk)
+                if got:
+                    out[dest : dest + got] = chunk
+                if got < ln:
+                    out[dest + got : dest + ln] = bytes(ln - got)
+                dest += ln
+            for b in range(first, (pos + n) // bs):  # blocks read to their end are not needed again
+                data.pop(b, None)
+        except _Fallback:
+            self._pf_reset()
+            self._read_range(pos, out)
+        except BaseException:
+            self._pf_reset()
+            raise
+
+    def _pf_send(self, end: int) -> None:
+        """Request blocks ``[_pf_next, end)`` (the whole block each), one request per server."""
+        bs = self.block_size
+        by_server: dict[int, tuple[Peer, list[int]]] = {}
+        for b in range(self._pf_next, end):
+            sid, p = self._where(b)
+            by_server.setdefault(sid, (p, []))[1].append(b)
+        for sid, (p, blocks) in by_server.items():
+            rid = p.send(GetBlocks(self.fid, blocks, bs, self.version))
+            self._pf_pending[(sid, rid)] = _Pending((sid, rid), blocks[0], 0, bs, None, 0, p, tuple(blocks))
+        self._pf_next = max(self._pf_next, end)
+        self._pf_size = self._size
+
+    def _pf_collect(self) -> None:
+        """Wait for at least one read-ahead reply."""
+        if not self._pf_pending:
+            raise _Fallback
+        try:
+            got = self._collect(self._pf_pending, f"reading {self.name}")
+        except ServerUnavailable:
+            raise _Fallback from None  # the careful path refreshes the layout and retries or reports
+        for rec, reply in got:
+            if isinstance(reply, BlockData) and len(reply.parts) == len(rec.blocks):
+                for b, found, part in zip(rec.blocks, reply.found, reply.parts, strict=True):
+                    if not found and self._is_written(b):
+                        raise _Fallback  # the careful path asks the other copies or reports the loss
+                    self._pf_data[b] = part  # absent and never written: a hole
+            elif isinstance(reply, Error) and reply.kind == "stale":
+                raise _Fallback
+            elif isinstance(reply, Error):
+                raise_remote(reply, f"data server {rec.key[0]}, reading {self.name}")
+            else:
+                raise FsError(f"unexpected reply {reply.TYPE!r} reading {self.name}")
+
+    def _pf_reset(self) -> None:
+        """Forget read-ahead: received blocks and requests in flight (their late replies are dropped)."""
+        for rec in self._pf_pending.values():
+            if rec.peer is not None:
+                rec.peer.forget(rec.key[1])
+        self._pf_pending.clear()
+        self._pf_data.clear()
+        self._pf_next = 0
+
+    def _collect(
+        self, pending: dict[tuple[int, int], _Pending], what: str
+    ) -> Iterable[tuple[_Pending, Message]]:
+        """Wait for at least one reply among ``pending`` (removing answered entries) and yield them.
+
+        Replies to requests of other files on the same connections are kept for them (``Peer.stash``)."""
+        peers: dict[int, tuple[int, Peer]] = {}
+        for rec in pending.values():
+            p = rec.peer
+            if p is not None and id(p) not in peers:
+                peers[id(p)] = (rec.key[0], p)
+        out = []
+        for sid, p in peers.values():
+            if p.stash:
+                for rid in [r for r in p.stash if (sid, r) in pending]:
+                    out.append((pending.pop((sid, rid)), p.stash.pop(rid)))
+        if out:
+            return out
+        for sid, p in peers.values():  # replies already queued: no need to poll
+            self._take(sid, p, pending, out)
+        if out:
+            return out
+        by_sock = {}
+        poller = zmq.Poller()
+        for sid, p in peers.values():
+            if p.pending:
+                poller.register(p.sock, zmq.POLLIN)
+                by_sock[p.sock] = (sid, p)
+        ready = dict(poller.poll(int(self.fs.timeout * 1000))) if by_sock else {}
+        if not ready:
+            sid = min(s for s, _ in peers.values()) if peers else min(k[0] for k in pending)
+            p = next((q for s, q in peers.values() if s == sid), None)
+            name = p.name if p else f"data server {sid}"
+            until = time.monotonic() + DOWN_FOR
+            for s, p in peers.values():
+                if p.pending:
+                    self.fs.down[s] = until  # silent: reads use the other copies for a while
+                p.reset()
+            pending.clear()
+            raise ServerUnavailable(f"{name} did not answer within {self.fs.timeout:g} s ({what})")
+        for sock in ready:
+            sid, p = by_sock[sock]
+            self._take(sid, p, pending, out)
+        return out
+
+    @staticmethod
+    def _take(sid: int, p: Peer, pending: dict[tuple[int, int], _Pending], out: list[Any]) -> None:
+        """Move the replies queued on ``p`` into ``out`` (those for ``pending``) or ``p.stash`` (others)."""
+        if not p.pending:
+            return
+        while (got := p.try_recv()) is not None:
+            msg, rid = got
+            rec = pending.pop((sid, rid), None)
+            if rec is not None:
+                out.append((rec, msg))
+            else:
+                p.stash[rid] = msg  # another file's request on this connection
+
+    def _read_range(self, pos: int, out: memoryview) -> None:
+        """Fill ``out`` with the file bytes at ``pos``: holes (never written) read as zeros; a written block is
+        asked of its copies in turn, and one that no live server holds raises EIO naming the byte range (never
+        zeros). Re-fetches the layout and retries when a server answers ``stale`` or not at all."""
+        pieces = block_range(pos, len(out), self.block_size)
+        if pieces and self._layout.any_unallocated(pieces[0][0], pieces[-1][0] + 1):
+            self._refresh(False)  # another client may have allocated (and written) these blocks
+        todo: list[tuple[int, int, int, int, frozenset[int]]] = []
+        for (b, off, ln), dest in zip(pieces, _offsets(pieces), strict=True):
+            if in_ranges(self._damaged, b):
+                raise self._lost(b, "no copy survived a lost data server ('malleable fs check' lists damaged files)")
+            if self._layout.allocated(b):
+                todo.append((b, off, ln, dest, frozenset()))
+            else:  # never written: a hole
+                out[dest : dest + ln] = bytes(ln)
+        for _attempt in range(5):
+            pending: dict[tuple[int, int], _Pending] = {}
+            failed: list[tuple[int, int, int, int, frozenset[int]]] = []
+            skips: dict[tuple[int, int], frozenset[int]] = {}
+            queue = list(todo)
+            version = self.version
+            try:
+                while queue or pending:
+                    while queue and len(pending) < 4 * self.fs.window:
+                        b, off, ln, dest, skip = queue.pop(0)
+                        sid, p = self._where(b, skip)
+                        rid = p.send(Get(self.fid, b, off, ln, self.version))
+                        pending[(sid, rid)] = _Pending((sid, rid), b, off, ln, None, dest, p)
+                        skips[(sid, rid)] = skip
+                    for rec, reply in self._collect(pending, f"reading {self.name}"):
+                        skip = skips.pop(rec.key)
+                        if isinstance(reply, Data):
+                            got = len(reply.data)
+                            if not reply.found and self._is_written(rec.block):
+                                skip = skip | {rec.key[0]}
+                                if set(self._replicas(rec.block)) <= skip:
+                                    raise self._lost(rec.block, f"no live data server holds it (asked {sorted(skip)})")
+                                queue.append((rec.block, rec.offset, rec.length, rec.dest, skip))
+                                continue
+                            if got:
+                                out[rec.dest : rec.dest + got] = reply.data
+                            out[rec.dest + got : rec.dest + rec.length] = bytes(rec.length - got)
+                        elif isinstance(reply, Error) and reply.kind == "stale":
+                            failed.append((rec.block, rec.offset, rec.length, rec.dest, skip))
+                        elif isinstance(reply, Error):
+                            raise_remote(reply, f"data server {rec.key[0]}, reading {self.name}")
+                        else:
+                            raise FsError(f"unexpected reply {reply.TYPE!r} reading {self.name}")
+            except ServerUnavailable:
+                addrs = dict(self._addrs)
+                self._refresh(False)
+                now = time.monotonic()
+                other_copies = all(
+                    any(self.fs.down.get(s, 0) <= now for s in self._replicas(b)) for b, *_ in todo
+                )
+                if self.version == version and self._addrs == addrs and not other_copies:
+                    raise
+                continue  # a server left, came back elsewhere, or another copy can answer: retry everything
+            finally:
+                for rec in pending.values():  # abandoned after an error: late replies are dropped
+                    if rec.peer is not None:
+                        rec.peer.forget(rec.key[1])
+            if not failed:
+                return
+            todo = failed
+            self._refresh(False)
+        raise FsError(errno.EIO, f"{self.name}: layout kept changing while reading")
+
+
+def _offsets(pieces: list[tuple[int, int, int]]) -> list[int]:
+    out, acc = [], 0
+    for _, _, ln in pieces:
+        out.append(acc)
+        acc += ln
+    return out
