@@ -5,12 +5,17 @@ A message is a list of zmq frames ``[MAGIC, header, seal, *payloads]``:
 
 * ``header`` is UTF-8 JSON, an object with at least ``v`` (int version) and ``type`` (str); it lists the
   payload sizes under ``sizes``;
-* ``seal`` is 56 bytes: the sender's session id (8 random bytes per thread and process), a per-session
-  counter (8 bytes), the send time (8-byte float, seconds since the epoch) and an HMAC-SHA256 (32 bytes)
-  over ``MAGIC``, the first 24 bytes of the seal, the header and every payload frame, each with its length
-  (payloads over 64 KiB in all enter the HMAC as their Poly1305 tag under a one-time key derived from the
-  seal: the same guarantee at a quarter of the cost);
+* ``seal`` is 56 bytes or more: the sender's session id (8 random bytes per thread and process), a per-session
+  counter (8 bytes), the send time (8-byte float, seconds since the epoch), the sender's key id (0 to 64 ASCII
+  bytes: none for the shared secret, e.g. ``user:ann`` or ``job:12`` for a personal key) and an HMAC-SHA256
+  (32 bytes) over ``MAGIC``, everything in the seal before the MAC, the header and every payload frame, each
+  with its length (payloads over 64 KiB in all enter the HMAC as their Poly1305 tag under a one-time key derived
+  from the seal: the same guarantee at a quarter of the cost);
 * ``payloads`` are raw bytes (block data of adhocfs).
+
+A receiver holding several keys (:class:`Keyring`: the controller, which knows the key of every user and job)
+reads the key id first and checks the message with that key; a receiver of one key (:class:`Wire`) refuses any
+other key id. Peers that share one secret send no key id, so their seals are the 56 bytes of the first version.
 
 The receiver checks, in this order: frame count, magic, header size and seal size (before any hashing), the MAC
 (constant-time compare), then that the send time is within ``MALLEABLE_WIRE_WINDOW`` seconds (default 120) of
@@ -22,7 +27,7 @@ network is ever unpickled. Each part's protocol module defines its message types
 
 Notes:
     The sender and receiver state (session, counter, accepted counters) lives in one :class:`Wire` per thread
-    and secret (:func:`shared`): a process-wide cache like ``zmq.Context.instance()``, because replay
+    and key (:func:`shared`): a process-wide cache like ``zmq.Context.instance()``, because replay
     memory belongs to the receiving process and the call-compatible :func:`pack`/:func:`unpack` carry no
     other handle. A thread that only receives still gets its own session. A forked child starts fresh.
 
@@ -57,16 +62,22 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_FRAMES",
     "MAX_HEADER",
+    "MAX_KEY_ID",
     "REPLAY_SPAN",
+    "SEAL_SIZE",
+    "Keyring",
     "MessageTypes",
     "ReplayGuard",
     "Wire",
     "check_fields",
     "encryption_wanted",
+    "key_id_of",
     "limit_frames",
     "pack",
     "pack_raw",
+    "peek_id",
     "secure_socket",
+    "server_public_key",
     "shared",
     "unpack",
 ]
@@ -78,9 +89,12 @@ MAX_FRAMES = 4096 + 3  # frames of one message (adhocfs replies carry up to 1024
 REPLAY_SPAN = 1 << 14  # counters remembered per session (messages may arrive this much out of order)
 START_SKEW = 30.0  # seconds before its own start a receiver still accepts a message from
 BULK = 1 << 16  # payload bytes above which payloads are MACed with Poly1305 (one-time key) inside the HMAC
+MAX_KEY_ID = 64  # bytes of a key id in the seal
 
 _SEAL = struct.Struct("!8sQd")
-SEAL_SIZE = _SEAL.size + 32
+_MAC = 32
+SEAL_SIZE = _SEAL.size + _MAC  # a seal without key id (the shared secret)
+_KEY_ID = re.compile(r"[A-Za-z0-9_.:@+-]{1,64}")
 _LEN4 = struct.Struct("!I")
 _LEN8 = struct.Struct("!Q")
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
@@ -171,12 +185,19 @@ class Wire:
     peer (tests, tools).
 
     Args:
-        token: the shared secret.
+        token: the shared secret (or a personal key's secret).
         window: the replay window in seconds (default ``MALLEABLE_WIRE_WINDOW`` or 120).
         clock: wall-clock time source.
+        key_id: the key's id, sent in every seal ("" for the shared secret: no id, the first version's seal);
+            a message sealed under another key id is refused.
     """
 
-    def __init__(self, token: bytes, window: float | None = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, token: bytes, window: float | None = None, clock: Callable[[], float] = time.time,
+                 key_id: str = "") -> None:
+        if key_id and not _KEY_ID.fullmatch(key_id):
+            raise ConfigError(f"bad key id {key_id[:80]!r}: up to {MAX_KEY_ID} of A-Z a-z 0-9 _ . : @ + -")
+        self.key_id = key_id
+        self._kid = key_id.encode()
         self.key = _derive(token, b"mac")
         self.bulk_key = _derive(token, b"bulk mac")
         self.session = secrets.token_bytes(8)
@@ -206,37 +227,29 @@ class Wire:
 
     def pack_raw(self, raw: bytes, payloads: Sequence[Any] = ()) -> list[Any]:
         """Frames for an already encoded header ``raw`` (sealed as is; for tools and tests)."""
-        seal = _SEAL.pack(self.session, next(self._counter), self.clock())
+        seal = _SEAL.pack(self.session, next(self._counter), self.clock()) + self._kid
         return [MAGIC, raw, seal + self._mac(seal, raw, payloads), *payloads]
 
     def unpack(self, frames: Sequence[Any], versions: tuple[int, ...]) -> tuple[dict[str, Any], list[Any]]:
         """Check and decode frames into ``(header, payloads)``.
 
         Raises:
-            AuthError: the MAC does not match the shared secret.
+            AuthError: the MAC does not match the key, or the message names another key id.
             ReplayError: a replayed message, or one sent outside the time window.
             ProtocolError: wrong magic, frame count, sizes, nesting, JSON, version or payload sizes.
         """
-        n = len(frames)
-        if n < 3:
-            raise ProtocolError(f"truncated message: {n} frame(s), need at least 3")
-        if n > MAX_FRAMES:
-            raise ProtocolError(f"too many frames ({n} > {MAX_FRAMES})")
-        if _nbytes(frames[0]) != len(MAGIC) or bytes(frames[0]) != MAGIC:
-            raise ProtocolError("not a malleable message (bad magic; an older or foreign peer?)")
-        if _nbytes(frames[1]) > MAX_HEADER:
-            raise ProtocolError(f"header too large ({_nbytes(frames[1])} > {MAX_HEADER} bytes)")
-        if _nbytes(frames[2]) != SEAL_SIZE:
-            raise AuthError("message not authenticated: no valid seal")
+        kid = _key_id_bytes(frames)
+        if kid != self._kid:
+            raise AuthError(f"message sealed with key {_show(kid)}, this side holds {_show(self._kid)}")
         raw, sealed = bytes(frames[1]), bytes(frames[2])
         # zmq.Frame payloads (recv with copy=False) are handed out as memoryviews: a Frame assigned directly
         # into a memoryview slice crashes the interpreter (pyzmq 27 buffer export), a memoryview of it does not.
         payloads = [p if isinstance(p, (bytes, bytearray, memoryview)) else memoryview(p) for p in frames[3:]]
-        seal, mac = sealed[: _SEAL.size], sealed[_SEAL.size :]
+        seal, mac = sealed[:-_MAC], sealed[-_MAC:]
         if not hmac.compare_digest(mac, self._mac(seal, raw, payloads)):
-            raise AuthError("message not authenticated: wrong or missing shared secret (MALLEABLE_TOKEN), "
-                            "or the message was altered")
-        session, counter, sent = _SEAL.unpack(seal)
+            what = f"key {self.key_id}" if self.key_id else "shared secret (MALLEABLE_TOKEN)"
+            raise AuthError(f"message not authenticated: wrong or missing {what}, or the message was altered")
+        session, counter, sent = _SEAL.unpack(seal[: _SEAL.size])
         self.guard.check(session, counter, sent)
         _check_depth(raw)
         try:
@@ -260,6 +273,127 @@ def _nbytes(frame: Any) -> int:
     return memoryview(frame).nbytes if not isinstance(frame, bytes) else len(frame)
 
 
+def _key_id_bytes(frames: Sequence[Any]) -> bytes:
+    """The key id in a message's seal, after the checks that need no key: frame count, magic, header and seal
+    sizes (nothing is hashed or parsed yet)."""
+    n = len(frames)
+    if n < 3:
+        raise ProtocolError(f"truncated message: {n} frame(s), need at least 3")
+    if n > MAX_FRAMES:
+        raise ProtocolError(f"too many frames ({n} > {MAX_FRAMES})")
+    if _nbytes(frames[0]) != len(MAGIC) or bytes(frames[0]) != MAGIC:
+        raise ProtocolError("not a malleable message (bad magic; an older or foreign peer?)")
+    if _nbytes(frames[1]) > MAX_HEADER:
+        raise ProtocolError(f"header too large ({_nbytes(frames[1])} > {MAX_HEADER} bytes)")
+    if not SEAL_SIZE <= _nbytes(frames[2]) <= SEAL_SIZE + MAX_KEY_ID:
+        raise AuthError("message not authenticated: no valid seal")
+    return bytes(frames[2])[_SEAL.size:-_MAC]
+
+
+def _show(kid: bytes) -> str:
+    return repr(kid.decode("ascii", "replace")[:MAX_KEY_ID]) if kid else "the shared secret (no key id)"
+
+
+def key_id_of(frames: Sequence[Any]) -> str:
+    """The key id a message claims (not yet verified: the MAC is checked with that key afterwards); "" for the
+    shared secret.
+
+    Raises:
+        ProtocolError: wrong frame count, magic or header size.
+        AuthError: no valid seal, or a key id that is not a key id.
+    """
+    kid = _key_id_bytes(frames)
+    if not kid:
+        return ""
+    text = kid.decode("ascii", "replace")
+    if not _KEY_ID.fullmatch(text):
+        raise AuthError("message not authenticated: malformed key id in the seal")
+    return text
+
+
+def peek_id(frames: Sequence[Any]) -> int:
+    """The request id ``id`` of a message's header, read without authenticating it (0 if there is none): for
+    answering an authentic message that was refused after its MAC passed (a replay, a clock out of the window),
+    so the sender can match the refusal to its request."""
+    try:
+        raw = bytes(frames[1])
+        if len(raw) > MAX_HEADER:
+            return 0
+        _check_depth(raw)
+        rid = json.loads(raw).get("id", 0)
+    except (IndexError, TypeError, ValueError, AttributeError, ProtocolError, RecursionError):
+        return 0
+    return rid if type(rid) is int and 0 <= rid < (1 << 63) else 0
+
+
+class Keyring:
+    """A receiver holding several keys, told apart by the key id of each message (the controller daemon: the
+    operator's shared secret, each user's key, each running job's key).
+
+    ``lookup(key_id)`` returns the secret of a key id, or None when there is no such key (never issued, revoked,
+    or its job ended); it is asked at every message, so revoking a key takes effect at once. Each key has its own
+    :class:`Wire` (its sender session, and its replay memory, so one key cannot disturb another's); the Wire of a
+    key that disappears is dropped, and a new secret under the same id gets a fresh one.
+
+    Args:
+        lookup: key id -> secret or None.
+        window: the replay window (default ``MALLEABLE_WIRE_WINDOW`` or 120).
+        clock: wall-clock time source.
+    """
+
+    def __init__(self, lookup: Callable[[str], bytes | None], window: float | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.lookup, self.window, self.clock = lookup, window, clock
+        self._wires: dict[str, tuple[bytes, Wire]] = {}
+
+    def wire(self, key_id: str) -> Wire | None:
+        """The Wire of ``key_id`` (None if the key does not exist)."""
+        secret = self.lookup(key_id)
+        held = self._wires.get(key_id)
+        if secret is None:
+            if held is not None:
+                del self._wires[key_id]
+            return None
+        if held is None or not hmac.compare_digest(held[0], secret):
+            held = self._wires[key_id] = (secret, Wire(secret, self.window, self.clock, key_id))
+        return held[1]
+
+    def unpack(self, frames: Sequence[Any], versions: tuple[int, ...]) -> tuple[str, dict[str, Any], list[Any]]:
+        """Check frames with the key they name: ``(key id, header, payloads)``.
+
+        Raises:
+            AuthError: an unknown key id, or the MAC does not match that key.
+            ReplayError, ProtocolError: as :meth:`Wire.unpack`.
+        """
+        kid = key_id_of(frames)
+        w = self.wire(kid)
+        if w is None:
+            raise AuthError(f"message not authenticated: unknown key {kid!r} (never issued, removed, or its job "
+                            "has ended)")
+        header, payloads = w.unpack(frames, versions)
+        return kid, header, payloads
+
+    def pack(self, key_id: str, header: Mapping[str, Any], payloads: Sequence[bytes | memoryview] = ()) -> list[Any]:
+        """Frames for ``header`` sealed with the key ``key_id`` (a reply goes back under the request's key).
+
+        Raises:
+            AuthError: no such key.
+        """
+        w = self.wire(key_id)
+        if w is None:
+            raise AuthError(f"no key {key_id!r}")
+        return w.pack(header, payloads)
+
+    def prune(self) -> int:
+        """Drop the Wires of keys that no longer exist; returns how many are kept."""
+        for kid in list(self._wires):
+            self.wire(kid)
+        return len(self._wires)
+
+    def __len__(self) -> int:
+        return len(self._wires)
+
+
 def _check_depth(raw: bytes) -> None:
     """Refuse a header nested deeper than :data:`MAX_DEPTH` before ``json.loads`` recurses into it."""
     if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
@@ -278,38 +412,41 @@ def _check_depth(raw: bytes) -> None:
 
 @dataclass
 class _Shared:
-    wires: dict[bytes, Wire]
+    wires: dict[tuple[bytes, str], Wire]
     pid: int
 
 
 _local = threading.local()
 
 
-def shared(token: bytes) -> Wire:
-    """This thread's :class:`Wire` for ``token`` (created on first use; new in a forked child)."""
+def shared(token: bytes, key_id: str = "") -> Wire:
+    """This thread's :class:`Wire` for ``token`` under ``key_id`` (created on first use; new in a forked
+    child)."""
     st: _Shared | None = getattr(_local, "st", None)
     pid = os.getpid()
     if st is None or st.pid != pid:
         st = _local.st = _Shared({}, pid)
-    w = st.wires.get(token)
+    w = st.wires.get((token, key_id))
     if w is None:
-        w = st.wires[token] = Wire(token)
+        w = st.wires[(token, key_id)] = Wire(token, key_id=key_id)
     return w
 
 
-def pack(header: Mapping[str, Any], token: bytes, payloads: Sequence[bytes | memoryview] = ()) -> list[Any]:
-    """Frames for ``header`` and ``payloads``, sealed with this thread's session for ``token``."""
-    return shared(token).pack(header, payloads)
+def pack(header: Mapping[str, Any], token: bytes, payloads: Sequence[bytes | memoryview] = (),
+         key_id: str = "") -> list[Any]:
+    """Frames for ``header`` and ``payloads``, sealed with this thread's session for ``token`` (and ``key_id``)."""
+    return shared(token, key_id).pack(header, payloads)
 
 
-def pack_raw(raw: bytes, token: bytes, payloads: Sequence[Any] = ()) -> list[Any]:
+def pack_raw(raw: bytes, token: bytes, payloads: Sequence[Any] = (), key_id: str = "") -> list[Any]:
     """Frames for an encoded header ``raw`` sealed as is (a valid MAC over any bytes: for tests and tools)."""
-    return shared(token).pack_raw(raw, payloads)
+    return shared(token, key_id).pack_raw(raw, payloads)
 
 
-def unpack(frames: Sequence[Any], token: bytes, versions: tuple[int, ...]) -> tuple[dict[str, Any], list[Any]]:
-    """Check frames with this thread's receiver state for ``token``; see :meth:`Wire.unpack`."""
-    return shared(token).unpack(frames, versions)
+def unpack(frames: Sequence[Any], token: bytes, versions: tuple[int, ...],
+           key_id: str = "") -> tuple[dict[str, Any], list[Any]]:
+    """Check frames with this thread's receiver state for ``token`` (and ``key_id``); see :meth:`Wire.unpack`."""
+    return shared(token, key_id).unpack(frames, versions)
 
 
 # ------------------------------------------------------------------------------------------- sockets
@@ -343,29 +480,46 @@ def _server_keys(token: bytes) -> tuple[bytes, bytes]:
     return zmq.curve_public(secret), secret
 
 
-def secure_socket(sock: zmq.Socket[Any], token: bytes, server: bool, encrypt: bool | None = None) -> bool:
+def server_public_key(token: bytes) -> str:
+    """The CURVE public key (Z85 text) of a server whose key pair derives from ``token``: not secret; a client
+    without the token (a user or job key) needs it to talk to that server encrypted."""
+    return _server_keys(token)[0].decode()
+
+
+def secure_socket(sock: zmq.Socket[Any], token: bytes | None, server: bool, encrypt: bool | None = None,
+                  server_key: str | bytes | None = None) -> bool:
     """Turn on CURVE encryption on ``sock`` (before bind/connect) when wanted; returns whether it did.
 
-    The server's key pair is derived from the shared secret, so a client must hold the secret to complete the
-    handshake; a client uses a fresh key pair per socket.
+    The server's key pair is derived from the shared secret, so a client holding the secret can complete the
+    handshake; a client holding only a personal key gives the server's public key (``server_key``) instead.
+    A client uses a fresh key pair per socket.
 
     Args:
         sock: a socket not yet bound or connected.
-        token: the shared secret.
+        token: the shared secret (may be None on a client that gives ``server_key``).
         server: True on the binding side.
         encrypt: force on or off (default :func:`encryption_wanted`).
+        server_key: the server's public key (Z85), clients only; default: derived from ``token``.
+
+    Raises:
+        ConfigError: a client with neither ``token`` nor ``server_key``.
     """
     if not (encryption_wanted() if encrypt is None else encrypt):
         return False
-    public, secret = _server_keys(token)
     if server:
+        if token is None:
+            raise ConfigError("an encrypted server needs the shared secret")
         sock.curve_server = True
-        sock.curve_secretkey = secret
-    else:
-        cpub, csec = zmq.curve_keypair()
-        sock.curve_serverkey = public
-        sock.curve_publickey = cpub
-        sock.curve_secretkey = csec
+        sock.curve_secretkey = _server_keys(token)[1]
+        return True
+    if server_key is None:
+        if token is None:
+            raise ConfigError("encryption is on (MALLEABLE_ENCRYPT) but the server's public key is unknown")
+        server_key = _server_keys(token)[0]
+    cpub, csec = zmq.curve_keypair()
+    sock.curve_serverkey = server_key.encode() if isinstance(server_key, str) else server_key
+    sock.curve_publickey = cpub
+    sock.curve_secretkey = csec
     return True
 
 

@@ -6,8 +6,8 @@ order received for an earlier ask, so an order takes effect at most one probe af
 Acknowledgements (``committed``, ``refused``) are repeated at each probe until the controller confirms them, so
 one survives a controller restart; the controller ignores duplicates.
 
-Environment: ``MALLEABLE_CONTROLLER`` (``tcp://host:port``), ``MALLEABLE_JOB`` (the job id) and the shared
-secret (``MALLEABLE_TOKEN`` or the key file).
+Environment: ``MALLEABLE_CONTROLLER`` (``tcp://host:port``), ``MALLEABLE_JOB`` (the job id) and the job's own
+key (``MALLEABLE_KEY``, which speaks only for this job; see ``malleable._secret.load_credential``).
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from typing import Any
 
 import zmq
 
-from malleable._secret import load_token
+from malleable._secret import load_credential
 from malleable.controller.daemon import _protocol as P
+from malleable.controller.daemon._client import prepare_socket
 from malleable.errors import ConfigError, MalleableError
 from malleable.runtime._layout import Layout
 from malleable.runtime._types import Decision
@@ -42,7 +43,7 @@ class ControllerSource:
     Args:
         address: the daemon's ``tcp://host:port``.
         job_id: the job's id.
-        token: the shared secret.
+        token: the job's key (a :class:`~malleable._secret.Credential`), or the operator's shared secret.
     """
 
     local = False
@@ -54,6 +55,7 @@ class ControllerSource:
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.SNDHWM, 100)
         self.sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+        prepare_socket(self.sock, token)  # frame limit; CURVE when MALLEABLE_ENCRYPT is on
         self.sock.connect(address)
         self._ids = itertools.count(1)
         self._poll_rid = 0            # id of the outstanding poll (0: none)
@@ -77,7 +79,7 @@ class ControllerSource:
             raise ConfigError(f"MALLEABLE_CONTROLLER must be tcp://HOST:PORT, got {addr!r}")
         if not job.isdigit():
             raise ConfigError(f"MALLEABLE_JOB must be the job id (an integer), got {job!r}")
-        return cls(addr, int(job), load_token(create=False))
+        return cls(addr, int(job), load_credential())
 
     # -- plumbing --------------------------------------------------------------------------------------------
     def _send(self, msg: P.Message, reliable: bool = False) -> int:

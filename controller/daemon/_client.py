@@ -12,20 +12,30 @@ from typing import Any
 
 import zmq
 
-from malleable._secret import load_token
-from malleable.errors import AuthError, MalleableError, ProtocolError, Refusal, UnknownJob
+from malleable._secret import Credential, load_credential, user_key_path
+from malleable._wire import encryption_wanted, limit_frames, secure_socket
+from malleable.errors import AuthError, ConfigError, MalleableError, ProtocolError, Refusal, ReplayError, UnknownJob
 
 from . import _protocol as P
+from ._access import secret_looking
 from ._paths import addr_file, default_state
 
-__all__ = ["Client", "ControllerUnavailable", "find_address"]
+__all__ = ["MAX_FRAME", "SERVER_KEY_ENV", "Client", "ControllerUnavailable", "find_address", "prepare_socket"]
 
 _ERRORS: dict[str, type[MalleableError]] = {
     "UnknownJob": UnknownJob,
     "Refused": Refusal,
     "AuthError": AuthError,
+    "ReplayError": ReplayError,
     "ProtocolError": ProtocolError,
 }
+
+SERVER_KEY_ENV = "MALLEABLE_CONTROLLER_CURVE"
+"""The daemon's CURVE public key (Z85), for clients without the operator's secret when encryption is on."""
+
+MAX_FRAME = 4 << 20
+"""Largest frame a controller socket accepts (zmq ``MAXMSGSIZE``, before authentication): a header is at most
+1 MiB (``malleable._wire.MAX_HEADER``), so 4 MiB leaves slack and stops a peer from making a socket buffer more."""
 
 
 class ControllerUnavailable(MalleableError):
@@ -38,18 +48,44 @@ def find_address(address: str | None = None, state: str | None = None) -> str:
     Raises:
         ControllerUnavailable: no address is known (no daemon was started with that state file).
     """
+    return _locate(address, state)[0]
+
+
+def _locate(address: str | None, state: str | None) -> tuple[str, dict[str, Any]]:
+    """The address and what the daemon's address file says (its CURVE public key), if it was read."""
     if address:
-        return address if "://" in address else f"tcp://{address}"
+        return (address if "://" in address else f"tcp://{address}"), {}
     env = os.environ.get("MALLEABLE_CONTROLLER")
     if env and not state:
-        return env
+        return env, {}
     st = state or default_state()
     af = addr_file(st)
     try:
-        return str(json.loads(af.read_text())["address"])
-    except (OSError, ValueError, KeyError):
+        info = json.loads(af.read_text())
+        return str(info["address"]), info
+    except (OSError, ValueError, KeyError, TypeError):
         raise ControllerUnavailable(f"no controller running for state {st} (start one with 'malleable "
                                     "controller start', or give --controller ADDR)") from None
+
+
+def prepare_socket(sock: zmq.Socket[Any], key: Credential | bytes, server_key: str | None = None) -> None:
+    """Set up a client socket to the daemon before it connects: the frame limit, and CURVE encryption when
+    ``MALLEABLE_ENCRYPT`` is on (the daemon's public key: ``server_key``, else ``MALLEABLE_CONTROLLER_CURVE``,
+    else derived from the operator's secret).
+
+    Raises:
+        ConfigError: encryption is on and a user's or job's key does not know the daemon's public key.
+    """
+    if isinstance(key, bytes):
+        key = Credential("", key)
+    limit_frames(sock, MAX_FRAME)
+    if not encryption_wanted():
+        return
+    server_key = server_key or os.environ.get(SERVER_KEY_ENV) or None
+    if server_key is None and key.key_id:
+        raise ConfigError(f"encryption is on (MALLEABLE_ENCRYPT) but the controller's public key is unknown: set "
+                          f"{SERVER_KEY_ENV} (shown by 'malleable controller status' as 'curve')")
+    secure_socket(sock, None if key.key_id else key.secret, server=False, encrypt=True, server_key=server_key)
 
 
 class Client:
@@ -67,19 +103,31 @@ class Client:
     Args:
         address: ``tcp://host:port`` (see :func:`find_address` for the default).
         state: the daemon's state file, to find its address.
-        token: the shared secret (default ``MALLEABLE_TOKEN`` or the key file).
+        token: the operator's shared secret (speak as the operator).
         timeout: seconds to wait for each reply.
+        key: a user's or job's key (default: ``token`` if given, else :func:`~malleable._secret.load_credential`:
+            ``MALLEABLE_KEY``, ``MALLEABLE_TOKEN``, the user's key file, the shared secret's key file).
     """
 
     def __init__(self, address: str | None = None, state: str | None = None, token: bytes | None = None,
-                 timeout: float = 10.0) -> None:
-        self.address = find_address(address, state)
-        self.token = token if token is not None else load_token(create=False)
+                 timeout: float = 10.0, key: Credential | None = None) -> None:
+        self.address, info = _locate(address, state)
+        if key is None:
+            key = Credential("", token) if token is not None else load_credential()
+        self.key = key
         self.timeout = timeout
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.connect(self.address)
+        try:
+            self.sock.setsockopt(zmq.LINGER, 0)
+            prepare_socket(self.sock, key, info.get("curve") or None)
+            self.sock.connect(self.address)
+        except zmq.ZMQError as e:
+            self.close()
+            raise ConfigError(f"cannot connect to {self.address}: {e}") from None
+        except BaseException:
+            self.close()
+            raise
         self._ids = itertools.count(1)
 
     def close(self) -> None:
@@ -98,10 +146,13 @@ class Client:
 
         Raises:
             ControllerUnavailable: no reply within the timeout.
-            UnknownJob, Refusal, AuthError, ProtocolError: the daemon refused the request.
+            AuthError: the daemon did not accept this key (its answer cannot be authenticated with it).
+            ReplayError: the request or the reply was refused as replayed or sent outside the time window: the
+                clocks of this host and the daemon's differ.
+            UnknownJob, Refusal, ProtocolError: the daemon refused the request.
         """
         rid = next(self._ids)
-        self.sock.send_multipart([b"", *P.encode(msg, self.token, rid)])
+        self.sock.send_multipart([b"", *P.encode(msg, self.key, rid)])
         wait = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + wait
         while True:
@@ -113,29 +164,43 @@ class Client:
             if frames and frames[0] == b"":
                 frames = frames[1:]
             try:
-                reply, got = P.decode(frames, self.token)
+                reply, got = P.decode(frames, self.key)
+            except ReplayError as e:
+                raise ReplayError(f"the controller's answer was refused here: {e}") from None
             except AuthError:
-                raise AuthError("the controller answered with another shared secret: use the same "
-                                "MALLEABLE_TOKEN (or key file) as the daemon") from None
+                raise AuthError(self._not_accepted()) from None
             if got == rid:
                 break
         if isinstance(reply, P.Error):
+            if reply.kind == "ReplayError":
+                raise ReplayError(f"the controller refused the request: {reply.msg}")
             cls = _ERRORS.get(reply.kind, MalleableError)
             raise cls(reply.msg)
         return reply
+
+    def _not_accepted(self) -> str:
+        if not self.key.key_id:
+            return ("the controller did not accept the shared secret (it answered under another one): use the "
+                    "daemon's MALLEABLE_TOKEN or key file")
+        return (f"the controller did not accept the key {self.key.key_id} (a wrong or removed key, a job that "
+                f"ended, or another controller): check MALLEABLE_KEY or {user_key_path()}")
 
     # -- conveniences ----------------------------------------------------------------------------------------
     def submit(self, cmd: list[str], nodes: int = 1, min_nodes: int = 0, max_nodes: int = 0,
                malleable: bool = False, time_limit: float = 0.0, name: str = "", out: str = "", err: str = "",
                cwd: str | None = None, env: dict[str, str] | None = None, speedup: str = "",
-               constraint: str = "", user: str | None = None) -> int:
+               constraint: str = "", user: str | None = None, unlimited: bool = False) -> int:
         """Submit a job; returns its id (see :class:`~._protocol.Submit`; ``nodes`` is the preferred size of a
-        malleable job, ``user`` defaults to the login name, ``env`` to this process's environment)."""
+        malleable job, ``user`` defaults to the login name (a user's key submits as that user whatever it says),
+        ``env`` to this process's environment, without secret-looking variables, which are never sent;
+        ``time_limit`` 0 is the controller's default, ``unlimited`` no limit)."""
         e = dict(os.environ) if env is None else dict(env)
-        for k in ("MALLEABLE_TOKEN", "MALLEABLE_JOB", "MALLEABLE_CONTROLLER"):
+        for k in ("MALLEABLE_JOB", "MALLEABLE_CONTROLLER", "MALLEABLE_JOB_TAG", SERVER_KEY_ENV):
             e.pop(k, None)
+        e = {k: v for k, v in e.items() if not secret_looking(k)}
         m = P.Submit(name, list(cmd), nodes, min_nodes or nodes, max_nodes or nodes, malleable, float(time_limit),
-                     out, err, cwd or os.getcwd(), e, speedup, constraint, _login() if user is None else user)
+                     out, err, cwd or os.getcwd(), e, speedup, constraint, _login() if user is None else user,
+                     unlimited)
         reply = self.call(m)
         assert isinstance(reply, P.Submitted)
         return reply.job_id
@@ -169,6 +234,30 @@ class Client:
         if not isinstance(reply, P.StatusReply):
             raise ProtocolError(f"expected status_reply, got {reply.TYPE}")
         return reply.info
+
+    # -- the operator's commands -------------------------------------------------------------------------------
+    def add_user(self, name: str) -> Credential:
+        """Give user ``name`` a key (a new one if they had one: the old key stops working); returns it. The key
+        is derived here from the operator's secret and a fresh nonce; only the nonce goes to the daemon.
+
+        Raises:
+            Refusal: this client is not the operator.
+        """
+        from ._keys import new_nonce, user_credential
+
+        if self.key.key_id:
+            raise Refusal(f"only the operator may add users (this is the key {self.key.key_id})")
+        nonce = new_nonce()
+        self.call(P.AddUser(name, nonce))
+        return user_credential(self.key.secret, name, nonce)
+
+    def remove_user(self, name: str) -> None:
+        """Revoke user ``name``'s key (their jobs go on)."""
+        self.call(P.RemoveUser(name))
+
+    def users(self) -> list[dict[str, Any]]:
+        """``[{"name", "added"}]`` of every user."""
+        return self.rows(P.Users())
 
 
 

@@ -42,6 +42,7 @@ from malleable.errors import Refusal, UnknownJob
 
 from . import _link, _pass
 from . import _protocol as P
+from ._access import authorize, secret_looking, submitter
 from ._events import (
     AddEvent,
     AddStep,
@@ -73,6 +74,10 @@ __all__ = ["Core", "CoreConfig"]
 log = logging.getLogger(__name__)
 
 CONSTRAINTS = ("", "pof2", "even", "odd")
+UNLIMITED_ESTIMATE = 365 * 86400.0
+"""What the policies read as the run time of a job without a time limit (a year: it never ends for planning)."""
+KILL_REPEAT = 5.0
+"""Seconds between SIGKILLs of a job whose processes are still there after the first one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +90,9 @@ class CoreConfig:
             (its hosts stay reserved until it answers or ends).
         refuse_backoff: seconds without new orders for a job after it refused one.
         drain_grace: seconds after a job's end before its processes still found on a host are killed.
-        default_time: time limit of jobs submitted without one (s).
+        default_time: time limit of jobs submitted without one (s; 0: unlimited).
+        kill_wait: seconds between the SIGTERM that stops a job (cancel, time limit, interruption) and the SIGKILL
+            of whatever is left of it (Slurm's KillWait).
     """
 
     slots: int = 1
@@ -93,6 +100,7 @@ class CoreConfig:
     refuse_backoff: float = 30.0
     drain_grace: float = 5.0
     default_time: float = 3600.0
+    kill_wait: float = 30.0
 
 
 class Core:
@@ -185,13 +193,14 @@ class Core:
     def _view(self, j: JobRec) -> RunningJob:
         start, since, done, end, resizes = (j.view or [j.start, j.since, 0.0, 0.0, 0])
         nodes = tuple(j.order.target if j.order else j.hosts)
-        end = end or (start or 0.0) + j.time_limit
+        end = end or (start or 0.0) + (j.time_limit or UNLIMITED_ESTIMATE)
         return RunningJob(self.to_job(j), nodes, len(nodes), start, since, done, end, resizes, mtct_of(j.progress))
 
     def to_job(self, j: JobRec) -> Job:
         serial, rho = speedup_params(j.speedup or "linear")
         kind = JobKind.MALLEABLE if j.malleable else JobKind.RIGID
-        return Job(j.id, j.submit, j.nodes, j.time_limit, kind, j.min_nodes, j.max_nodes, serial, rho,
+        return Job(j.id, j.submit, j.nodes, j.time_limit or UNLIMITED_ESTIMATE, kind, j.min_nodes, j.max_nodes,
+                   serial, rho,
                    j.priority, j.constraint)
 
     def _progress_of(self, v: RunningJob, now: float) -> float:
@@ -269,10 +278,18 @@ class Core:
 
     # -- requests --------------------------------------------------------------------------------------------
     def _request(self, e: Request) -> None:
-        fn = _REQUESTS.get(type(e.msg))
+        msg = e.msg
+        fn = _REQUESTS.get(type(msg))
         if fn is None:
-            raise Refusal(f"{getattr(e.msg, 'TYPE', type(e.msg).__name__)} is not a request the core handles")
-        fn(self, e.msg, e.now)
+            raise Refusal(f"{getattr(msg, 'TYPE', type(msg).__name__)} is not a request the core handles")
+        owner = None
+        if type(msg) is P.Cancel:
+            j = self.jobs.get(msg.job_id)
+            owner = j.user if j is not None else None
+        authorize(e.who, msg, owner)
+        if type(msg) is P.Submit:
+            msg = dataclasses.replace(msg, user=submitter(e.who, msg.user))
+        fn(self, msg, e.now)
 
     def _submit(self, m: P.Submit, now: float) -> None:
         n_hosts = len(self.nodes)
@@ -293,16 +310,22 @@ class Core:
             raise Refusal(f"unknown node constraint {constraint!r}; known: pof2, even, odd")
         hi = min(hi, n_hosts)
         pref = min(pref, hi)
-        limit = m.time_limit or self.config.default_time
+        limit = 0.0 if m.unlimited else (m.time_limit or self.config.default_time)    # 0: no limit
+        env = {k: v for k, v in m.env.items() if not secret_looking(k)}
+        dropped = sorted(set(m.env) - set(env))
         jid = self.next_id
         self.next_id += 1
         j = JobRec(jid, m.name or m.cmd[0].rsplit("/", 1)[-1], list(m.cmd), pref, lo, hi, m.malleable, limit,
-                   m.out.replace("%j", str(jid)), m.err.replace("%j", str(jid)), m.cwd, dict(m.env), now,
+                   m.out.replace("%j", str(jid)), m.err.replace("%j", str(jid)), m.cwd, env, now,
                    reason="Priority", speedup=speedup, constraint=constraint, user=m.user)
         self.ledger.submit(self.to_job(j))
         self.save(j)
         self.log_event(jid, "submit", f"{'malleable' if m.malleable else 'rigid'} {lo}..{hi} pref {pref} nodes, "
-                    f"limit {limit:g} s, speedup {speedup or 'linear'}: {' '.join(m.cmd)[:200]}", now)
+                    f"limit {f'{limit:g} s' if limit else 'UNLIMITED'}, speedup {speedup or 'linear'}, user "
+                    f"{m.user or '-'}: {' '.join(m.cmd)[:200]}", now)
+        if dropped:
+            self.log_event(jid, "env", f"not stored or passed on (secret-looking names): {', '.join(dropped)[:300]}",
+                           now)
         self.emit(Reply(P.Submitted(jid)))
 
     def _cancel(self, m: P.Cancel, now: float) -> None:
@@ -317,9 +340,16 @@ class Core:
             self.finish(j, JobState.CANCELLED, None, now, "cancelled before it started")
         else:
             j.cancel = True
-            self.save(j)
-            self.emit(Stop(j.id, j.pid, "cancelled"))
+            self.stop(j, now, "cancelled")
         self.emit(Reply(P.Ok()))
+
+    def stop(self, j: JobRec, now: float, reason: str) -> None:
+        """SIGTERM the job's processes now; the tick sends SIGKILL once ``kill_wait`` is over (Slurm's KillWait).
+        A job already being stopped keeps its first SIGTERM's time."""
+        if not j.stop_at:
+            j.stop_at, j.killed_at = now, 0.0
+        self.save(j)
+        self.emit(Stop(j.id, j.pid, reason))
 
     def forget_unlaunched(self, j: JobRec) -> None:
         """Take a job that never ran out of the ledger (queue or granted hosts)."""
@@ -404,6 +434,7 @@ class Core:
     def requeue(self, j: JobRec, now: float) -> None:
         j.state, j.hosts, j.order, j.launched, j.pid, j.registered = JobState.PENDING, [], None, False, 0, False
         j.cancel, j.reason, j.start, j.since, j.view = False, "Requeued", 0.0, 0.0, None
+        j.stop_at = j.killed_at = 0.0
         self.reported.pop(j.id, None)
         self.held.add(j.id)
         self.save(j)
@@ -468,11 +499,19 @@ class Core:
     def _tick(self, e: Tick) -> None:
         now = e.now
         for j in list(self.jobs.values()):
-            if j.state == JobState.RUNNING and not j.cancel and now > j.start + j.time_limit:
+            if j.state == JobState.RUNNING and not j.cancel and j.time_limit and now > j.start + j.time_limit:
                 j.cancel, j.reason = True, "TIMEOUT"
-                self.save(j)
                 self.log_event(j.id, "timeout", f"time limit of {j.time_limit:g} s reached", now)
-                self.emit(Stop(j.id, j.pid, "time limit"))
+                self.stop(j, now, "time limit")
+            if (j.stop_at and j.state == JobState.RUNNING and now >= j.stop_at + self.config.kill_wait
+                    and now >= j.killed_at + KILL_REPEAT):
+                first = not j.killed_at
+                j.killed_at = now
+                self.save(j)
+                if first:
+                    self.log_event(j.id, "kill", f"still running {now - j.stop_at:.0f} s after SIGTERM "
+                                   f"(kill wait {self.config.kill_wait:g} s): SIGKILL", now)
+                self.emit(Stop(j.id, j.pid, "kill wait over", hard=True))
             o = j.order
             if o and o.sent and not j.unresponsive and now - o.sent > self.config.ack_timeout:
                 j.unresponsive = True

@@ -2,7 +2,12 @@
 
 One loop, one thread: receive and answer messages (command line and runtime links), notice jobs that ended,
 check draining hosts for leftover processes, enforce time limits, and run a scheduling pass after every event
-and on a tick. All waits are bounded (the socket poll by the tick).
+and on a tick. All waits are bounded (the socket poll by the tick); hosts are checked in a background thread.
+
+The shell authenticates: each message is checked with the key its seal names (the operator's shared secret, a
+user's key or a job's key, :mod:`._keys`), and the requester it stands for goes with the request to the rules of
+:mod:`._access`. Every message gets an answer, under the key it came with: an error of any kind, a bug
+included, is logged and answered, and the loop goes on with the next message.
 """
 
 from __future__ import annotations
@@ -27,10 +32,22 @@ import psutil
 import zmq
 
 from malleable._secret import load_token
+from malleable._wire import (
+    Keyring,
+    encryption_wanted,
+    key_id_of,
+    limit_frames,
+    peek_id,
+    secure_socket,
+    server_public_key,
+)
 from malleable.controller.sched import get_policy
-from malleable.errors import AuthError, ConfigError, MalleableError, ProtocolError, Refusal, UnknownJob
+from malleable.errors import AuthError, ConfigError, MalleableError, ProtocolError, Refusal, ReplayError, UnknownJob
 
 from . import _protocol as P
+from ._access import authorize, principal_of
+from ._cgroup import JobCgroups
+from ._client import MAX_FRAME
 from ._core import Core, CoreConfig
 from ._events import (
     PERSIST,
@@ -49,16 +66,17 @@ from ._events import (
     Stop,
     Tick,
 )
-from ._hostpool import HostPool, scan_tagged
+from ._hostpool import HostPool, Prober, scan_tagged
+from ._keys import KeyBook, job_credential
 from ._launch import job_argv, job_env, read_rc, start_job, stop_job
 from ._paths import addr_file, jobs_dir
 from ._store import Store
+from ._views import VIEWS
 
 __all__ = ["Daemon", "DaemonConfig", "make_policy", "run_foreground"]
 
 log = logging.getLogger(__name__)
 
-STOP_GRACE = 5.0      # seconds between SIGTERM and SIGKILL of a stopped job
 CHECK_EVERY = 0.2     # seconds between checks of draining hosts
 
 
@@ -137,6 +155,11 @@ class Daemon:
             cid = secrets.token_hex(4)
             self.store.set_meta("controller_id", cid)
         self.cid = cid
+        self.users = {n: nonce for n, (nonce, _) in self.store.load_users().items()}
+        self.keyring = Keyring(KeyBook(self.token, cid, self.users, lambda jid: jid in self.core.jobs).secret)
+        self.cgroups = JobCgroups(cid)
+        self.prober = Prober(self.pool)
+        self.curve_public = server_public_key(self.token) if encryption_wanted() else ""
         self.core = Core(self.pool.nodes, make_policy(config.policy, config.params), config.core,
                          hosts=self.store.load_hosts(), jobs=self.store.load_jobs(),
                          ended=self.store.ended_jobs(), policy_name=config.policy)
@@ -147,7 +170,6 @@ class Daemon:
         self.address = ""
         self.job_address = ""
         self.procs: dict[int, Any] = {}          # job id -> Popen (ours) or psutil.Process (re-attached)
-        self.stopping: dict[int, float] = {}     # job id -> when to SIGKILL
         self.allowed: dict[int, int] = {}        # local pools: rank processes a shrunk job keeps
         self.started = time.time()
         self.shutdown = False
@@ -175,7 +197,8 @@ class Daemon:
         s = self.ctx.socket(zmq.ROUTER)
         s.setsockopt(zmq.LINGER, 0)
         s.setsockopt(zmq.ROUTER_HANDOVER, 1)
-        s.setsockopt(zmq.MAXMSGSIZE, 4 << 20)
+        limit_frames(s, MAX_FRAME)
+        secure_socket(s, self.token, server=True)
         try:
             if port:
                 s.bind(f"tcp://{bind}:{port}")
@@ -195,15 +218,20 @@ class Daemon:
             self.store.add_event(None, "start", f"controller {self.cid} on {self.address}, pool {self.pool.kind} "
                                  f"{len(self.pool.nodes)} hosts, policy {self.config.policy}")
         self._recover()
+        self._apply_probe(self.pool.probe(self.core.nodes), time.time())   # unreachable hosts are down from the start
+        self._last_probe = time.time()
         af = addr_file(self.config.state)
         tmp = af.with_name(af.name + ".tmp")
-        tmp.write_text(json.dumps({"address": self.address, "pid": os.getpid(), "jobs": self.job_address}))
+        tmp.write_text(json.dumps({"address": self.address, "pid": os.getpid(), "jobs": self.job_address,
+                                   "curve": self.curve_public}))
         tmp.replace(af)
         log.info("controller listening on %s (jobs use %s)", self.address, self.job_address)
         return self.address
 
     def close(self) -> None:
         """Close the socket and the database (running jobs are left alone)."""
+        self.prober.join(12.0)
+        self.cgroups.close()
         if self.sock is not None:
             self.sock.close(0)
             self.sock = None
@@ -243,7 +271,7 @@ class Daemon:
             self._housekeeping()
 
     # -- carrying out the core's actions ---------------------------------------------------------------------
-    def _handle(self, event: Any) -> Any:
+    def handle(self, event: Any) -> Any:
         """Hand one event to the core and carry out its actions; returns the reply, if any."""
         return self._do(self.core.handle(event))
 
@@ -276,28 +304,33 @@ class Daemon:
         if now - self._last_check >= CHECK_EVERY:
             self._last_check = now
             self._check_hosts(now)
-            self._escalate(now)
+        probed = self.prober.result()
+        if probed is not None:
+            self._apply_probe(probed, now)
         if self.config.host_check and now - self._last_probe >= self.config.host_check:
             self._last_probe = now
-            self._probe_hosts(now)
+            self.prober.start(self.core.nodes)
         if now - self._last_tick >= self.config.tick or (self.core.wakes and min(self.core.wakes) <= now):
             self._last_tick = now
-            self._handle(Tick(now))
+            self.handle(Tick(now))
             self.dirty = True
+            self.keyring.prune()
+            self.cgroups.sweep(self.core.jobs)
         if self.dirty and not self.shutdown:
             self.dirty = False
-            self._handle(Schedule(time.time()))
+            self.handle(Schedule(time.time()))
 
     def _launch(self, a: Launch) -> None:
         j = a.job
         now = time.time()
         try:
             argv = job_argv(j, self.pool, self.config.core.slots)
-            env = job_env(j, self.pool, self.config.core.slots, self.job_address, self.token, self.tag(j.id))
-            p = start_job(j, argv, env, self.jobs_dir)
+            env = job_env(j, self.pool, self.config.core.slots, self.job_address,
+                          job_credential(self.token, self.cid, j.id), self.tag(j.id), self.curve_public)
+            p = start_job(j, argv, env, self.jobs_dir, self.cgroups.create(j.id))
         except (OSError, MalleableError) as e:
             log.error("job %d: launch failed: %s", j.id, e)  # noqa: TRY400 - the reason is the message
-            self._handle(LaunchFailed(now, j.id, str(e)))
+            self.handle(LaunchFailed(now, j.id, str(e)))
             self.dirty = True
             return
         self.procs[j.id] = p
@@ -305,38 +338,32 @@ class Daemon:
             ctime = psutil.Process(p.pid).create_time()
         except psutil.Error:
             ctime = 0.0
-        self._handle(JobLaunched(now, j.id, p.pid, ctime))
+        self.handle(JobLaunched(now, j.id, p.pid, ctime))
         log.info("job %d launched (pid %d): %s", j.id, p.pid, " ".join(argv))
 
     def _stop(self, a: Stop) -> None:
+        """SIGTERM (or SIGKILL) the job's process group and every process of its cgroup; a hard stop also kills
+        what carries its tag here."""
         p = self.procs.get(a.job_id)
-        stop_job(p.pid if p is not None else a.pid)
-        self.stopping[a.job_id] = time.time() + STOP_GRACE
-
-    def _escalate(self, now: float) -> None:
-        for jid, when in list(self.stopping.items()):
-            if jid not in self.procs:
-                del self.stopping[jid]
-            elif now >= when:
-                p = self.procs[jid]
-                stop_job(p.pid, hard=True)
-                self._kill_everywhere(jid)
-                self.stopping[jid] = now + STOP_GRACE
-
-    def _kill_everywhere(self, job_id: int) -> None:
-        if self.pool.kind in ("local", "netns"):
-            for pr in scan_tagged(self.tag(job_id)).get(self.tag(job_id), []):
+        stop_job(p.pid if p is not None else a.pid, hard=a.hard)
+        self.cgroups.signal(a.job_id, signal.SIGKILL if a.hard else signal.SIGTERM)
+        if a.hard and self.pool.kind in ("local", "netns"):
+            for pr in scan_tagged(self.tag(a.job_id)).get(self.tag(a.job_id), []):
                 try:
                     os.kill(pr.pid, signal.SIGKILL)
                 except OSError:
                     pass
 
     def _kill(self, a: Kill) -> None:
+        """Kill what an ended job left on a host (its cgroup's processes there included)."""
         tag = self.tag(a.job_id)
-        pids = self.pool.leftovers(tag, a.host)
+        ended = a.job_id not in self.procs
+        pids = self.pool.leftovers(tag, a.host, cgroup=self.cgroups.pids(a.job_id), ended=ended)
         if pids:
             log.warning("job %d: killing %d process(es) left on %s: %s", a.job_id, len(pids), a.host, pids)
             self.pool.kill(tag, a.host, pids)
+            if ended and self.pool.kind == "local":
+                self.cgroups.signal(a.job_id, signal.SIGKILL)
 
     def _reap(self, now: float) -> None:
         for jid, p in list(self.procs.items()):
@@ -352,12 +379,11 @@ class Daemon:
                     pass
                 sig = None
             del self.procs[jid]
-            self.stopping.pop(jid, None)
             self.allowed.pop(jid, None)
             code, _ = read_rc(self.jobs_dir, jid)
             if code is None and sig is not None and sig < 0:
                 code = 128 - sig
-            self._handle(JobExited(now, jid, code))
+            self.handle(JobExited(now, jid, code))
             self.dirty = True
 
     def _check_hosts(self, now: float) -> None:
@@ -370,27 +396,24 @@ class Daemon:
             assert jid is not None
             alive = jid in self.core.jobs and jid in self.procs
             allowed = self.allowed.get(jid, 0) if alive else 0
-            if self.pool.kind == "local" and not alive:
-                left = [p.pid for p in (scan or {}).get(self.tag(jid), [])]
-            else:
-                left = self.pool.leftovers(self.tag(jid), h.name, allowed, scan)
+            left = self.pool.leftovers(self.tag(jid), h.name, allowed, scan, self.cgroups.pids(jid), not alive)
             if not left:
-                self._handle(HostClean(now, h.name))
+                self.handle(HostClean(now, h.name))
                 self.dirty = True
 
-    def _probe_hosts(self, now: float) -> None:
+    def _apply_probe(self, probed: dict[str, str], now: float) -> None:
         """Mark hosts that stop answering down (their job is interrupted and re-queued), and up again."""
-        for name, why in self.pool.probe(self.core.nodes).items():
+        for name, why in probed.items():
             h = self.core.hosts.get(name)
             if h is None:
                 continue
             if why and not h.down:
                 log.error("host %s is down: %s", name, why)  # noqa: TRY400 - not an exception
-                self._handle(HostDown(now, name, why))
+                self.handle(HostDown(now, name, why))
                 self.dirty = True
             elif not why and h.down:
                 log.warning("host %s answers again", name)
-                self._handle(HostUp(now, name))
+                self.handle(HostUp(now, name))
                 self.dirty = True
 
     # -- recovery --------------------------------------------------------------------------------------------
@@ -417,7 +440,7 @@ class Daemon:
                 if top:
                     try:
                         proc = psutil.Process(top[0].pid)
-                        self._handle(JobLaunched(now, j.id, proc.pid, proc.create_time()))
+                        self.handle(JobLaunched(now, j.id, proc.pid, proc.create_time()))
                     except psutil.Error:
                         proc = None
             if proc is not None:
@@ -427,15 +450,16 @@ class Daemon:
                 continue
             code, started = read_rc(self.jobs_dir, j.id)
             if code is not None:
-                self._handle(JobExited(now, j.id, code))
+                self.handle(JobExited(now, j.id, code))
             elif started:
-                self._handle(JobExited(now, j.id, None, "ended while the controller was down; exit code lost"))
+                self.handle(JobExited(now, j.id, None, "ended while the controller was down; exit code lost"))
             else:
-                self._handle(Relaunch(now, j.id))
+                self.handle(Relaunch(now, j.id))
         self.dirty = True
 
     # -- messages --------------------------------------------------------------------------------------------
     def _handle_frames(self, frames: list[bytes]) -> None:
+        """Authenticate, authorize and answer one message; nothing it contains can stop the loop."""
         if len(frames) < 2:
             self.rejected += 1
             return  # nothing to answer to
@@ -444,11 +468,20 @@ class Daemon:
         env: list[bytes] = []
         if body and body[0] == b"":
             env, body = [b""], body[1:]
-        rid = 0
+        rid, wire = 0, None
         try:
-            msg, rid = P.decode(body, self.token)
-            reply = self._dispatch(msg)
+            try:
+                msg, rid, kid = P.decode_keyed(body, self.keyring)
+            except ReplayError:
+                kid = key_id_of(body)                  # authentic (the MAC passed): answer under its key
+                wire, rid = self.keyring.wire(kid), peek_id(body)
+                raise
+            wire = self.keyring.wire(kid)              # held now: a job that ends meanwhile still gets its answer
+            reply = self._dispatch(msg, principal_of(kid))
             self.handled += 1
+        except ReplayError as e:
+            self.rejected += 1
+            reply = P.Error("ReplayError", str(e))
         except AuthError as e:
             self.rejected += 1
             reply = P.Error("AuthError", str(e))
@@ -464,77 +497,33 @@ class Daemon:
         except MalleableError as e:
             self.rejected += 1
             reply = P.Error(type(e).__name__, str(e))
+        except Exception as e:  # a bug: answer it, log it, serve the next message
+            self.rejected += 1
+            log.exception("internal error handling a message")
+            reply = P.Error("InternalError", f"{type(e).__name__}: {str(e)[:300]} (logged by the controller)")
         try:
+            frames = (P.encode_keyed(reply, wire, rid) if wire is not None else
+                      P.encode_keyed(reply, self.keyring.wire(""), 0))   # not authenticated: no request id either
             assert self.sock is not None
-            self.sock.send_multipart([ident, *env, *P.encode(reply, self.token, rid)], zmq.NOBLOCK)
+            self.sock.send_multipart([ident, *env, *frames], zmq.NOBLOCK)
         except zmq.ZMQError as e:
             log.debug("reply dropped: %s", e)
+        except Exception:
+            log.exception("could not encode or send a reply")
 
-    def _dispatch(self, m: P.Message) -> P.Message:
-        view = _VIEWS.get(type(m))
+    def _dispatch(self, m: P.Message, who: Any) -> P.Message:
+        view = VIEWS.get(type(m))
         if view is not None:
+            authorize(who, m)
             return view(self, m)
         if type(m) not in _CORE_REQUESTS:
             raise ProtocolError(f"{m.TYPE} is a reply, not a request")
-        reply = self._handle(Request(time.time(), m))
+        reply = self.handle(Request(time.time(), m, who))
         if type(m) is not P.Poll:
             self.dirty = True
         if type(m) is P.Committed and (m.idle or self.pool.kind == "local"):  # type: ignore[attr-defined]
             self.allowed[m.job_id] = m.new_size + m.idle  # type: ignore[attr-defined]
         return reply if reply is not None else P.Ok()
-
-    # -- read-only requests and shutdown ---------------------------------------------------------------------
-    def _queue(self, m: P.Queue) -> P.Message:
-        running = sorted((j for j in self.core.jobs.values() if j.state != "PENDING"), key=lambda j: j.id)
-        return P.Table([self._row(j) for j in running + self.core.queue()])
-
-    def _nodes(self, m: P.Nodes) -> P.Message:
-        rows = []
-        for name in self.core.nodes:
-            h = self.core.hosts[name]
-            if h.down:
-                state = "down"
-            elif h.owner is not None and h.drain is not None:
-                state = "alloc+drain"
-            elif h.owner is not None:
-                state = "alloc"
-            elif h.drain is not None:
-                state = "draining"
-            else:
-                state = "idle"
-            rows.append({"name": name, "state": state, "job": h.owner, "drain": h.drain, "reason": h.down})
-        return P.Table(rows)
-
-    def _history(self, m: P.History) -> P.Message:
-        return P.Table([self._row(j) for j in self.store.finished_jobs(m.limit)])
-
-    def _info(self, m: P.Info) -> P.Message:
-        j = self.core.jobs.get(m.job_id) or self.store.load_job(m.job_id)
-        if j is None:
-            raise UnknownJob(f"no job {m.job_id}")
-        return P.JobInfo(self._row(j), self.store.steps(m.job_id), self.store.events(m.job_id))
-
-    def _status_reply(self, m: P.Status) -> P.Message:
-        return P.StatusReply({
-            "address": self.address, "jobs_address": self.job_address, "pid": os.getpid(),
-            "controller_id": self.cid, "state": self.config.state, "pool": self.pool.kind,
-            "nodes": list(self.pool.nodes), "policy": self.config.policy, "slots": self.config.core.slots,
-            "uptime": time.time() - self.started, "handled": self.handled, "rejected": self.rejected,
-            **self.core.status()})
-
-    def _shutdown(self, m: P.Shutdown) -> P.Message:
-        self.shutdown = True
-        if m.cancel_jobs:
-            self.cancel_on_exit = True
-            now = time.time()
-            for jid in list(self.core.jobs):
-                self._handle(Request(now, P.Cancel(jid)))
-        return P.Ok()
-
-    def _row(self, j: Any) -> dict[str, Any]:
-        row = j.public()
-        row["expected_start"] = self.core.reservation(j.id)
-        return row
 
 
 _ACTIONS: dict[type, Callable[[Daemon, Any], None]] = {
@@ -544,18 +533,9 @@ _ACTIONS: dict[type, Callable[[Daemon, Any], None]] = {
 }
 """How the daemon carries out each process action of the core."""
 
-_VIEWS: dict[type, Callable[[Daemon, Any], P.Message]] = {
-    P.Queue: Daemon._queue,
-    P.Nodes: Daemon._nodes,
-    P.History: Daemon._history,
-    P.Info: Daemon._info,
-    P.Status: Daemon._status_reply,
-    P.Shutdown: Daemon._shutdown,
-}
-"""Requests the daemon answers itself (read-only views, and shutdown)."""
-
 _CORE_REQUESTS = (P.Submit, P.Cancel, P.Register, P.Poll, P.Committed, P.Refused, P.Progress)
-"""Requests handed to the core."""
+"""Requests handed to the core (the others are answered by :data:`~._views.VIEWS`)."""
+
 
 def run_foreground(config: DaemonConfig) -> int:
     """Run the daemon in this process until shutdown or SIGTERM/SIGINT; returns the exit code."""

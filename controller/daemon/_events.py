@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
+from ._access import OPERATOR, Principal
+
 __all__ = [
     "PERSIST",
     "Action",
@@ -98,11 +100,13 @@ class ResizeOrder:
 # -- events ------------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Request:
-    """A state-changing wire request (submit, cancel, or one of a job's runtime link) received at ``now``;
-    answered by exactly one :class:`Reply` (or refused by raising :class:`~malleable.errors.Refusal`)."""
+    """A state-changing wire request (submit, cancel, or one of a job's runtime link) received at ``now`` from
+    ``who`` (the key it was authenticated with); answered by exactly one :class:`Reply` (or refused by raising
+    :class:`~malleable.errors.Refusal`)."""
 
     now: float
     msg: Any
+    who: Principal = OPERATOR
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,11 +251,13 @@ class Launch:
 
 @dataclass(frozen=True, slots=True)
 class Stop:
-    """Stop a running job's processes (cancel, time limit, interruption)."""
+    """Stop a running job's processes (cancel, time limit, interruption): SIGTERM to all of them, or SIGKILL when
+    ``hard`` (the grace period after the SIGTERM is over)."""
 
     job_id: int
     pid: int
     reason: str
+    hard: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,7 @@ from pathlib import Path
 from malleable.errors import ConfigError
 from malleable.launch import expand_hostlist, read_hostfile, remote_argv
 
-__all__ = ["TAG_VAR", "HostPool", "ProcInfo", "scan_tagged"]
+__all__ = ["TAG_VAR", "HostPool", "ProcInfo", "Prober", "netns_of", "scan_tagged"]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,14 @@ class ProcInfo:
     ppid: int
     name: str
     netns: int
+
+
+def netns_of(pid: int) -> int:
+    """The network-namespace inode of a process on this machine (0 if it is gone)."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return 0
 
 
 def _read(path: str) -> bytes:
@@ -180,25 +189,31 @@ class HostPool:
         except OSError:
             return 0
 
-    def leftovers(self, tag: str, host: str, allowed: int = 0,
-                  scan: dict[str, list[ProcInfo]] | None = None) -> list[int]:
+    def leftovers(self, tag: str, host: str, allowed: int = 0, scan: dict[str, list[ProcInfo]] | None = None,
+                  cgroup: Sequence[int] = (), ended: bool = False) -> list[int]:
         """Pids of the job tagged ``tag`` still on ``host``.
 
-        On a ``local`` pool every slot is this machine, so hosts cannot be told apart: there the job's rank
+        On a ``local`` pool every slot is this machine, so hosts cannot be told apart: while the job runs its rank
         processes are counted instead, and up to ``allowed`` of them are not leftovers (the processes the job
-        keeps after a shrink).
+        keeps after a shrink); once it ``ended`` every process of it is a leftover.
 
         Args:
             tag: the job's tag.
             host: the host to check.
             allowed: local pools only: rank processes the job still has legitimately.
             scan: a :func:`scan_tagged` result to reuse (local and netns pools).
+            cgroup: the processes of the job's cgroup on this machine (found even without the tag).
+            ended: the job's processes are all gone or to go.
         """
         if self.kind in ("local", "netns"):
             procs = (scan if scan is not None else scan_tagged()).get(tag, [])
             if self.kind == "netns":
                 ino = self.ns_inode(host)
-                return [p.pid for p in procs if ino and p.netns == ino]
+                if not ino:
+                    return []
+                return sorted({p.pid for p in procs if p.netns == ino} | {p for p in cgroup if netns_of(p) == ino})
+            if ended:
+                return sorted({p.pid for p in procs} | set(cgroup))
             names = {p.pid: p.name for p in procs}
             ranks = [p.pid for p in procs if names.get(p.ppid, "") in _RANK_PARENTS]
             return ranks[allowed:] if len(ranks) > allowed else []
@@ -264,6 +279,47 @@ class HostPool:
             return
         subprocess.run(self._remote_argv(host, ["kill", "-9", *map(str, real)]),
                        capture_output=True, timeout=20, stdin=subprocess.DEVNULL, check=False)
+
+
+class Prober:
+    """Checks hosts in a background thread (:meth:`HostPool.probe` may wait 10 s for an ssh host that does not
+    answer), one round at a time, so the daemon's loop never waits for it."""
+
+    def __init__(self, pool: HostPool) -> None:
+        self.pool = pool
+        self._thread: threading.Thread | None = None
+        self._result: dict[str, str] | None = None
+        self._lock = threading.Lock()
+
+    def start(self, hosts: Sequence[str]) -> bool:
+        """Begin a round over ``hosts`` unless one is under way; whether it began."""
+        if self._thread is not None and self._thread.is_alive():
+            return False
+        names = tuple(hosts)
+
+        def run() -> None:
+            try:
+                out = self.pool.probe(names)
+            except Exception as e:  # noqa: BLE001 - a failed round is logged, the next one retries
+                log.warning("checking the hosts failed: %s", e)
+                return
+            with self._lock:
+                self._result = out
+
+        self._thread = threading.Thread(target=run, name="host-probe", daemon=True)
+        self._thread.start()
+        return True
+
+    def result(self) -> dict[str, str] | None:
+        """The last finished round's ``{host: reason or ""}``, once (None if none finished since)."""
+        with self._lock:
+            out, self._result = self._result, None
+        return out
+
+    def join(self, timeout: float) -> None:
+        """Wait (bounded) for a round under way."""
+        if self._thread is not None:
+            self._thread.join(timeout)
 
 
 def _netns_down(host: str) -> str:

@@ -1,8 +1,9 @@
 """Starting and stopping jobs: the mpiexec command of a rigid or malleable job, run under a small shepherd.
 
-A job runs as ``sh -c SHEPHERD`` in its own session: the shell runs mpiexec, then writes mpiexec's exit code to
-``<state dir>/jobs/<id>.rc``. The shepherd outlives the daemon (``kill -9`` of the daemon leaves jobs alone),
-so a restarted daemon re-attaches to it by pid and learns the exit code from the file. The shell also touches
+A job runs as ``sh -c SHEPHERD`` in its own session (and its own cgroup where the machine has cgroup v2: the shell
+moves itself there before starting anything, see :mod:`._cgroup`): the shell runs mpiexec, then writes mpiexec's
+exit code to ``<state dir>/jobs/<id>.rc``. The shepherd outlives the daemon (``kill -9`` of the daemon leaves jobs
+alone), so a restarted daemon re-attaches to it by pid and learns the exit code from the file. The shell also touches
 ``<id>.rc.started`` first, which tells a restarted daemon that the job did start.
 
 * Rigid job: ``mpiexec -hosts h1:S,h2:S -n N*S cmd`` (no code change in the program).
@@ -18,8 +19,11 @@ import signal
 import subprocess
 from pathlib import Path
 
+from malleable._secret import KEY_ENV, Credential
 from malleable.launch import find_mpiexec
 
+from ._access import secret_looking
+from ._client import SERVER_KEY_ENV
 from ._hostpool import TAG_VAR, HostPool
 from ._store import JobRec
 
@@ -27,7 +31,8 @@ __all__ = ["SHEPHERD", "job_argv", "job_env", "rc_path", "read_rc", "start_job",
 
 DEFAULT_NETMOD = "ofi"  # MPICH's UCX netmod cannot spawn onto another host from a one-process job
 
-SHEPHERD = 'r=$1; shift; : > "$r.started"; "$@"; c=$?; echo "$c" > "$r.tmp" && mv "$r.tmp" "$r"; exit $c'
+SHEPHERD = ('r=$1; g=$2; shift 2; [ -z "$g" ] || { echo $$ > "$g"; } 2>/dev/null; : > "$r.started"; "$@"; c=$?; '
+            'echo "$c" > "$r.tmp" && mv "$r.tmp" "$r"; exit $c')
 
 
 def job_argv(job: JobRec, pool: HostPool, slots: int) -> list[str]:
@@ -39,16 +44,21 @@ def job_argv(job: JobRec, pool: HostPool, slots: int) -> list[str]:
     return [*argv, "-hosts", hosts, "-n", str(len(job.hosts) * slots), *job.cmd]
 
 
-def job_env(job: JobRec, pool: HostPool, slots: int, controller: str, token: bytes, tag: str) -> dict[str, str]:
-    """The job's environment: the submitter's, plus the controller link, the job id, tag and the secret."""
-    env = dict(job.env)
+def job_env(job: JobRec, pool: HostPool, slots: int, controller: str, key: Credential, tag: str,
+            server_key: str = "") -> dict[str, str]:
+    """The job's environment: the submitter's (without anything secret-looking), plus the controller link, the
+    job id, tag and the job's own key (never the operator's secret); ``server_key`` is the daemon's CURVE public
+    key when encryption is on."""
+    env = {k: v for k, v in job.env.items() if not secret_looking(k)}
     env.update({
         "MALLEABLE_JOB": str(job.id),
         "MALLEABLE_CONTROLLER": controller,
-        "MALLEABLE_TOKEN": token.decode(),
+        KEY_ENV: key.text,
         TAG_VAR: tag,
         "MALLEABLE_JOB_NODELIST": ",".join(job.hosts),
     })
+    if server_key:
+        env[SERVER_KEY_ENV] = server_key
     if job.malleable:
         # rank i of the initial job runs on MALLEABLE_HOSTS[i]: hosts in order, `slots` processes each, so the
         # runtime's spawn groups follow the host order and a shrink frees the last hosts first
@@ -80,8 +90,9 @@ def _open_out(path: str, cwd: str) -> int:
     return os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
 
-def start_job(job: JobRec, argv: list[str], env: dict[str, str], state_dir: Path) -> subprocess.Popen:
-    """Start the shepherd running ``argv`` with the job's output files and working directory.
+def start_job(job: JobRec, argv: list[str], env: dict[str, str], state_dir: Path, cgroup: str = "") -> subprocess.Popen:
+    """Start the shepherd running ``argv`` with the job's output files and working directory, in the cgroup whose
+    ``cgroup.procs`` file is ``cgroup`` ("": none).
 
     Raises:
         OSError: the working directory or an output file cannot be used, or sh is missing.
@@ -93,7 +104,7 @@ def start_job(job: JobRec, argv: list[str], env: dict[str, str], state_dir: Path
     out_fd = _open_out(job.out or f"malleable-{job.id}.out", job.cwd)
     err_fd = _open_out(job.err, job.cwd) if job.err and job.err != job.out else None
     try:
-        return subprocess.Popen(["sh", "-c", SHEPHERD, "shepherd", str(rc), *argv], stdin=subprocess.DEVNULL,
+        return subprocess.Popen(["sh", "-c", SHEPHERD, "shepherd", str(rc), cgroup, *argv], stdin=subprocess.DEVNULL,
                                 stdout=out_fd, stderr=err_fd if err_fd is not None else subprocess.STDOUT,
                                 cwd=job.cwd, env=env, start_new_session=True, close_fds=True)
     finally:

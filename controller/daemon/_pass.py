@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from malleable.controller.sched._ledger import Effect
 from malleable.controller.sched._model import ResizeJob, RunningJob, Snapshot, StartJob
 
-from ._events import JobState, ResizeOrder, Schedule, Stop
+from ._events import JobState, ResizeOrder, Schedule
 from ._store import JobRec
 
 if TYPE_CHECKING:
@@ -137,9 +137,8 @@ def interrupted(core: Core, j: JobRec, priority: int, now: float, why: str, in_p
         if h.owner == j.id:
             core.set_host(name, owner=None, drain=j.id, drain_since=0.0)
     j.cancel, j.reason, j.view = False, "INTERRUPTED", None
-    core.save(j)
     core.log_event(j.id, "interrupt", f"{why}; stopping it", now)
-    core.emit(Stop(j.id, j.pid, "interrupted"))
+    core.stop(j, now, "interrupted")
 
 
 def _newest_first(decisions: list, snap: Snapshot) -> list:

@@ -1,6 +1,6 @@
 """The controller's wire protocol: one typed, versioned message class per request and reply.
 
-Messages travel on the authenticated envelope of :mod:`malleable._wire` (``[MAGIC, header, mac]``): the header
+Messages travel on the authenticated envelope of :mod:`malleable._wire` (``[MAGIC, header, seal]``): the header
 holds ``v`` (the version), ``type``, a request id ``id`` and the fields of the class. :func:`decode` checks the
 MAC, the version, the type, that every field is present with the right JSON type and no unknown field is
 there, and the value limits (non-negative counts, bounded strings and lists), so a message that gets past it
@@ -10,18 +10,32 @@ received is unpickled.
 
 Three kinds of peers talk to the daemon, over one ROUTER socket: the command line (``submit``, ``queue``, ...),
 the runtime link inside rank 0 of a malleable job (``register``, ``poll``, ``committed``, ``refused``,
-``progress``), and the daemon's own ``controller stop`` (``shutdown``).
+``progress``), and the operator's commands (``shutdown``, ``add_user``, ``remove_user``, ``users``).
+
+Who speaks is the key a message is sealed with (its key id is in the seal; see :mod:`malleable._wire`): the
+operator's shared secret, a user's key or a job's key. The daemon answers under the same key, so only the holder
+of that key can read a reply as authentic; what each requester may send is decided by
+:func:`~._access.authorize`. A refusal comes back as an ``error`` whose ``kind`` names it: ``AuthError`` (no such
+key, or a wrong secret: the daemon then answers under the operator's key, which the client cannot check),
+``ReplayError`` (authentic but replayed, or sent outside the time window: the clocks differ), ``ProtocolError``,
+``UnknownJob``, ``Refused``, or ``InternalError`` (a bug: the daemon logged it and goes on serving).
+
+Every socket limits frames (zmq ``MAXMSGSIZE``) before anything is authenticated, and uses CURVE encryption when
+``MALLEABLE_ENCRYPT`` is on (the daemon's public key is in its address file, its status and each job's
+environment).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from malleable._wire import MessageTypes, check_fields, pack, unpack
+from malleable._secret import Credential
+from malleable._wire import Keyring, MessageTypes, Wire, check_fields, pack, unpack
 from malleable.controller.sched._speedup import SPEEDUP_MODELS, parse_speedup
 from malleable.errors import ProtocolError
 
@@ -30,6 +44,7 @@ __all__ = [
     "SPEEDUP_MODELS",
     "STATES",
     "VERSION",
+    "AddUser",
     "Cancel",
     "Committed",
     "Error",
@@ -45,13 +60,18 @@ __all__ = [
     "Queue",
     "Refused",
     "Register",
+    "RemoveUser",
     "Shutdown",
     "Status",
     "StatusReply",
     "Submit",
     "Submitted",
     "Table",
+    "USER_NAME",
+    "Users",
     "decode",
+    "decode_keyed",
+    "encode_keyed",
     "encode",
     "parse_speedup",
 ]
@@ -71,6 +91,9 @@ STATES = ("PENDING", "STARTING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", 
 
 CONSTRAINTS = ("pof2", "even", "odd")
 """Node-count constraints of ``submit --constraint`` (the sizes a malleable job may take)."""
+
+USER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
+"""A user name of ``add-user`` (a POSIX login name, as Slurm's accounts use)."""
 
 _TYPES = MessageTypes()
 
@@ -159,7 +182,8 @@ class Submit(Message):
     env: dict
     speedup: str = ""       # "" (not declared), "linear", "amdahl:F" or "rho:R" (see parse_speedup)
     constraint: str = ""    # "" or one of CONSTRAINTS
-    user: str = ""          # who submitted (shown and filtered by history -u)
+    user: str = ""          # who submitted (shown and filtered by history -u); a user's key decides it
+    unlimited: bool = False  # no time limit (-t 0 or UNLIMITED); time_limit 0 alone means the default
 
 
 @_msg("queue")
@@ -211,6 +235,28 @@ class Shutdown(Message):
     ``cancel_jobs``."""
 
     cancel_jobs: bool
+
+
+@_msg("add_user")
+class AddUser(Message):
+    """Operator: accept the key of user ``name`` made from ``nonce`` (the command line derives the key from the
+    operator's secret and the nonce, so no key crosses the network); a user added again gets a new key and the
+    old one stops working."""
+
+    name: str
+    nonce: str
+
+
+@_msg("remove_user")
+class RemoveUser(Message):
+    """Operator: revoke user ``name``'s key (their jobs are left alone)."""
+
+    name: str
+
+
+@_msg("users")
+class Users(Message):
+    """Operator: the users and when each was added."""
 
 
 # ------------------------------------------------------------------------------------------- runtime link
@@ -324,29 +370,65 @@ def _check_submit(m: Submit) -> None:
         raise ProtocolError(f"submit: bad constraint {m.constraint[:64]!r}: use one of {', '.join(CONSTRAINTS)}")
 
 
+def _check_user(m: AddUser | RemoveUser) -> None:
+    if not USER_NAME.fullmatch(m.name):
+        raise ProtocolError(f"{m.TYPE}: bad user name {m.name[:64]!r}: a login name (letters, digits, _ . -; "
+                            "at most 32, not starting with a digit, dot or dash)")
+    if isinstance(m, AddUser) and not (16 <= len(m.nonce) <= 64 and m.nonce.isalnum()):
+        raise ProtocolError("add_user: the nonce must be 16 to 64 letters or digits")
+
+
 def _check_history(m: History) -> None:
     bad = [s for s in m.states if s not in STATES]
     if bad:
         raise ProtocolError(f"history: unknown state {bad[0][:64]!r}")
 
 
-def encode(msg: Message, token: bytes, rid: int = 0) -> list[Any]:
-    """Frames of ``msg`` with request id ``rid``."""
+def _header(msg: Message, rid: int) -> dict[str, Any]:
     header: dict[str, Any] = {"v": VERSION, "type": msg.TYPE, "id": rid}
     for f in dataclasses.fields(msg):
         header[f.name] = getattr(msg, f.name)
-    return pack(header, token)
+    return header
 
 
-def decode(frames: Sequence[Any], token: bytes) -> tuple[Message, int]:
+def encode(msg: Message, key: bytes | Credential, rid: int = 0) -> list[Any]:
+    """Frames of ``msg`` with request id ``rid``, sealed with ``key`` (the shared secret, or a credential: its key
+    id goes in the seal)."""
+    if isinstance(key, Credential):
+        return pack(_header(msg, rid), key.secret, key_id=key.key_id)
+    return pack(_header(msg, rid), key)
+
+
+def encode_keyed(msg: Message, wire: Wire, rid: int = 0) -> list[Any]:
+    """Frames of ``msg`` sealed by ``wire`` (a key of the daemon's :class:`~malleable._wire.Keyring`: a reply goes
+    back under the key of its request)."""
+    return wire.pack(_header(msg, rid))
+
+
+def decode(frames: Sequence[Any], key: bytes | Credential) -> tuple[Message, int]:
     """Authenticate, check and decode frames into ``(message, request id)``.
 
     Raises:
-        AuthError: the message is not authenticated with ``token``.
+        AuthError: the message is not authenticated with ``key`` (or is sealed under another key id).
+        ReplayError: a replayed message, or one sent outside the time window.
         ProtocolError: wrong magic, version, type, a missing, extra or ill-typed field, a value out of range,
             or payload frames (the controller's messages have none).
     """
-    header, payloads = unpack(frames, token, VERSIONS)
+    if isinstance(key, Credential):
+        header, payloads = unpack(frames, key.secret, VERSIONS, key.key_id)
+    else:
+        header, payloads = unpack(frames, key, VERSIONS)
+    return _message(header, payloads)
+
+
+def decode_keyed(frames: Sequence[Any], keyring: Keyring) -> tuple[Message, int, str]:
+    """As :func:`decode`, with the key the message names in its seal: ``(message, request id, key id)``."""
+    kid, header, payloads = keyring.unpack(frames, VERSIONS)
+    msg, rid = _message(header, payloads)
+    return msg, rid, kid
+
+
+def _message(header: dict[str, Any], payloads: list[Any]) -> tuple[Message, int]:
     if payloads:
         raise ProtocolError("controller messages carry no payload frames")
     cls = _TYPES.get(header["type"])
@@ -370,4 +452,6 @@ def decode(frames: Sequence[Any], token: bytes) -> tuple[Message, int]:
         _check_submit(msg)
     elif isinstance(msg, History):
         _check_history(msg)
+    elif isinstance(msg, (AddUser, RemoveUser)):
+        _check_user(msg)
     return msg, rid

@@ -9,6 +9,7 @@ re-attached) and the orders in flight. Only the daemon writes; other processes m
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
@@ -39,6 +40,7 @@ CREATE TABLE IF NOT EXISTS steps (
 CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY AUTOINCREMENT, t REAL NOT NULL, job_id INTEGER, kind TEXT NOT NULL, text TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS events_job ON events(job_id);
+CREATE TABLE IF NOT EXISTS users (name TEXT PRIMARY KEY, nonce TEXT NOT NULL, created REAL NOT NULL);
 """
 
 ACTIVE = ("PENDING", "STARTING", "RUNNING")
@@ -84,6 +86,8 @@ class JobRec:
     unresponsive: bool = False               # an order was not acknowledged in time
     progress: dict[str, Any] = field(default_factory=dict)   # last data per phase
     cancel: bool = False                     # cancel requested; the processes are being stopped
+    stop_at: float = 0.0                     # when SIGTERM was sent to its processes (0: not being stopped)
+    killed_at: float = 0.0                   # when SIGKILL was last sent (the grace after SIGTERM was over)
     speedup: str = ""                        # declared speedup model ("", linear, amdahl:F, rho:R)
     constraint: str = ""                     # node-count constraint ("", pof2, even, odd)
     user: str = ""                           # who submitted it
@@ -153,6 +157,19 @@ class HostRec:
         return self.owner is None and self.drain is None and not self.down
 
 
+def private_file(path: str) -> None:
+    """Make ``path`` (created empty if missing) and SQLite's ``-wal``/``-shm`` files beside it readable by their
+    owner only (0600): the state holds every job's command, environment and the users' list."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    os.close(fd)
+    for p in (path, path + "-wal", path + "-shm"):
+        try:
+            if os.stat(p).st_mode & 0o077:
+                os.chmod(p, 0o600)
+        except FileNotFoundError:
+            pass
+
+
 class Store:
     """SQLite persistence (WAL, synchronous=NORMAL: a committed transaction survives a process crash).
 
@@ -162,6 +179,8 @@ class Store:
 
     def __init__(self, path: str) -> None:
         self.path = path
+        if path != ":memory:":
+            private_file(path)
         self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10.0)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
@@ -331,6 +350,20 @@ class Store:
         q = "SELECT rec FROM jobs ORDER BY id DESC" + (" LIMIT ?" if limit else "")  # noqa: S608 - constant text
         rows = self.db.execute(q, (limit,) if limit else ()).fetchall()
         return [JobRec.from_json(r[0]) for r in rows]
+
+    # -- users ---------------------------------------------------------------------------------------------
+    def load_users(self) -> dict[str, tuple[str, float]]:
+        """User name -> (nonce of their key, when added)."""
+        return {n: (k, t) for n, k, t in self.db.execute("SELECT name, nonce, created FROM users ORDER BY name")}
+
+    def save_user(self, name: str, nonce: str, created: float) -> None:
+        """Add a user, or give them a new key."""
+        self.db.execute("INSERT INTO users(name, nonce, created) VALUES(?,?,?) ON CONFLICT(name) DO UPDATE SET "
+                        "nonce=excluded.nonce, created=excluded.created", (name, nonce, created))
+
+    def delete_user(self, name: str) -> bool:
+        """Remove a user; whether there was one."""
+        return self.db.execute("DELETE FROM users WHERE name=?", (name,)).rowcount > 0
 
     # -- steps and events ------------------------------------------------------------------------------------
     def add_step(self, job_id: int, t: float, kind: str, hosts: list[str], decided: float | None = None,
