@@ -1,23 +1,26 @@
-"""The controller's command line, with Slurm's habits: ``controller start|stop|status``, ``submit``, ``queue``,
-``cancel``, ``nodes``, ``info``, ``history``."""
+"""The controller's command line, with Slurm's habits: ``controller start|stop|status|add-user|users|remove-user``,
+``submit``, ``queue``, ``cancel``, ``nodes``, ``info``, ``history``. Every command fails with one line naming it
+and exit code 1, never a traceback (:func:`one_line`)."""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from malleable.errors import ConfigError, MalleableError
 
 from ._cli_submit import add_submit_options
-from ._timefmt import format_duration, parse_time
+from ._timefmt import format_duration, parse_limit
 
-__all__ = ["register"]
+__all__ = ["one_line", "register"]
 
 _STATE_HELP = ("controller state file (default $MALLEABLE_CONTROLLER_STATE or "
                "~/.local/state/malleable/controller.sqlite)")
@@ -27,6 +30,41 @@ _FILE = {"bash": "_shtab_compgen_files", "zsh": "_files", "tcsh": "f"}  # shtab:
 def _file_arg(p: Any, *names: str, **kw: Any) -> None:
     """An option whose value is a file name (shell completion offers files)."""
     setattr(p.add_argument(*names, **kw), "complete", _FILE)  # noqa: B010 - shtab reads this attribute
+
+
+def one_line(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Run a command so that every failure is one line naming it and exit code 1: OS errors (a closed output pipe
+    included: ``malleable info 4 | head -3``), zmq errors and multi-line messages become one
+    :class:`~malleable.errors.MalleableError` line, which the ``malleable`` command prints as ``malleable CMD:
+    error: ...``."""
+
+    @functools.wraps(func)
+    def run(args: argparse.Namespace) -> int:
+        import zmq
+
+        action = getattr(args, "ctl_command", None)
+        where = f"{action}: " if action else ""
+        try:
+            code = func(args)
+            sys.stdout.flush()                  # a closed pipe shows here, not at exit
+        except BrokenPipeError:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())   # nothing more to write: the exit flush must not fail too
+            os.close(devnull)
+            raise MalleableError(f"{where}the output was closed before everything was written (broken pipe)") \
+                from None
+        except MalleableError as e:
+            text = " ".join(str(e).split())
+            if text == str(e):
+                raise
+            raise MalleableError(text) from None
+        except OSError as e:
+            raise MalleableError(f"{where}{' '.join(str(e).split())}") from None
+        except zmq.ZMQError as e:
+            raise MalleableError(f"{where}network error: {' '.join(str(e).split())}") from None
+        return code
+
+    return run
 
 
 def _client_opts(p: argparse.ArgumentParser) -> None:
@@ -62,19 +100,46 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tick", type=float, default=1.0, help="seconds between periodic scheduling passes")
     p.add_argument("--ack-timeout", type=float, default=120.0,
                    help="seconds a job may take to acknowledge a resize before it is marked unresponsive")
-    p.add_argument("--default-time", default="60", help="time limit of jobs submitted without --time (default 60 min)")
+    p.add_argument("--default-time", default="60",
+                   help="time limit of jobs submitted without --time (default 60 min; UNLIMITED: none)")
+    p.add_argument("--kill-wait", type=float, default=30.0, metavar="SECONDS",
+                   help="seconds between the SIGTERM that stops a job (cancel, time limit) and the SIGKILL of what "
+                        "is left of it (Slurm's KillWait; default 30)")
     p.add_argument("--foreground", action="store_true", help="run in this process (logs to stderr)")
-    p.set_defaults(func=_start)
+    p.set_defaults(func=one_line(_start))
 
     p = csub.add_parser("stop", help="stop the daemon (running jobs go on and are re-attached at the next start)")
     _client_opts(p)
     p.add_argument("--cancel-jobs", action="store_true", help="cancel every job first and wait for them")
-    p.set_defaults(func=_stop)
+    p.set_defaults(func=one_line(_stop))
 
     p = csub.add_parser("status", help="is the daemon running, with which hosts and policy")
     _client_opts(p)
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=_status)
+    p.set_defaults(func=one_line(_status))
+
+    p = csub.add_parser("add-user", help="give a user a key (operator only; like sacctmgr add user)",
+                        description="Give user NAME a key to submit, watch and cancel their own jobs. The key is "
+                                    "printed (or written to --key-file, mode 0600); adding a user again gives a new "
+                                    "key and the old one stops working. The user keeps it in "
+                                    "~/.config/malleable/user-key or in MALLEABLE_KEY.",
+                        epilog="example: malleable controller add-user ann --key-file /home/ann/.config/malleable/"
+                               "user-key")
+    _client_opts(p)
+    p.add_argument("name", metavar="NAME", help="the user's login name")
+    _file_arg(p, "--key-file", metavar="FILE", help="write the key here (mode 0600, owned by NAME if that login "
+                                                    "exists) instead of printing it")
+    p.set_defaults(func=one_line(_add_user))
+
+    p = csub.add_parser("users", help="the users and when they got their key (operator only)")
+    _client_opts(p)
+    p.add_argument("--json", action="store_true", help="a JSON document with a schema number")
+    p.set_defaults(func=one_line(_users))
+
+    p = csub.add_parser("remove-user", help="revoke a user's key (operator only; their jobs go on)")
+    _client_opts(p)
+    p.add_argument("name", metavar="NAME")
+    p.set_defaults(func=one_line(_remove_user))
 
     p = sub.add_parser("submit", help="submit a rigid or malleable job (like sbatch)",
                        argument_default=argparse.SUPPRESS,
@@ -89,22 +154,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     _client_opts(p)
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS] | -- CMD ...",
                    help="the script (its #MALLEABLE lines are read) or the command after --")
-    p.set_defaults(func=_submit)
+    p.set_defaults(func=one_line(_submit))
 
     p = sub.add_parser("queue", help="pending and running jobs (like squeue)")
     _client_opts(p)
     p.add_argument("--json", action="store_true", help="a JSON document with a schema number (see the docs)")
-    p.set_defaults(func=_queue)
+    p.set_defaults(func=one_line(_queue))
 
     p = sub.add_parser("cancel", help="cancel jobs (like scancel)")
     _client_opts(p)
     p.add_argument("ids", nargs="+", type=int, metavar="ID")
-    p.set_defaults(func=_cancel)
+    p.set_defaults(func=one_line(_cancel))
 
     p = sub.add_parser("nodes", help="hosts and who holds them (like sinfo -N)")
     _client_opts(p)
     p.add_argument("--json", action="store_true", help="a JSON document with a schema number")
-    p.set_defaults(func=_nodes)
+    p.set_defaults(func=one_line(_nodes))
 
     p = sub.add_parser("info", help="one job: record, progress, size history with hosts, events "
                                     "(like scontrol show job)")
@@ -112,7 +177,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("id", type=int, metavar="ID")
     p.add_argument("--events", type=int, default=5, metavar="N", help="show the last N events (default 5; 0: none)")
     p.add_argument("--json", action="store_true", help="a JSON document with a schema number (every event)")
-    p.set_defaults(func=_info)
+    p.set_defaults(func=one_line(_info))
 
     p = sub.add_parser("history", help="jobs of every state with exit code and elapsed time (like sacct)",
                        description="Jobs of every state, newest first. Read from the state file (the daemon need not "
@@ -131,7 +196,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--export", metavar="FILE",
                    help="write the completed jobs as a workload (JSON lines) that 'malleable simulate --workload "
                         "FILE --policy P' replays; reads the state file, the daemon need not run")
-    p.set_defaults(func=_history)
+    p.set_defaults(func=one_line(_history))
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -183,9 +248,12 @@ def _daemon_config(args: argparse.Namespace) -> Any:
         raise ConfigError(f"--slots must be >= 1, got {args.slots}")
     if not args.tick > 0 or not args.ack_timeout > 0:
         raise ConfigError("--tick and --ack-timeout must be > 0")
+    if not 0 <= args.kill_wait <= 86400:
+        raise ConfigError(f"--kill-wait must be between 0 and 86400 seconds, got {args.kill_wait:g}")
     params = _params(args.param)
     make_policy(args.policy, params)  # fail here, before anything starts
-    core = CoreConfig(slots=args.slots, ack_timeout=args.ack_timeout, default_time=parse_time(args.default_time))
+    core = CoreConfig(slots=args.slots, ack_timeout=args.ack_timeout, default_time=parse_limit(args.default_time),
+                      kill_wait=args.kill_wait)
     state = _state_path(args.state or default_state())
     return DaemonConfig(state, _pool(args), args.policy, params, args.bind, args.port, args.tick, core)
 
@@ -232,7 +300,7 @@ def _start(args: argparse.Namespace) -> int:
     log_path = cfg.state + ".log"
     af = addr_file(cfg.state)
     af.unlink(missing_ok=True)
-    with open(log_path, "ab") as log_f:
+    with os.fdopen(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log_f:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_f, stderr=log_f, start_new_session=True,
                                 close_fds=True)
     deadline = time.monotonic() + 30
@@ -248,11 +316,28 @@ def _start(args: argparse.Namespace) -> int:
             if info.get("pid") == proc.pid:
                 print(f"controller started: {info['address']} (pid {proc.pid}, state {cfg.state}, log {log_path})")
                 proc.returncode = 0  # the daemon outlives this command
+                _warn_down(cfg.state)
                 return 0
         time.sleep(0.05)
     proc.kill()
     proc.wait(5)
     raise ConfigError(f"the controller did not come up within 30 s; see {log_path}")
+
+
+def _warn_down(state: str) -> None:
+    """One line per host the new daemon found unreachable (it checks them again every few seconds)."""
+    from ._client import Client
+    from ._protocol import Nodes
+
+    try:
+        with Client(state=state, timeout=5.0) as c:
+            rows = c.rows(Nodes())
+    except MalleableError:
+        return
+    for r in rows:
+        if r["state"] == "down":
+            print(f"malleable controller start: warning: host {r['name']} is down: {r['reason']} (checked again "
+                  "every 5 s)", file=sys.stderr)
 
 
 def _start_argv(args: argparse.Namespace, state: str) -> list[str]:
@@ -270,7 +355,8 @@ def _start_argv(args: argparse.Namespace, state: str) -> list[str]:
         if v is not None:
             out += ["--" + opt.replace("_", "-"), str(v)]
     out += ["--slots", str(args.slots), "--policy", args.policy, "--state", state, "--tick", str(args.tick),
-            "--ack-timeout", str(args.ack_timeout), "--default-time", args.default_time]
+            "--ack-timeout", str(args.ack_timeout), "--default-time", args.default_time,
+            "--kill-wait", str(args.kill_wait)]
     for p in args.param:
         out += ["--param", p]
     return out
@@ -300,19 +386,6 @@ def _stop(args: argparse.Namespace) -> int:
     return 0
 
 
-def _status(args: argparse.Namespace) -> int:
-    with _client(args) as c:
-        st = c.status()
-    if args.json:
-        print(json.dumps(st, indent=2))
-        return 0
-    jobs = ", ".join(f"{n} {s.lower()}" for s, n in sorted(st["jobs"].items())) or "no jobs"
-    print(f"controller {st['controller_id']} at {st['address']} (pid {st['pid']}), up {format_duration(st['uptime'])}")
-    print(f"pool: {st['pool']}, {st['hosts']} hosts ({st['free']} free), {st['slots']} slot(s) per host")
-    print(f"policy: {st['policy']}, {st['passes']} passes; {jobs}; state {st['state']}")
-    return 0
-
-
 # ------------------------------------------------------------------------------------------------ jobs
 def _submit(args: argparse.Namespace) -> int:
     from ._cli_submit import resolve
@@ -328,6 +401,12 @@ def _submit(args: argparse.Namespace) -> int:
     with _client(args) as c:
         jid = c.submit(**request)
     print(jid if parsable else f"Submitted job {jid}")
+    from ._access import secret_looking
+
+    kept = sorted(k for k in os.environ if secret_looking(k) and not k.startswith("MALLEABLE_"))
+    if kept:
+        print(f"malleable submit: note: not passed to the job (secret-looking names are never stored): "
+              f"{', '.join(kept)[:200]}; let the job read them from a file", file=sys.stderr)
     return 0
 
 
@@ -403,6 +482,74 @@ def _status(args: argparse.Namespace) -> int:
     print(f"controller {st['controller_id']} at {st['address']} (pid {st['pid']}), up {format_duration(st['uptime'])}")
     print(f"pool: {st['pool']}, {st['hosts']} hosts ({st['free']} free), {st['slots']} slot(s) per host")
     print(f"policy: {st['policy']}, {st['passes']} passes; {jobs}; state {st['state']}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------ users
+def _add_user(args: argparse.Namespace) -> int:
+    from ._protocol import USER_NAME
+
+    if not USER_NAME.fullmatch(args.name):
+        raise ConfigError(f"bad user name {args.name!r}: a login name (letters, digits, _ . -; at most 32, not "
+                          "starting with a digit, dot or dash)")
+    if args.key_file and os.path.isdir(args.key_file):
+        raise ConfigError(f"--key-file {args.key_file} is a directory")
+    with _client(args) as c:
+        key = c.add_user(args.name)
+    if not args.key_file:
+        print(key.text)
+        print(f"give this key to {args.name}: keep it in ~/.config/malleable/user-key (mode 0600) or in "
+              "MALLEABLE_KEY", file=sys.stderr)
+        return 0
+    owner = _write_key(args.key_file, key.text, args.name)
+    print(f"wrote the key of {args.name} to {args.key_file} (mode 0600{', owner ' + owner if owner else ''})")
+    return 0
+
+
+def _write_key(path: str, text: str, name: str) -> str:
+    """Write a key file readable by its owner only (``name`` if such a login exists and we may give it away);
+    returns the owner set, or ""."""
+    import pwd
+
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text + "\n")
+    owner = ""
+    try:
+        pw = pwd.getpwnam(name)
+        if os.geteuid() == 0 and pw.pw_uid != 0:
+            os.chown(tmp, pw.pw_uid, pw.pw_gid)
+            owner = name
+    except KeyError:
+        pass
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
+    tmp.replace(p)
+    return owner
+
+
+def _users(args: argparse.Namespace) -> int:
+    from ._cli_views import document
+
+    with _client(args) as c:
+        rows = c.users()
+    if args.json:
+        _print_json(document("users", rows))
+        return 0
+    print(f"{'USER':<32} ADDED")
+    for r in rows:
+        print(f"{r['name']:<32} {time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(r['added']))}")
+    return 0
+
+
+def _remove_user(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        c.remove_user(args.name)
+    print(f"removed user {args.name}: their key no longer works")
     return 0
 
 

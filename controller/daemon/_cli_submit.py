@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 
 from malleable.errors import ConfigError
 
-from ._timefmt import parse_time
+from ._timefmt import parse_limit
 
 __all__ = ["DIRECTIVE", "add_submit_options", "find_script", "read_directives", "resolve"]
 
@@ -37,7 +37,7 @@ def add_submit_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min", type=int, help="malleable: fewest nodes")
     p.add_argument("--max", type=int, help="malleable: most nodes")
     p.add_argument("--pref", type=int, help="malleable: preferred start size (default min)")
-    p.add_argument("-t", "--time", help="time limit: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S")
+    p.add_argument("-t", "--time", help="time limit: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S; 0 or UNLIMITED: none")
     p.add_argument("-o", "--output", help="stdout file (%%j = job id; default malleable-%%j.out)")
     p.add_argument("-e", "--error", help="stderr file (default: with stdout)")
     p.add_argument("-J", "--job-name", help="job name")
@@ -196,10 +196,11 @@ def resolve(given: dict[str, Any], slots: Callable[[], int]) -> tuple[dict[str, 
             speedup = parse_speedup(o["speedup"])
         except ValueError as e:
             raise ConfigError(str(e)) from None
-    limit = parse_time(o["time"]) if o["time"] else 0.0
+    limit = parse_limit(o["time"]) if o["time"] else None        # None: the controller's default; 0: none
     out = os.path.abspath(o["output"]) if o["output"] else ""
     err = os.path.abspath(o["error"]) if o["error"] else ""
     name = o["job_name"] or ("wrap" if wrap is not None else "")          # sbatch names --wrap jobs "wrap"
     return ({"cmd": cmd, "nodes": pref, "min_nodes": lo, "max_nodes": hi, "malleable": malleable,
-             "time_limit": limit, "name": name, "out": out, "err": err, "speedup": speedup, "constraint": constraint},
+             "time_limit": limit or 0.0, "unlimited": limit == 0.0, "name": name, "out": out, "err": err,
+             "speedup": speedup, "constraint": constraint},
             bool(o["parsable"]))

@@ -7,7 +7,7 @@ import os
 import time
 from typing import Any
 
-from ._timefmt import format_duration, format_elapsed
+from ._timefmt import format_duration, format_elapsed, format_limit
 
 __all__ = ["JSON_SCHEMA", "STATE_CODES", "document", "exit_code", "history_lines", "info_lines", "job_json",
            "node_lines", "queue_lines"]
@@ -129,6 +129,8 @@ def node_lines(rows: list[dict[str, Any]]) -> list[str]:
         job = "" if r["job"] is None else str(r["job"])
         if r["drain"] is not None:
             job += f" (checking: job {r['drain']})"
+        if r.get("reason"):
+            job += f" (down: {r['reason'][:100]})"
         out.append(f"{r['name']:<{w}} {r['state']:<11} {job.strip()}".rstrip())
     return out
 
@@ -189,7 +191,7 @@ def info_lines(job: dict[str, Any], steps: list[dict[str, Any]], events: list[di
     out = [head + (f" ExitCode={code}" if code else "")]
     el = f" Elapsed={format_elapsed(elapsed(j, now))}" if j["start"] else ""
     out.append(f"  Submit={_fmt_t(j['submit'])} Start={_fmt_t(j['start'])} End={_fmt_t(j['end'])}{el} "
-               f"TimeLimit={format_duration(j['time_limit'])} Reason={j['reason'] or '-'}")
+               f"TimeLimit={format_limit(j['time_limit'])} Reason={j['reason'] or '-'}")
     out.append(f"  Command={' '.join(j['cmd'])}")
     o, e = out_paths(j)
     out.append(f"  WorkDir={j['cwd']} StdOut={o}" + (f" StdErr={e}" if e != o else ""))

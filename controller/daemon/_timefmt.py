@@ -8,7 +8,8 @@ import time
 
 from malleable.errors import ConfigError
 
-__all__ = ["format_duration", "format_elapsed", "parse_time", "parse_when"]
+__all__ = ["UNLIMITED_WORDS", "format_duration", "format_elapsed", "format_limit", "parse_limit", "parse_time",
+           "parse_when"]
 
 _FORMS = "M, M:S, H:M:S, D-H, D-H:M or D-H:M:S"
 
@@ -39,6 +40,27 @@ def parse_time(text: str) -> float:
     if total <= 0:
         raise ConfigError(f"bad time limit {text!r}: must be longer than 0 s")
     return float(total)
+
+
+UNLIMITED_WORDS = ("UNLIMITED", "INFINITE")
+
+
+def parse_limit(text: str) -> float:
+    """Seconds of a time limit, or 0.0 for no limit: ``0``, ``UNLIMITED`` or ``INFINITE`` (any case), as sbatch
+    takes them; anything else as :func:`parse_time`.
+
+    Raises:
+        ConfigError: not a time limit.
+    """
+    s = text.strip() if isinstance(text, str) else ""
+    if s.upper() in UNLIMITED_WORDS or re.fullmatch(r"0+", s):
+        return 0.0
+    return parse_time(text)
+
+
+def format_limit(seconds: float) -> str:
+    """A time limit as squeue prints it: ``UNLIMITED`` for none, else :func:`format_duration`."""
+    return format_duration(seconds) if seconds else "UNLIMITED"
 
 
 def format_duration(seconds: float) -> str:
