@@ -6,6 +6,10 @@
 2. **Submit throughput**: sequential ``submit`` requests to a daemon process (each committed to SQLite
    before the reply); baselines: the same request/reply over a bare zmq ROUTER echo with the same authenticated
    envelope, and the command line ``malleable submit`` (a Python process per command).
+   **With keys** (2b): submits per second through a daemon with the envelope before key ids and payload MACs
+   (baseline, ``benchmarks/wire.py``'s), and the current one spoken with the operator's key and with a user's
+   key (the daemon derives the user's key for each message and checks the rules); target: a user key at most
+   10% slower than the old envelope. ``--only-keys`` runs this section alone.
 3. **Decision to new size** on namespace hosts: a malleable job repeatedly grown and shrunk by the policy (rigid
    jobs arrive); time from the policy's decision to the runtime's acknowledgement, and to the shrunk hosts being
    checked empty, against the runtime's own reconfiguration time reported in the same acknowledgement.
@@ -44,22 +48,45 @@ def pct(xs: list[float], q: float) -> float:
 
 
 # ------------------------------------------------------------------------------------------------ 1. pass time
+class _Shell:
+    """The core with its store, as the daemon drives it: events in, persistence carried out, the rest returned."""
+
+    def __init__(self, path: str, names: list[str], policy) -> None:
+        from malleable.controller.daemon._core import Core
+        from malleable.controller.daemon._store import Store
+
+        self.store = Store(path)
+        self.core = Core(names, policy)
+        self.store.apply(self.core.take_actions())
+
+    def do(self, event) -> list:
+        from malleable.controller.daemon._events import PERSIST
+
+        acts = self.core.handle(event)
+        self.store.apply([a for a in acts if type(a) in PERSIST])
+        return [a for a in acts if type(a) not in PERSIST]
+
+
 def bench_pass(policy_name: str, hosts: int = 512, queued: int = 1000, passes: int = 30, seed: int = 1) -> dict:
+    from malleable.controller import StartJob
     from malleable.controller.daemon import _protocol as P
-    from malleable.controller.daemon._core import Core
     from malleable.controller.daemon._daemon import make_policy
-    from malleable.controller.daemon._store import Store
+    from malleable.controller.daemon._events import HostClean, JobExited, JobLaunched, Launch, Request, Schedule
 
     rng = random.Random(seed)  # noqa: S311 - seeded benchmark data
     tmp = tempfile.mkdtemp(prefix="ctlbench-")
     names = [f"h{i:04d}" for i in range(hosts)]
     policy = make_policy(policy_name, {})
-    core = Core(Store(os.path.join(tmp, "s.sqlite")), names, policy)
+    sh = _Shell(os.path.join(tmp, "s.sqlite"), names, policy)
+    core = sh.core
 
     def submit(n: int, malleable: bool, t: float) -> int:
         lo, hi = (max(1, n // 2), min(hosts, n * 2)) if malleable else (n, n)
         m = P.Submit("b", ["true"], n, lo, hi, malleable, float(rng.randint(60, 7200)), "", "", "/", {})
-        return core.submit(m, t)
+        return next(a.msg.job_id for a in sh.do(Request(t, m)))
+
+    def schedule(t: float) -> list:
+        return [a for a in sh.do(Schedule(t)) if isinstance(a, Launch)]
 
     # fill the machine with running jobs (mixed rigid / malleable), leaving a few hosts free
     now = 1000.0
@@ -67,10 +94,9 @@ def bench_pass(policy_name: str, hosts: int = 512, queued: int = 1000, passes: i
     while used < hosts - 8:
         n = min(rng.choice([1, 2, 4, 8, 16]), hosts - 8 - used)
         jid = submit(n, rng.random() < 0.3, now)
-        from malleable.controller import StartJob
         core.policy = lambda s, t, jid=jid, n=n: [StartJob(jid, s.free[:n])]
-        for a in core.schedule(now):
-            core.launched(a.job.id, 1, 1.0, now)
+        for a in schedule(now):
+            sh.do(JobLaunched(now, a.job.id, 1, 1.0))
         used += n
     for j in core.jobs.values():
         if j.malleable:
@@ -86,17 +112,17 @@ def bench_pass(policy_name: str, hosts: int = 512, queued: int = 1000, passes: i
         policy(snap, t)
         policy_only.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
-        acts = core.schedule(t)
+        acts = schedule(t)
         times.append(time.perf_counter() - t0)
         started += len(acts)
         # the started jobs end at once and new ones arrive: every pass sees ~8 free hosts and 1,000 queued jobs
         for a in acts:
-            core.launched(a.job.id, 1, 1.0, t)
-            core.exited(a.job.id, 0, t)
+            sh.do(JobLaunched(t, a.job.id, 1, 1.0))
+            sh.do(JobExited(t, a.job.id, 0))
             for h in a.job.hosts:
-                core.host_clean(h, t)
+                sh.do(HostClean(t, h))
             submit(rng.choice([1, 2, 4, 8, 16, 32, 64]), rng.random() < 0.3, t)
-    core.store.close()
+    sh.store.close()
     return {"policy": policy_name, "hosts": hosts, "queued": queued, "running": sum(
         1 for j in core.jobs.values() if j.state != "PENDING"), "passes": passes,
             "pass_ms_median": 1e3 * statistics.median(times), "pass_ms_p95": 1e3 * pct(times, 0.95),
@@ -175,6 +201,67 @@ def bench_submit(n: int = 1000, n_cli: int = 10) -> dict:
         ctx.term()
     return {"submits": n, "daemon_per_s": n / daemon_s, "raw_zmq_envelope_per_s": n / raw_s,
             "cli_submits": n_cli, "cli_per_s": n_cli / cli_s}
+
+
+# ------------------------------------------------------------------------------------------------ 2b. keys
+KEY_MODES = ("old envelope", "operator key", "user key")
+
+
+def _keyed_submit_rate(n: int, mode: str) -> float:
+    """Submits per second through a daemon serving in a thread, every job queued behind a running one: with the
+    envelope before key ids and MAC over payloads (``old envelope``: shared secret, HMAC of the header only), or
+    the current one spoken with the operator's shared secret or with a user's key (the daemon derives the key
+    for every message and checks who may submit)."""
+    from wire import controller_envelope
+
+    from malleable.controller.daemon import _protocol as P
+    from malleable.controller.daemon._client import Client
+    from malleable.controller.daemon._daemon import Daemon, DaemonConfig
+    from malleable.controller.daemon._hostpool import HostPool
+
+    token = TOKEN.encode()
+    with tempfile.TemporaryDirectory() as d, controller_envelope(mode == "old envelope", token):
+        daemon = Daemon(DaemonConfig(os.path.join(d, "ctl.sqlite"), HostPool.local(1), "fcfs", tick=5.0,
+                                     host_check=0), token=token)
+        addr = daemon.start()
+        stop = threading.Event()
+        t = threading.Thread(target=daemon.serve, args=(stop,), daemon=True)
+        t.start()
+        op = Client(addr, token=token, timeout=30)
+        c = Client(addr, key=op.add_user("bench"), timeout=30) if mode == "user key" else op
+        try:
+            c.submit(["sleep", "60"], out=os.devnull, cwd=d, env={})
+            env = {"PATH": os.environ.get("PATH", "")}
+            t0 = time.perf_counter()
+            for _ in range(n):
+                c.submit(["true"], out=os.devnull, cwd=d, env=env)
+            rate = n / (time.perf_counter() - t0)
+            for row in op.rows(P.Queue()):
+                op.call(P.Cancel(row["id"]))
+            deadline = time.monotonic() + 20
+            while daemon.procs and time.monotonic() < deadline:
+                time.sleep(0.1)
+        finally:
+            if c is not op:
+                c.close()
+            op.close()
+            stop.set()
+            t.join(10)
+            daemon.close()
+    return rate
+
+
+def bench_keys(n: int = 300, reps: int = 5) -> dict:
+    """Submit throughput of the three modes, alternating (this machine is shared and noisy), medians."""
+    rates: dict[str, list[float]] = {m: [] for m in KEY_MODES}
+    for _ in range(reps):
+        for m in KEY_MODES:
+            rates[m].append(_keyed_submit_rate(n, m))
+    med = {m: statistics.median(v) for m, v in rates.items()}
+    return {"submits": n, "reps": reps, "per_s": {m: [round(x, 1) for x in v] for m, v in rates.items()},
+            "median_per_s": {m: round(v, 1) for m, v in med.items()},
+            "user_key_vs_old": round(med["user key"] / med["old envelope"], 3),
+            "operator_key_vs_old": round(med["operator key"] / med["old envelope"], 3)}
 
 
 # ------------------------------------------------------------------------------------------------ 3-4. live
@@ -345,10 +432,15 @@ def plot(result: dict, path: Path) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--skip-live", action="store_true", help="skip the namespace-host sections")
+    ap.add_argument("--only-keys", action="store_true", help="run only the submit-with-keys section")
+    ap.add_argument("--key-submits", type=int, default=300, help="submits per run of the keys section")
+    ap.add_argument("--key-reps", type=int, default=5, help="runs per mode of the keys section (alternating)")
     ap.add_argument("--out", default=str(HERE / "results" / "controller.json"))
     args = ap.parse_args()
     os.environ.setdefault("MALLEABLE_TOKEN", TOKEN)
     result: dict = {"when": time.strftime("%Y-%m-%dT%H:%M:%S"), "cpus": os.cpu_count()}
+    if args.only_keys:
+        return _keys_only(args, result)
     result["pass"] = [bench_pass(p) for p in ("easy", "malleable-fill", "mebf-handoff")]
     print(f"{'policy':<15} {'pass median':>12} {'p95':>8} {'policy alone':>13}  (1,000 queued, 512 hosts)")
     for p in result["pass"]:
@@ -357,6 +449,11 @@ def main() -> int:
     result["submit"] = s = bench_submit()
     print(f"submit: daemon {s['daemon_per_s']:.0f}/s, raw zmq envelope {s['raw_zmq_envelope_per_s']:.0f}/s, "
           f"CLI {s['cli_per_s']:.1f}/s")
+    result["keys"] = k = bench_keys(args.key_submits, args.key_reps)
+    print(f"{'submits/s (medians of ' + str(k['reps']) + ')':<28} " + " ".join(f"{m:>14}" for m in KEY_MODES))
+    print(f"{'':<28} " + " ".join(f"{k['median_per_s'][m]:>14.0f}" for m in KEY_MODES))
+    print(f"user key / old envelope: {k['user_key_vs_old']:.0%} (target >= 90%); operator key / old: "
+          f"{k['operator_key_vs_old']:.0%}")
     why = None if not args.skip_live else "--skip-live"
     why = why or _netns_ok()
     if why:
@@ -377,6 +474,21 @@ def main() -> int:
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     plot(result, Path(args.out).with_suffix(".png"))
     print(f"wrote {args.out}")
+    return 0
+
+
+def _keys_only(args: argparse.Namespace, result: dict) -> int:
+    """Run the keys section alone and merge it into the results file (the other sections are kept)."""
+    out = Path(args.out)
+    old = json.loads(out.read_text()) if out.exists() else {}
+    result["keys"] = k = bench_keys(args.key_submits, args.key_reps)
+    print(" ".join(f"{m}: {k['median_per_s'][m]:.0f}/s" for m in KEY_MODES))
+    print(f"user key / old envelope: {k['user_key_vs_old']:.0%} (target >= 90%); operator key / old: "
+          f"{k['operator_key_vs_old']:.0%}")
+    old["keys"] = {**k, "when": result["when"], "loadavg_at_end": [round(x, 2) for x in os.getloadavg()]}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(old, indent=2) + "\n")
+    print(f"wrote {out}")
     return 0
 
 

@@ -94,20 +94,23 @@ def codec_rates(seconds: float) -> dict[str, dict[str, float]]:
 
 
 @contextlib.contextmanager
-def _controller_wire(old: bool) -> Iterator[None]:
-    """Bind the controller protocol's envelope functions to the old or the new implementation."""
+def controller_envelope(old: bool, token: bytes = TOKEN) -> Iterator[None]:
+    """Bind the controller protocol's envelope functions to the old or the new implementation (the old one has
+    no key ids: the daemon's keyed decoding and replies fall back to the shared ``token``)."""
     from malleable import _wire as W
     from malleable.controller.daemon import _protocol as P
 
-    saved = P.pack, P.unpack
+    saved = P.pack, P.unpack, P.decode_keyed, P.encode_keyed
     if old:
         P.pack, P.unpack = old_pack, old_unpack
+        P.decode_keyed = lambda frames, keyring: (*P.decode(frames, token), "")
+        P.encode_keyed = lambda msg, wire, rid=0: P.encode(msg, token, rid)
     else:
         P.pack, P.unpack = W.pack, W.unpack
     try:
         yield
     finally:
-        P.pack, P.unpack = saved
+        P.pack, P.unpack, P.decode_keyed, P.encode_keyed = saved
 
 
 def submit_rate(n: int, old: bool) -> float:
@@ -118,7 +121,7 @@ def submit_rate(n: int, old: bool) -> float:
     from malleable.controller.daemon._daemon import Daemon, DaemonConfig
     from malleable.controller.daemon._hostpool import HostPool
 
-    with tempfile.TemporaryDirectory() as d, _controller_wire(old):
+    with tempfile.TemporaryDirectory() as d, controller_envelope(old):
         daemon = Daemon(DaemonConfig(os.path.join(d, "ctl.sqlite"), HostPool.local(1), "fcfs", tick=5.0,
                                      core=CoreConfig()), token=TOKEN)
         addr = daemon.start()

@@ -15,6 +15,7 @@ its runtime link, so a user cannot forge a resize acknowledgement either.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +46,7 @@ class Principal:
 OPERATOR = Principal("operator")
 
 
+@functools.lru_cache(maxsize=4096)
 def principal_of(key_id: str) -> Principal:
     """The requester a key id stands for (``""``: the operator; ``user:NAME``; ``job:ID``).
 

@@ -54,9 +54,11 @@ class KeyBook:
     def __init__(self, admin: bytes, controller_id: str, users: Mapping[str, str],
                  job_active: Callable[[int], bool]) -> None:
         self.admin, self.cid, self.users, self.job_active = admin, controller_id, users, job_active
+        self._derived: dict[str, tuple[str, bytes]] = {}    # key id -> (nonce or job id, secret)
 
     def secret(self, key_id: str) -> bytes | None:
-        """The secret of ``key_id``, or None if no such key is valid now."""
+        """The secret of ``key_id``, or None if no such key is valid now (asked for every message: derived keys
+        are remembered, validity is checked each time)."""
         if not key_id:
             return self.admin
         try:
@@ -64,8 +66,15 @@ class KeyBook:
         except ValueError:
             return None
         if who.kind == "user":
-            nonce = self.users.get(who.name)
-            return None if nonce is None else user_credential(self.admin, who.name, nonce).secret
-        if self.job_active(who.job):
-            return job_credential(self.admin, self.cid, who.job).secret
-        return None
+            salt = self.users.get(who.name)
+        else:
+            salt = str(who.job) if self.job_active(who.job) else None
+        if salt is None:
+            self._derived.pop(key_id, None)
+            return None
+        held = self._derived.get(key_id)
+        if held is None or held[0] != salt:
+            key = (user_credential(self.admin, who.name, salt) if who.kind == "user" else
+                   job_credential(self.admin, self.cid, who.job))
+            held = self._derived[key_id] = (salt, key.secret)
+        return held[1]

@@ -394,9 +394,9 @@ def _header(msg: Message, rid: int) -> dict[str, Any]:
 def encode(msg: Message, key: bytes | Credential, rid: int = 0) -> list[Any]:
     """Frames of ``msg`` with request id ``rid``, sealed with ``key`` (the shared secret, or a credential: its key
     id goes in the seal)."""
-    if isinstance(key, Credential):
+    if isinstance(key, Credential) and key.key_id:
         return pack(_header(msg, rid), key.secret, key_id=key.key_id)
-    return pack(_header(msg, rid), key)
+    return pack(_header(msg, rid), key.secret if isinstance(key, Credential) else key)
 
 
 def encode_keyed(msg: Message, wire: Wire, rid: int = 0) -> list[Any]:
@@ -414,10 +414,10 @@ def decode(frames: Sequence[Any], key: bytes | Credential) -> tuple[Message, int
         ProtocolError: wrong magic, version, type, a missing, extra or ill-typed field, a value out of range,
             or payload frames (the controller's messages have none).
     """
-    if isinstance(key, Credential):
+    if isinstance(key, Credential) and key.key_id:
         header, payloads = unpack(frames, key.secret, VERSIONS, key.key_id)
     else:
-        header, payloads = unpack(frames, key, VERSIONS)
+        header, payloads = unpack(frames, key.secret if isinstance(key, Credential) else key, VERSIONS)
     return _message(header, payloads)
 
 
