@@ -76,6 +76,7 @@ log = logging.getLogger(__name__)
 CONSTRAINTS = ("", "pof2", "even", "odd")
 UNLIMITED_ESTIMATE = 365 * 86400.0
 """What the policies read as the run time of a job without a time limit (a year: it never ends for planning)."""
+SIGTERM, SIGKILL = 15, 9    # the signals that stop a job (numbers as exit codes report them; Linux values)
 KILL_REPEAT = 5.0
 """Seconds between SIGKILLs of a job whose processes are still there after the first one."""
 
@@ -408,6 +409,10 @@ class Core:
         if j is None:
             return
         now = e.now
+        if j.stop_at and e.code in (SIGTERM, SIGKILL):
+            # mpiexec reports processes killed by signal S as exit code S: after the controller sent S, read it
+            # as "killed by S" (sacct's 0:S), as the shell's 128+S would say
+            e = dataclasses.replace(e, code=128 + e.code)
         self.drain_all(j, now)
         if j.cancel and j.reason == "TIMEOUT":
             self.finish(j, JobState.TIMEOUT, e.code, now, "time limit reached")

@@ -331,3 +331,38 @@ def test_user_commands(env):
             1, "", "malleable controller: error: no user ann\n")
         code, out, _ = cli("controller", "users", "--state", state, "--json")
         assert [u["name"] for u in json.loads(out)["users"]] == ["bob"]
+
+
+def test_users_session_in_the_docs_runs(env):
+    """The console session of docs/controller.md's "Users and keys", command by command, output compared (times,
+    the login name and the key file's home folder normalised)."""
+    import getpass
+    import re
+    import subprocess
+    from pathlib import Path
+
+    from malleable._secret import user_key_path
+
+    doc = Path(__file__).resolve().parents[2] / "docs" / "controller.md"
+    section = doc.read_text().split("## Users and keys", 1)[1]
+    block = re.search(r"```console\n(.*?)```", section, re.S).group(1)
+    steps: list[tuple[str, list[str]]] = []
+    for line in block.splitlines():
+        if line.startswith("$ "):
+            steps.append((line[2:], []))
+        else:
+            steps[-1][1].append(line)
+
+    def norm(text: str) -> str:
+        text = text.replace(str(user_key_path()), "KEYFILE").replace("/root/.config/malleable/user-key", "KEYFILE")
+        text = re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", "TIME", text)
+        text = re.sub(r" \d+:\d\d ", " T ", text)
+        return re.sub(rf"\b{re.escape(getpass.getuser())}\b", "root", text).rstrip("\n")
+
+    e = dict(os.environ, MALLEABLE_CONTROLLER_STATE=str(env / "ctl.sqlite"),
+             PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    with daemon_thread(env / "ctl.sqlite", HostPool.local(2)):
+        for cmd, want in steps:
+            p = subprocess.run(["sh", "-c", cmd], cwd=env, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, timeout=60)
+            assert norm(p.stdout) == norm("\n".join(want)), (cmd, p.stdout)
