@@ -207,56 +207,17 @@ def bench_submit(n: int = 1000, n_cli: int = 10) -> dict:
 KEY_MODES = ("old envelope", "operator key", "user key")
 
 
-def _keyed_submit_rate(n: int, mode: str) -> float:
-    """Submits per second through a daemon serving in a thread, every job queued behind a running one: with the
-    envelope before key ids and MAC over payloads (``old envelope``: shared secret, HMAC of the header only), or
-    the current one spoken with the operator's shared secret or with a user's key (the daemon derives the key
-    for every message and checks who may submit)."""
-    from wire import controller_envelope
-
-    from malleable.controller.daemon import _protocol as P
-    from malleable.controller.daemon._client import Client
-    from malleable.controller.daemon._daemon import Daemon, DaemonConfig
-    from malleable.controller.daemon._hostpool import HostPool
-
-    token = TOKEN.encode()
-    with tempfile.TemporaryDirectory() as d, controller_envelope(mode == "old envelope", token):
-        daemon = Daemon(DaemonConfig(os.path.join(d, "ctl.sqlite"), HostPool.local(1), "fcfs", tick=5.0,
-                                     host_check=0), token=token)
-        addr = daemon.start()
-        stop = threading.Event()
-        t = threading.Thread(target=daemon.serve, args=(stop,), daemon=True)
-        t.start()
-        op = Client(addr, token=token, timeout=30)
-        c = Client(addr, key=op.add_user("bench"), timeout=30) if mode == "user key" else op
-        try:
-            c.submit(["sleep", "60"], out=os.devnull, cwd=d, env={})
-            env = {"PATH": os.environ.get("PATH", "")}
-            t0 = time.perf_counter()
-            for _ in range(n):
-                c.submit(["true"], out=os.devnull, cwd=d, env=env)
-            rate = n / (time.perf_counter() - t0)
-            for row in op.rows(P.Queue()):
-                op.call(P.Cancel(row["id"]))
-            deadline = time.monotonic() + 20
-            while daemon.procs and time.monotonic() < deadline:
-                time.sleep(0.1)
-        finally:
-            if c is not op:
-                c.close()
-            op.close()
-            stop.set()
-            t.join(10)
-            daemon.close()
-    return rate
-
-
 def bench_keys(n: int = 300, reps: int = 5) -> dict:
-    """Submit throughput of the three modes, alternating (this machine is shared and noisy), medians."""
+    """Submit throughput through a daemon serving in a thread, every job queued behind a running one, alternating
+    the modes (this machine is shared and noisy), medians: the envelope before key ids and payload MACs (``old
+    envelope``: shared secret, HMAC of the header only), and the current one spoken with the operator's shared
+    secret or with a user's key (the daemon derives the key for every message and checks who may submit)."""
+    from wire import submit_rate
+
     rates: dict[str, list[float]] = {m: [] for m in KEY_MODES}
     for _ in range(reps):
         for m in KEY_MODES:
-            rates[m].append(_keyed_submit_rate(n, m))
+            rates[m].append(submit_rate(n, m == "old envelope", user=m == "user key"))
     med = {m: statistics.median(v) for m, v in rates.items()}
     return {"submits": n, "reps": reps, "per_s": {m: [round(x, 1) for x in v] for m, v in rates.items()},
             "median_per_s": {m: round(v, 1) for m, v in med.items()},

@@ -113,8 +113,9 @@ def controller_envelope(old: bool, token: bytes = TOKEN) -> Iterator[None]:
         P.pack, P.unpack, P.decode_keyed, P.encode_keyed = saved
 
 
-def submit_rate(n: int, old: bool) -> float:
-    """Submits per second through a daemon serving in a thread (every job waits behind a running one)."""
+def submit_rate(n: int, old: bool, user: bool = False) -> float:
+    """Submits per second through a daemon serving in a thread (every job waits behind a running one); with
+    ``user``, the submits are sealed with a user's key (the daemon derives it and checks the rules)."""
     from malleable.controller.daemon import _protocol as P
     from malleable.controller.daemon._client import Client
     from malleable.controller.daemon._core import CoreConfig
@@ -128,21 +129,24 @@ def submit_rate(n: int, old: bool) -> float:
         stop = threading.Event()
         t = threading.Thread(target=daemon.serve, args=(stop,), daemon=True)
         t.start()
-        c = Client(addr, token=TOKEN, timeout=30)
+        op = Client(addr, token=TOKEN, timeout=30)
+        c = Client(addr, key=op.add_user("bench"), timeout=30) if user else op
         try:
             first = c.submit(["sleep", "60"], out=os.devnull, cwd=d, env={})
             t0 = time.perf_counter()
             for _ in range(n):
                 c.submit(["true"], out=os.devnull, cwd=d, env={})
             rate = n / (time.perf_counter() - t0)
-            for row in c.rows(P.Queue()):
-                c.call(P.Cancel(row["id"]))
+            for row in op.rows(P.Queue()):
+                op.call(P.Cancel(row["id"]))
             deadline = time.monotonic() + 20
             while daemon.procs and time.monotonic() < deadline:
                 time.sleep(0.1)
             assert first
         finally:
-            c.close()
+            if c is not op:
+                c.close()
+            op.close()
             stop.set()
             t.join(10)
             daemon.close()

@@ -66,7 +66,7 @@ from ._events import (
     Stop,
     Tick,
 )
-from ._hostpool import HostPool, Prober, scan_tagged
+from ._hostpool import HostPool, Prober, application, proc_info, scan_tagged
 from ._keys import KeyBook, job_credential
 from ._launch import job_argv, job_env, read_rc, start_job, stop_job
 from ._paths import addr_file, jobs_dir
@@ -342,17 +342,32 @@ class Daemon:
         log.info("job %d launched (pid %d): %s", j.id, p.pid, " ".join(argv))
 
     def _stop(self, a: Stop) -> None:
-        """SIGTERM (or SIGKILL) the job's process group and every process of its cgroup; a hard stop also kills
-        what carries its tag here."""
+        """SIGTERM the job's own processes on this machine (its cgroup's and those with its tag, but not mpiexec
+        and its proxies, which forward their output and exit codes), or its process group when none are here
+        (mpiexec then forwards the signal to remote hosts). A hard stop SIGKILLs everything: the cgroup, the
+        process group and the tagged processes."""
         p = self.procs.get(a.job_id)
-        stop_job(p.pid if p is not None else a.pid, hard=a.hard)
-        self.cgroups.signal(a.job_id, signal.SIGKILL if a.hard else signal.SIGTERM)
-        if a.hard and self.pool.kind in ("local", "netns"):
-            for pr in scan_tagged(self.tag(a.job_id)).get(self.tag(a.job_id), []):
-                try:
-                    os.kill(pr.pid, signal.SIGKILL)
-                except OSError:
-                    pass
+        pid = p.pid if p is not None else a.pid
+        tag = self.tag(a.job_id)
+        tagged = scan_tagged(tag).get(tag, []) if self.pool.kind in ("local", "netns") else []
+        if a.hard:
+            stop_job(pid, hard=True)
+            self.cgroups.signal(a.job_id, signal.SIGKILL)
+            targets = [pr.pid for pr in tagged]
+        else:
+            mine = {pr.pid: pr for pr in tagged}
+            for c in self.cgroups.pids(a.job_id):
+                info = mine.get(c) or proc_info(c)
+                if info is not None:
+                    mine[c] = info
+            targets = application(list(mine.values()), pid)
+            if not targets:
+                stop_job(pid)
+        for t in targets:
+            try:
+                os.kill(t, signal.SIGKILL if a.hard else signal.SIGTERM)
+            except OSError:
+                pass
 
     def _kill(self, a: Kill) -> None:
         """Kill what an ended job left on a host (its cgroup's processes there included)."""

@@ -32,7 +32,7 @@ from pathlib import Path
 from malleable.errors import ConfigError
 from malleable.launch import expand_hostlist, read_hostfile, remote_argv
 
-__all__ = ["TAG_VAR", "HostPool", "ProcInfo", "Prober", "netns_of", "scan_tagged"]
+__all__ = ["TAG_VAR", "HostPool", "ProcInfo", "Prober", "application", "netns_of", "proc_info", "scan_tagged"]
 
 log = logging.getLogger(__name__)
 
@@ -91,20 +91,41 @@ def scan_tagged(prefix: str = "") -> dict[str, list[ProcInfo]]:
                 continue
             end = env.find(b"\0", i)
             tag = env[i + len(_TAG): end if end >= 0 else len(env)].decode(errors="replace")
-            stat = _read(f"/proc/{name}/stat").decode(errors="replace")
-            rp = stat.rfind(")")
-            comm = stat[stat.find("(") + 1:rp]
-            fields = stat[rp + 2:].split()
-            if fields[0] == "Z":
-                continue
-            try:
-                ns = os.stat(f"/proc/{name}/ns/net").st_ino
-            except OSError:
-                ns = 0
-            out.setdefault(tag, []).append(ProcInfo(int(name), int(fields[1]), comm, ns))
-        except (OSError, IndexError, ValueError):
+        except OSError:
             continue  # gone meanwhile, or not ours to read
+        info = proc_info(int(name))
+        if info is not None:
+            out.setdefault(tag, []).append(info)
     return out
+
+
+def proc_info(pid: int) -> ProcInfo | None:
+    """A live (not zombie) process on this machine, or None."""
+    try:
+        stat = _read(f"/proc/{pid}/stat").decode(errors="replace")
+        rp = stat.rfind(")")
+        comm = stat[stat.find("(") + 1:rp]
+        fields = stat[rp + 2:].split()
+        if fields[0] == "Z":
+            return None
+        return ProcInfo(pid, int(fields[1]), comm, netns_of(pid))
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def application(procs: Sequence[ProcInfo], spare: int) -> list[int]:
+    """The job's own processes among ``procs`` (all of one job): not the launch chain, which is ``spare`` (the
+    shepherd), every ``hydra_pmi_proxy`` and every ancestor of one (mpiexec, the launcher's wrappers). A SIGTERM
+    goes to these, so mpiexec stays to forward what they print while they clean up and to report their exit."""
+    by_pid = {p.pid: p for p in procs}
+    chain = {spare}
+    for p in procs:
+        if p.name in _RANK_PARENTS:
+            q: ProcInfo | None = p
+            while q is not None and q.pid not in chain:
+                chain.add(q.pid)
+                q = by_pid.get(q.ppid)
+    return sorted(p.pid for p in procs if p.pid not in chain)
 
 
 @dataclass

@@ -22,6 +22,30 @@ HEAT = str(Path(__file__).parent / "progs" / "heat_prog.py")
 FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
 
 
+def isolate(monkeypatch: Any, tmp_path: Path) -> Path:
+    """A daemon test's environment: the test secret, no inherited controller address, key or encryption setting,
+    a private config folder (no key file of the machine's user is read), ``tmp_path`` as working directory."""
+    monkeypatch.setenv("MALLEABLE_TOKEN", TOKEN)
+    for k in ("MALLEABLE_CONTROLLER", "MALLEABLE_KEY", "MALLEABLE_ENCRYPT", "MALLEABLE_KEY_FILE"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def kill_tagged(controller_id: str) -> None:
+    """SIGKILL every process of the jobs of one controller still on this machine (a test's cleanup)."""
+    import os
+    import signal
+
+    from malleable.controller.daemon._hostpool import scan_tagged
+
+    for procs in scan_tagged(controller_id + ".").values():
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGKILL)
+
+
 def wait_for(pred: Callable[[], Any], timeout: float, what: str, every: float = 0.1) -> Any:
     """Poll ``pred`` until it returns something truthy; fail the test after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

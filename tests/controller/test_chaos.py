@@ -25,7 +25,7 @@ from malleable.controller.daemon import _protocol as P
 from malleable.controller.daemon._client import Client
 from malleable.controller.daemon._hostpool import scan_tagged
 from malleable.controller.daemon._paths import addr_file
-from tests.controller._daemon_util import FINAL, HEAT, TOKEN, cli, wait_for
+from tests.controller._daemon_util import FINAL, HEAT, TOKEN, cli, kill_tagged, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(280)]
 
@@ -185,10 +185,7 @@ def test_chaos(monkeypatch, tmp_path):
         if pid and alive(pid):
             os.kill(pid, signal.SIGKILL)
         if cid:
-            for procs in scan_tagged(cid + ".").values():
-                for p in procs:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(p.pid, signal.SIGKILL)
+            kill_tagged(cid)
         fs.close()
         with contextlib.suppress(Exception):
             stop_fs(dep.address, token=FS_TOKEN.encode())

@@ -16,7 +16,7 @@ from malleable.controller.daemon._core import UNLIMITED_ESTIMATE
 from malleable.controller.daemon._events import Stop
 from malleable.controller.daemon._hostpool import HostPool, scan_tagged
 from tests.controller._core_shell import Shell
-from tests.controller._daemon_util import TOKEN, cli, daemon_thread, wait_final, wait_for
+from tests.controller._daemon_util import cli, daemon_thread, isolate, wait_final, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -29,10 +29,7 @@ ESCAPE = "(setsid sh -c 'exec env -i sh -c \"trap \\\"\\\" TERM; while :; do sle
 
 @pytest.fixture
 def env(monkeypatch, tmp_path):
-    monkeypatch.setenv("MALLEABLE_TOKEN", TOKEN)
-    monkeypatch.delenv("MALLEABLE_CONTROLLER", raising=False)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+    return isolate(monkeypatch, tmp_path)
 
 
 def cgroups_here() -> bool:

@@ -23,19 +23,14 @@ from malleable.controller.daemon._events import Reply, Request
 from malleable.controller.daemon._hostpool import HostPool
 from malleable.controller.daemon._keys import job_credential, user_credential
 from malleable.errors import AuthError, Refusal, ReplayError
-from tests.controller._daemon_util import HEAT, TOKEN, cli, daemon_thread, wait_final, wait_for
+from tests.controller._daemon_util import HEAT, TOKEN, cli, daemon_thread, isolate, wait_final, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture
 def env(monkeypatch, tmp_path):
-    monkeypatch.setenv("MALLEABLE_TOKEN", TOKEN)
-    for k in ("MALLEABLE_CONTROLLER", "MALLEABLE_KEY", "MALLEABLE_ENCRYPT"):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+    return isolate(monkeypatch, tmp_path)
 
 
 # ------------------------------------------------------------------------------------------------ the wire
