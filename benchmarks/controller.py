@@ -366,10 +366,15 @@ def plot(result: dict, path: Path) -> None:
     ax.set_ylabel("ms per pass (1,000 queued, 512 hosts)")
     ax.legend(fontsize=8)
     s = result["submit"]
-    axes[1].bar(["daemon", "raw zmq\nenvelope", "CLI"], [s["daemon_per_s"], s["raw_zmq_envelope_per_s"],
-                                                         s["cli_per_s"]])
+    names = ["daemon", "raw zmq\nenvelope", "CLI"]
+    vals = [s["daemon_per_s"], s["raw_zmq_envelope_per_s"], s["cli_per_s"]]
+    if result.get("keys"):                         # same-run baseline: the envelope before keys
+        names += [m.replace(" ", "\n") for m in KEY_MODES]
+        vals += [result["keys"]["median_per_s"][m] for m in KEY_MODES]
+    axes[1].bar(names, vals, color=["tab:blue"] * 3 + ["tab:grey", "tab:green", "tab:orange"][: len(names) - 3])
     axes[1].set_ylabel("submits / s")
     axes[1].set_yscale("log")
+    axes[1].tick_params(axis="x", labelsize=7)
     ax = axes[2]
     if result.get("resize"):
         sm = result["resize"]["summary"]

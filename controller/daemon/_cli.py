@@ -18,6 +18,7 @@ from typing import Any
 from malleable.errors import ConfigError, MalleableError
 
 from ._cli_submit import add_submit_options
+from ._cli_users import add_user_parsers
 from ._timefmt import format_duration, parse_limit
 
 __all__ = ["one_line", "register"]
@@ -118,28 +119,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=one_line(_status))
 
-    p = csub.add_parser("add-user", help="give a user a key (operator only; like sacctmgr add user)",
-                        description="Give user NAME a key to submit, watch and cancel their own jobs. The key is "
-                                    "printed (or written to --key-file, mode 0600); adding a user again gives a new "
-                                    "key and the old one stops working. The user keeps it in "
-                                    "~/.config/malleable/user-key or in MALLEABLE_KEY.",
-                        epilog="example: malleable controller add-user ann --key-file /home/ann/.config/malleable/"
-                               "user-key")
-    _client_opts(p)
-    p.add_argument("name", metavar="NAME", help="the user's login name")
-    _file_arg(p, "--key-file", metavar="FILE", help="write the key here (mode 0600, owned by NAME if that login "
-                                                    "exists) instead of printing it")
-    p.set_defaults(func=one_line(_add_user))
-
-    p = csub.add_parser("users", help="the users and when they got their key (operator only)")
-    _client_opts(p)
-    p.add_argument("--json", action="store_true", help="a JSON document with a schema number")
-    p.set_defaults(func=one_line(_users))
-
-    p = csub.add_parser("remove-user", help="revoke a user's key (operator only; their jobs go on)")
-    _client_opts(p)
-    p.add_argument("name", metavar="NAME")
-    p.set_defaults(func=one_line(_remove_user))
+    add_user_parsers(csub, _client_opts, one_line, _file_arg)
 
     p = sub.add_parser("submit", help="submit a rigid or malleable job (like sbatch)",
                        argument_default=argparse.SUPPRESS,
@@ -482,74 +462,6 @@ def _status(args: argparse.Namespace) -> int:
     print(f"controller {st['controller_id']} at {st['address']} (pid {st['pid']}), up {format_duration(st['uptime'])}")
     print(f"pool: {st['pool']}, {st['hosts']} hosts ({st['free']} free), {st['slots']} slot(s) per host")
     print(f"policy: {st['policy']}, {st['passes']} passes; {jobs}; state {st['state']}")
-    return 0
-
-
-# ------------------------------------------------------------------------------------------------ users
-def _add_user(args: argparse.Namespace) -> int:
-    from ._protocol import USER_NAME
-
-    if not USER_NAME.fullmatch(args.name):
-        raise ConfigError(f"bad user name {args.name!r}: a login name (letters, digits, _ . -; at most 32, not "
-                          "starting with a digit, dot or dash)")
-    if args.key_file and os.path.isdir(args.key_file):
-        raise ConfigError(f"--key-file {args.key_file} is a directory")
-    with _client(args) as c:
-        key = c.add_user(args.name)
-    if not args.key_file:
-        print(key.text)
-        print(f"give this key to {args.name}: keep it in ~/.config/malleable/user-key (mode 0600) or in "
-              "MALLEABLE_KEY", file=sys.stderr)
-        return 0
-    owner = _write_key(args.key_file, key.text, args.name)
-    print(f"wrote the key of {args.name} to {args.key_file} (mode 0600{', owner ' + owner if owner else ''})")
-    return 0
-
-
-def _write_key(path: str, text: str, name: str) -> str:
-    """Write a key file readable by its owner only (``name`` if such a login exists and we may give it away);
-    returns the owner set, or ""."""
-    import pwd
-
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text + "\n")
-    owner = ""
-    try:
-        pw = pwd.getpwnam(name)
-        if os.geteuid() == 0 and pw.pw_uid != 0:
-            os.chown(tmp, pw.pw_uid, pw.pw_gid)
-            owner = name
-    except KeyError:
-        pass
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
-    tmp.replace(p)
-    return owner
-
-
-def _users(args: argparse.Namespace) -> int:
-    from ._cli_views import document
-
-    with _client(args) as c:
-        rows = c.users()
-    if args.json:
-        _print_json(document("users", rows))
-        return 0
-    print(f"{'USER':<32} ADDED")
-    for r in rows:
-        print(f"{r['name']:<32} {time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(r['added']))}")
-    return 0
-
-
-def _remove_user(args: argparse.Namespace) -> int:
-    with _client(args) as c:
-        c.remove_user(args.name)
-    print(f"removed user {args.name}: their key no longer works")
     return 0
 
 

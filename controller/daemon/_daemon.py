@@ -71,7 +71,7 @@ from ._keys import KeyBook, job_credential
 from ._launch import job_argv, job_env, read_rc, start_job, stop_job
 from ._paths import addr_file, jobs_dir
 from ._store import Store
-from ._views import VIEWS
+from ._views import VIEWS, DaemonViews
 
 __all__ = ["Daemon", "DaemonConfig", "make_policy", "run_foreground"]
 
@@ -131,7 +131,7 @@ def make_policy(name: str, params: dict[str, Any]) -> Callable:
     return functools.partial(pol, **params)
 
 
-class Daemon:
+class Daemon(DaemonViews):
     """The controller service: the shell around :class:`~._core.Core`. ``start()`` binds, ``serve()`` runs until
     shutdown, ``close()`` releases.
 
@@ -517,10 +517,10 @@ class Daemon:
             log.exception("internal error handling a message")
             reply = P.Error("InternalError", f"{type(e).__name__}: {str(e)[:300]} (logged by the controller)")
         try:
-            frames = (P.encode_keyed(reply, wire, rid) if wire is not None else
-                      P.encode_keyed(reply, self.keyring.wire(""), 0))   # not authenticated: no request id either
+            out = (P.encode_keyed(reply, wire, rid) if wire is not None else
+                   P.encode_keyed(reply, self.keyring.wire(""), 0))   # not authenticated: no request id either
             assert self.sock is not None
-            self.sock.send_multipart([ident, *env, *frames], zmq.NOBLOCK)
+            self.sock.send_multipart([ident, *env, *out], zmq.NOBLOCK)
         except zmq.ZMQError as e:
             log.debug("reply dropped: %s", e)
         except Exception:
