@@ -35,12 +35,14 @@ def _file_arg(p: Any, *names: str, **kw: Any) -> None:
 
 def one_line(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """Run a command so that every failure is one line naming it and exit code 1: OS errors (a closed output pipe
-    included: ``malleable info 4 | head -3``), zmq errors and multi-line messages become one
+    included: ``malleable info 4 | head -3``), zmq and SQLite errors and multi-line messages become one
     :class:`~malleable.errors.MalleableError` line, which the ``malleable`` command prints as ``malleable CMD:
     error: ...``."""
 
     @functools.wraps(func)
     def run(args: argparse.Namespace) -> int:
+        import sqlite3
+
         import zmq
 
         action = getattr(args, "ctl_command", None)
@@ -63,6 +65,8 @@ def one_line(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
             raise MalleableError(f"{where}{' '.join(str(e).split())}") from None
         except zmq.ZMQError as e:
             raise MalleableError(f"{where}network error: {' '.join(str(e).split())}") from None
+        except sqlite3.Error as e:
+            raise MalleableError(f"{where}state file: {' '.join(str(e).split())}") from None
         return code
 
     return run

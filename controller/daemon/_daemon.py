@@ -218,8 +218,9 @@ class Daemon(DaemonViews):
             self.store.add_event(None, "start", f"controller {self.cid} on {self.address}, pool {self.pool.kind} "
                                  f"{len(self.pool.nodes)} hosts, policy {self.config.policy}")
         self._recover()
-        self._apply_probe(self.pool.probe(self.core.nodes), time.time())   # unreachable hosts are down from the start
-        self._last_probe = time.time()
+        if self.config.host_check:                  # unreachable hosts are down from the start
+            self._apply_probe(self.pool.probe(self.core.nodes), time.time())
+            self._last_probe = time.time()
         af = addr_file(self.config.state)
         tmp = af.with_name(af.name + ".tmp")
         tmp.write_text(json.dumps({"address": self.address, "pid": os.getpid(), "jobs": self.job_address,

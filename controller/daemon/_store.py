@@ -202,6 +202,9 @@ class Store:
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"no controller state file {path}" + (" (it is a directory)" if p.is_dir() else ""))
+        if not os.access(p, os.R_OK):
+            raise ConfigError(f"cannot read the state file {path} (it is private to the operator: ask the daemon "
+                              "with --controller ADDR)")
         self = cls.__new__(cls)
         self.path, self._depth = path, 0
         self.db = sqlite3.connect(p.absolute().as_uri() + "?mode=ro", uri=True, check_same_thread=False,
