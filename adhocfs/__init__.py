@@ -12,9 +12,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _WHERE: dict[str, str] = {
-    "Action": "._rule",
+    "Scaling": "._rule",
     "AdhocFile": "._client",
-    "Decision": "._rule",
+    "ScaleDecision": "._rule",
     "Deployment": "._deploy",
     "FileSystem": "._client",
     "MetaClient": "._deploy",
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from ._client import AdhocFile, FileSystem, connect
     from ._deploy import Deployment, MetaClient, start_data_servers, start_fs, start_meta, stop_fs
     from ._monitor import Watcher
-    from ._rule import Action, Decision, RuleConfig, decide
+    from ._rule import RuleConfig, ScaleDecision, Scaling, decide
 
 
 def __getattr__(name: str) -> Any:

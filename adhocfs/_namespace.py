@@ -20,7 +20,7 @@ import sqlite3
 from collections.abc import Iterable
 from typing import Any
 
-from malleable.adhocfs._placement import UNALLOCATED, Epochs, Layout, clip_ranges, merge_ranges
+from malleable.adhocfs._placement import UNALLOCATED, Epochs, FileLayout, clip_ranges, merge_ranges
 from malleable.adhocfs._protocol import (
     AddServers,
     DeclareRio,
@@ -53,7 +53,7 @@ DEFAULT_BLOCK_SIZE = 512 * 1024
 MODES = frozenset({"r", "r+", "w", "w+", "a", "a+", "x", "x+"})
 BLOCKING = frozenset({"decommissioning", "rebalancing", "repairing"})
 """File states in which writes wait (reads go on)."""
-Action = tuple[int, Message]
+Send = tuple[int, Message]
 MAX_RANGES = 20_000  # written ranges a file may record (they travel in every FileInfo)
 
 _SCHEMA = """
@@ -186,9 +186,9 @@ class Namespace:
         """Rows of every regular file."""
         return self._rows("SELECT * FROM files WHERE is_dir=0 ORDER BY fid")
 
-    def layout(self, row: dict[str, Any]) -> Layout:
+    def layout(self, row: dict[str, Any]) -> FileLayout:
         """The interval map of a file row."""
-        return Layout.from_pairs(json.loads(row["layout"]))
+        return FileLayout.from_pairs(json.loads(row["layout"]))
 
     def info(self, row: dict[str, Any]) -> FileInfo:
         """The :class:`FileInfo` reply for a file row."""
@@ -238,11 +238,11 @@ class Namespace:
         if not row["is_dir"]:
             raise NotADirectoryError(errno.ENOTDIR, f"not a directory: {parent}")
 
-    def _drop_actions(self, row: dict[str, Any]) -> list[Action]:
+    def _drop_actions(self, row: dict[str, Any]) -> list[Send]:
         sids = self.layout(row).servers(self.epochs()) - self.lost_sids()
         return [(s, DropFile(row["fid"])) for s in sorted(sids)]
 
-    def _delete_file(self, row: dict[str, Any]) -> list[Action]:
+    def _delete_file(self, row: dict[str, Any]) -> list[Send]:
         actions = self._drop_actions(row)
         self.db.execute("DELETE FROM files WHERE fid=?", (row["fid"],))
         self.db.execute("DELETE FROM fences WHERE fid=?", (row["fid"],))
@@ -258,12 +258,12 @@ class Namespace:
         self._check_parent(path)
         cur = self.db.execute(
             "INSERT INTO files(path, is_dir, block_size, layout) VALUES(?, 0, ?, ?)",
-            (path, bs, json.dumps(Layout.empty().to_pairs())),
+            (path, bs, json.dumps(FileLayout.empty().to_pairs())),
         )
         return self.file_row(int(cur.lastrowid or 0))
 
     # ------------------------------------------------------------ requests
-    def handle(self, msg: Message) -> tuple[Message, list[Action]]:
+    def handle(self, msg: Message) -> tuple[Message, list[Send]]:
         """Apply one request; returns the reply and the data-server actions to carry out.
 
         Raises:
@@ -279,7 +279,7 @@ class Namespace:
         self.db.execute("COMMIT")
         return out
 
-    def _dispatch(self, msg: Message) -> tuple[Message, list[Action]]:
+    def _dispatch(self, msg: Message) -> tuple[Message, list[Send]]:
         if isinstance(msg, Open):
             return self._open(msg)
         if isinstance(msg, Extend):
@@ -318,7 +318,7 @@ class Namespace:
             return Ok(), []
         raise ProtocolError(f"metadata server does not handle {msg.TYPE!r} here")
 
-    def _open(self, msg: Open) -> tuple[Message, list[Action]]:
+    def _open(self, msg: Open) -> tuple[Message, list[Send]]:
         path = normalize(msg.path)
         mode = msg.mode.replace("b", "")
         if mode not in MODES:
@@ -326,7 +326,7 @@ class Namespace:
         row = self._lookup(path)
         if row is not None and row["is_dir"]:
             raise IsADirectoryError(errno.EISDIR, f"is a directory: {path}")
-        actions: list[Action] = []
+        actions: list[Send] = []
         if mode[0] == "r":
             if row is None:
                 raise FileNotFoundError(errno.ENOENT, f"no such file: {path}")
@@ -369,11 +369,11 @@ class Namespace:
         )
         return self.info(self.file_row(msg.fid))
 
-    def _set_size(self, msg: SetSize) -> tuple[Message, list[Action]]:
+    def _set_size(self, msg: SetSize) -> tuple[Message, list[Send]]:
         row = self.file_row(msg.fid)
         if row["status"] in BLOCKING:
             raise Busy(f"{row['path']} is being redistributed; writes wait")
-        actions: list[Action] = []
+        actions: list[Send] = []
         if msg.size < row["size"]:
             bs = row["block_size"]
             keep = -(-msg.size // bs)
@@ -426,7 +426,7 @@ class Namespace:
         self.db.execute("INSERT INTO files(path, is_dir) VALUES(?, 1)", (path,))
         return Ok()
 
-    def _remove(self, path: str) -> tuple[Message, list[Action]]:
+    def _remove(self, path: str) -> tuple[Message, list[Send]]:
         row = self._lookup(path)
         if row is None:
             raise FileNotFoundError(errno.ENOENT, f"no such file or directory: {path}")
@@ -441,14 +441,14 @@ class Namespace:
             raise Busy(f"{path} is being redistributed")
         return Ok(), self._delete_file(row)
 
-    def _rename(self, src: str, dst: str) -> tuple[Message, list[Action]]:
+    def _rename(self, src: str, dst: str) -> tuple[Message, list[Send]]:
         row = self._lookup(src)
         if row is None:
             raise FileNotFoundError(errno.ENOENT, f"no such file or directory: {src}")
         if src == "/" or dst == src or dst.startswith(src.rstrip("/") + "/"):
             raise ValueError(f"cannot rename {src} to {dst}")
         self._check_parent(dst)
-        actions: list[Action] = []
+        actions: list[Send] = []
         old = self._lookup(dst)
         if old is not None:
             if old["is_dir"]:
