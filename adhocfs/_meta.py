@@ -10,7 +10,7 @@ import argparse
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import zmq
@@ -125,37 +125,35 @@ class MetaServer(ElasticMixin):
 
     # ------------------------------------------------------------ requests
     def handle(self, msg: Message) -> Message:
-        """Answer one validated request."""
-        if isinstance(msg, Status):
-            return self.status()
-        if isinstance(msg, Shutdown):
-            if msg.everything:
-                sids = [r["sid"] for r in self.ns.servers() if r["state"] in ("up", "active", "leaving")]
-                self.run_actions([(s, Shutdown()) for s in sids])
-            self.running = False
-            return Ok()
-        if isinstance(msg, StopServers):
-            states = {r["sid"]: r["state"] for r in self.ns.servers()}
-            bad = [s for s in msg.sids if states.get(s) not in ("up", "reserved")]
-            if bad:
-                raise FsError(f"servers {bad} are commissioned or unknown: shrink them instead")
-            self.run_actions([(s, Shutdown()) for s in msg.sids if states[s] == "up"])
-            for s in msg.sids:
-                self.ns.db.execute("UPDATE servers SET state='gone' WHERE sid=?", (s,))
-            return Ok()
-        if isinstance(msg, Expand):
-            return self.expand(msg)
-        if isinstance(msg, Shrink):
-            return self.shrink(msg)
-        if isinstance(msg, Lose):
-            return self.lose(msg)
-        if isinstance(msg, Check):
-            return self.check(msg)
+        """Answer one validated request: the server's own (status, shutdown, changes) or the namespace's."""
+        fn = _HANDLERS.get(type(msg))
+        if fn is not None:
+            return fn(self, msg)
         if isinstance(msg, Register):
             self.unreachable.pop(msg.sid, None)
         reply, actions = self.ns.handle(msg)
         self.run_actions(actions)
         return reply
+
+    def _status(self, msg: Status) -> Message:
+        return self.status()
+
+    def _shutdown(self, msg: Shutdown) -> Message:
+        if msg.everything:
+            sids = [r["sid"] for r in self.ns.servers() if r["state"] in ("up", "active", "leaving")]
+            self.run_actions([(s, Shutdown()) for s in sids])
+        self.running = False
+        return Ok()
+
+    def _stop_servers(self, msg: StopServers) -> Message:
+        states = {r["sid"]: r["state"] for r in self.ns.servers()}
+        bad = [s for s in msg.sids if states.get(s) not in ("up", "reserved")]
+        if bad:
+            raise FsError(f"servers {bad} are commissioned or unknown: shrink them instead")
+        self.run_actions([(s, Shutdown()) for s in msg.sids if states[s] == "up"])
+        for s in msg.sids:
+            self.ns.db.execute("UPDATE servers SET state='gone' WHERE sid=?", (s,))
+        return Ok()
 
     def status(self) -> FsStatus:
         """Servers with their live counters, epochs and the change in progress."""
@@ -219,6 +217,18 @@ class MetaServer(ElasticMixin):
         serve_one(sock, frames, self.token, self.handle,
                   (ProtocolError, StaleLayout, Busy, FsError, PlacementError, ValueError, OSError),
                   (Busy, FileNotFoundError, FileExistsError), "the metadata server")
+
+
+_HANDLERS: dict[type, Callable[[MetaServer, Any], Message]] = {
+    Status: MetaServer._status,
+    Shutdown: MetaServer._shutdown,
+    StopServers: MetaServer._stop_servers,
+    Expand: MetaServer.expand,
+    Shrink: MetaServer.shrink,
+    Lose: MetaServer.lose,
+    Check: MetaServer.check,
+}
+"""Requests the metadata server answers itself (the others go to its namespace)."""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,7 @@ import errno
 import json
 import posixpath
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from malleable.adhocfs._placement import UNALLOCATED, Epochs, FileLayout, clip_ranges, merge_ranges
@@ -280,43 +280,28 @@ class Namespace:
         return out
 
     def _dispatch(self, msg: Message) -> tuple[Message, list[Send]]:
-        if isinstance(msg, Open):
-            return self._open(msg)
-        if isinstance(msg, Extend):
-            return self._extend(msg), []
-        if isinstance(msg, GetLayout):
-            return self.info(self.file_row(msg.fid)), []
-        if isinstance(msg, SetSize):
-            return self._set_size(msg)
-        if isinstance(msg, Stat):
-            return self._stat(normalize(msg.path)), []
-        if isinstance(msg, ListDir):
-            return self._listdir(normalize(msg.path)), []
-        if isinstance(msg, Mkdir):
-            return self._mkdir(normalize(msg.path), msg.exist_ok), []
-        if isinstance(msg, Remove):
-            return self._remove(normalize(msg.path))
-        if isinstance(msg, Rename):
-            return self._rename(normalize(msg.src), normalize(msg.dst))
-        if isinstance(msg, Register):
-            return self._register(msg), []
-        if isinstance(msg, AddServers):
-            sids = []
-            if self.current_epoch() is not None:  # commissioning: I/O goes on, the status shows it
-                self.db.execute("UPDATE files SET status='commissioning' WHERE is_dir=0 AND status='ready'")
-            for h in msg.hosts:
-                cur = self.db.execute("INSERT INTO servers(host, state) VALUES(?, 'reserved')", (h,))
-                sids.append(int(cur.lastrowid or 0))
-            if self.current_epoch() is not None:
-                self.kv_set("commissioning", sorted(set(self.kv_get("commissioning", [])) | set(sids)))
-            return ServerIds(sids), []
-        if isinstance(msg, DeclareRio):
-            if msg.rio > 0:
-                self.db.execute("INSERT OR REPLACE INTO rio(job, rate) VALUES(?, ?)", (msg.job, msg.rio))
-            else:
-                self.db.execute("DELETE FROM rio WHERE job=?", (msg.job,))
-            return Ok(), []
-        raise ProtocolError(f"metadata server does not handle {msg.TYPE!r} here")
+        fn = _HANDLERS.get(type(msg))
+        if fn is None:
+            raise ProtocolError(f"metadata server does not handle {msg.TYPE!r} here")
+        return fn(self, msg)
+
+    def _add_servers(self, msg: AddServers) -> tuple[Message, list[Send]]:
+        sids = []
+        if self.current_epoch() is not None:  # commissioning: I/O goes on, the status shows it
+            self.db.execute("UPDATE files SET status='commissioning' WHERE is_dir=0 AND status='ready'")
+        for h in msg.hosts:
+            cur = self.db.execute("INSERT INTO servers(host, state) VALUES(?, 'reserved')", (h,))
+            sids.append(int(cur.lastrowid or 0))
+        if self.current_epoch() is not None:
+            self.kv_set("commissioning", sorted(set(self.kv_get("commissioning", [])) | set(sids)))
+        return ServerIds(sids), []
+
+    def _declare_rio(self, msg: DeclareRio) -> tuple[Message, list[Send]]:
+        if msg.rio > 0:
+            self.db.execute("INSERT OR REPLACE INTO rio(job, rate) VALUES(?, ?)", (msg.job, msg.rio))
+        else:
+            self.db.execute("DELETE FROM rio WHERE job=?", (msg.job,))
+        return Ok(), []
 
     def _open(self, msg: Open) -> tuple[Message, list[Send]]:
         path = normalize(msg.path)
@@ -477,3 +462,20 @@ class Namespace:
         )
         fences = [[r["fid"], r["wmin"], r["rmin"]] for r in self._rows("SELECT * FROM fences")]
         return Registered(fences)
+
+
+_HANDLERS: dict[type, Callable[[Namespace, Any], tuple[Message, list[Send]]]] = {
+    Open: Namespace._open,
+    Extend: lambda ns, m: (ns._extend(m), []),
+    GetLayout: lambda ns, m: (ns.info(ns.file_row(m.fid)), []),
+    SetSize: Namespace._set_size,
+    Stat: lambda ns, m: (ns._stat(normalize(m.path)), []),
+    ListDir: lambda ns, m: (ns._listdir(normalize(m.path)), []),
+    Mkdir: lambda ns, m: (ns._mkdir(normalize(m.path), m.exist_ok), []),
+    Remove: lambda ns, m: ns._remove(normalize(m.path)),
+    Rename: lambda ns, m: ns._rename(normalize(m.src), normalize(m.dst)),
+    Register: lambda ns, m: (ns._register(m), []),
+    AddServers: Namespace._add_servers,
+    DeclareRio: Namespace._declare_rio,
+}
+"""One handler per request type of the namespace: the reply and the messages to send to data servers."""
