@@ -9,8 +9,9 @@ unless a field is listed in ``SIGNED``. Nothing received is unpickled.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar, dataclass_transform
 
 from malleable._wire import MessageTypes
 
@@ -100,7 +101,13 @@ class Message:
     PARTS_OF: ClassVar[str] = ""  # with a ``parts`` field: the list field with one entry per payload frame
 
 
-_msg = TYPES.message
+_M = TypeVar("_M")
+
+
+@dataclass_transform(frozen_default=True)
+def _msg(type_: str) -> Callable[[type[_M]], type[_M]]:
+    """Register a message class under its wire type name (it becomes a frozen, slotted dataclass)."""
+    return TYPES.message(type_)
 
 
 # ---------------------------------------------------------------- generic replies

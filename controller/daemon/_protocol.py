@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar, dataclass_transform
 
 from malleable._wire import MessageTypes, check_fields, pack, unpack
 from malleable.controller.sched._speedup import SPEEDUP_MODELS, parse_speedup
@@ -82,7 +82,13 @@ class Message:
     TYPE: ClassVar[str] = ""
 
 
-_msg = _TYPES.message
+_M = TypeVar("_M")
+
+
+@dataclass_transform(frozen_default=True)
+def _msg(type_: str) -> Callable[[type[_M]], type[_M]]:
+    """Register a message class under its wire type name (it becomes a frozen, slotted dataclass)."""
+    return _TYPES.message(type_)
 
 
 # ------------------------------------------------------------------------------------------- replies
@@ -300,9 +306,9 @@ def _check_value(where: str, name: str, typ: str, val: Any) -> None:
         for x in val:
             if not isinstance(x, want) or isinstance(x, bool):
                 raise ProtocolError(f"{where}: field {name!r} must hold only {want.__name__}s")
-            if want is str:
+            if isinstance(x, str):
                 _check_str(where, name, x)
-            elif want is int and not 0 <= x <= MAX_INT:
+            elif isinstance(x, int) and not 0 <= x <= MAX_INT:
                 raise ProtocolError(f"{where}: field {name!r} must hold ints in 0..{MAX_INT}")
     elif typ == "dict" and len(val) > MAX_ENV:
         raise ProtocolError(f"{where}: field {name!r} has more than {MAX_ENV} entries")
