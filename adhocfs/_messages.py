@@ -288,6 +288,7 @@ class Shutdown(Message):
 
     everything: bool = False
     wipe: bool = False
+    keep: bool = True           # metadata server: keep a state directory it was told it owns
 
 
 # ---------------------------------------------------------------- metadata server
@@ -374,6 +375,7 @@ class StatReply(Message):
     fid: int
     status: str
     nblocks: int
+    mtime: float = 0.0          # last change of the size, the blocks written or creation (seconds since the epoch)
 
 
 @_msg("listdir")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -61,6 +62,7 @@ class MetaServer(ElasticMixin):
         self.peers: dict[int, Peer] = {}
         self.unreachable: dict[int, float] = {}  # sid -> until when it is assumed down (no re-waiting)
         self.running = True
+        self.remove_state = False      # a full shutdown asked to remove a state directory it owns
         self.init_elastic()
 
     # ------------------------------------------------------------ data-server connections
@@ -139,6 +141,7 @@ class MetaServer(ElasticMixin):
         return self.status()
 
     def _shutdown(self, msg: Shutdown) -> Message:
+        self.remove_state = msg.everything and not msg.keep
         if msg.everything:
             sids = [r["sid"] for r in self.ns.servers() if r["state"] in ("up", "active", "leaving")]
             self.run_actions([(s, Shutdown()) for s in sids])
@@ -241,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
         "--block-size", type=int, default=DEFAULT_BLOCK_SIZE, help="default block size of new files"
     )
     p.add_argument("--log", default=None, help="log file (default stderr)")
+    p.add_argument("--owns-state", action="store_true",
+                   help="the state directory was made for this file system: remove it when a full shutdown "
+                        "does not ask to keep it")
     p.add_argument(
         "--replicas", type=int, default=None, help="copies of each block (fixed when the file system is created)"
     )
@@ -270,6 +276,9 @@ def main(argv: list[str] | None = None) -> int:
         ctx.term()
         ns.close()
     log.info("metadata server stopped")
+    if args.owns_state and server.remove_state:
+        logging.shutdown()                    # the log file is in the state directory
+        shutil.rmtree(args.state, ignore_errors=True)
     return 0
 
 

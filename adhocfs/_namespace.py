@@ -17,6 +17,7 @@ import errno
 import json
 import posixpath
 import sqlite3
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -66,7 +67,8 @@ CREATE TABLE IF NOT EXISTS files(fid INTEGER PRIMARY KEY AUTOINCREMENT, path TEX
     is_dir INTEGER NOT NULL,
     size INTEGER NOT NULL DEFAULT 0, block_size INTEGER NOT NULL DEFAULT 0, hw INTEGER NOT NULL DEFAULT 0,
     layout TEXT NOT NULL DEFAULT '[]', status TEXT NOT NULL DEFAULT 'ready',
-    version INTEGER NOT NULL DEFAULT 1, written TEXT NOT NULL DEFAULT '[]', damaged TEXT NOT NULL DEFAULT '[]');
+    version INTEGER NOT NULL DEFAULT 1, written TEXT NOT NULL DEFAULT '[]', damaged TEXT NOT NULL DEFAULT '[]',
+    mtime REAL NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS fences(fid INTEGER PRIMARY KEY, wmin INTEGER NOT NULL, rmin INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS rio(job TEXT PRIMARY KEY, rate REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS history(n INTEGER PRIMARY KEY AUTOINCREMENT, t REAL NOT NULL, info TEXT NOT NULL);
@@ -96,7 +98,9 @@ class Namespace:
         block_size: default block size of new files.
     """
 
-    def __init__(self, db: str, block_size: int = DEFAULT_BLOCK_SIZE) -> None:
+    def __init__(self, db: str, block_size: int = DEFAULT_BLOCK_SIZE,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock                  # modification times of files and directories
         self.db = sqlite3.connect(db, isolation_level=None)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
@@ -105,6 +109,8 @@ class Namespace:
         for col in ("written", "damaged"):  # databases of older versions
             if col not in cols:
                 self.db.execute(f"ALTER TABLE files ADD COLUMN {col} TEXT NOT NULL DEFAULT '[]'")
+        if "mtime" not in cols:
+            self.db.execute("ALTER TABLE files ADD COLUMN mtime REAL NOT NULL DEFAULT 0")
         self.block_size = block_size
         if self._row("SELECT 1 FROM files WHERE path='/'") is None:
             self.db.execute("INSERT INTO files(fid, path, is_dir) VALUES(0, '/', 1)")
@@ -257,8 +263,8 @@ class Namespace:
             raise ValueError(f"block size must be between 4 KiB and 64 MiB, got {bs}")
         self._check_parent(path)
         cur = self.db.execute(
-            "INSERT INTO files(path, is_dir, block_size, layout) VALUES(?, 0, ?, ?)",
-            (path, bs, json.dumps(FileLayout.empty().to_pairs())),
+            "INSERT INTO files(path, is_dir, block_size, layout, mtime) VALUES(?, 0, ?, ?, ?)",
+            (path, bs, json.dumps(FileLayout.empty().to_pairs()), self.clock()),
         )
         return self.file_row(int(cur.lastrowid or 0))
 
@@ -349,8 +355,8 @@ class Namespace:
             if len(written) > MAX_RANGES:
                 raise FsError(f"{row['path']}: more than {MAX_RANGES} separate written ranges")
         self.db.execute(
-            "UPDATE files SET hw=?, size=?, layout=?, written=? WHERE fid=?",
-            (hw, size, json.dumps(layout.to_pairs()), json.dumps(written), msg.fid),
+            "UPDATE files SET hw=?, size=?, layout=?, written=?, mtime=? WHERE fid=?",
+            (hw, size, json.dumps(layout.to_pairs()), json.dumps(written), self.clock(), msg.fid),
         )
         return self.info(self.file_row(msg.fid))
 
@@ -373,7 +379,7 @@ class Namespace:
                     msg.fid,
                 ),
             )
-        self.db.execute("UPDATE files SET size=? WHERE fid=?", (msg.size, msg.fid))
+        self.db.execute("UPDATE files SET size=?, mtime=? WHERE fid=?", (msg.size, self.clock(), msg.fid))
         return self.info(self.file_row(msg.fid)), actions
 
     def _stat(self, path: str) -> StatReply:
@@ -383,7 +389,7 @@ class Namespace:
         bs = row["block_size"]
         nblocks = -(-row["size"] // bs) if bs else 0
         status = "damaged" if row["status"] == "ready" and json.loads(row["damaged"]) else row["status"]
-        return StatReply(path, bool(row["is_dir"]), row["size"], bs, row["fid"], status, nblocks)
+        return StatReply(path, bool(row["is_dir"]), row["size"], bs, row["fid"], status, nblocks, row["mtime"])
 
     def _children(self, path: str) -> list[dict[str, Any]]:
         prefix = path.rstrip("/") + "/"
@@ -408,7 +414,7 @@ class Namespace:
                 return Ok()
             raise FileExistsError(errno.EEXIST, f"file exists: {path}")
         self._check_parent(path)
-        self.db.execute("INSERT INTO files(path, is_dir) VALUES(?, 1)", (path,))
+        self.db.execute("INSERT INTO files(path, is_dir, mtime) VALUES(?, 1, ?)", (path, self.clock()))
         return Ok()
 
     def _remove(self, path: str) -> tuple[Message, list[Send]]:
