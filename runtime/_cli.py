@@ -18,9 +18,6 @@ __all__ = ["build_run_argv", "register"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_NETMOD = "ofi"  # MPICH's UCX netmod cannot spawn onto another host from a one-process job
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``malleable run``."""
     p = sub.add_parser(
@@ -74,8 +71,7 @@ def build_run_argv(args: argparse.Namespace) -> list[str]:
             raise ConfigError("--hosts is empty")
     elif args.hostfile:
         hosts = read_hostfile(args.hostfile)
-    env = {"MALLEABLE_INITIAL_PROCS": str(args.procs),
-           "MPIR_CVAR_CH4_NETMOD": os.environ.get("MPIR_CVAR_CH4_NETMOD", DEFAULT_NETMOD)}
+    env = {"MALLEABLE_INITIAL_PROCS": str(args.procs)}
     if hosts:
         env["MALLEABLE_HOSTS"] = ",".join(hosts)
     if args.plan is not None:
@@ -85,8 +81,8 @@ def build_run_argv(args: argparse.Namespace) -> list[str]:
         if args.timeout <= 0:
             raise ConfigError(f"--timeout must be > 0, got {args.timeout}")
         env["MALLEABLE_ADAPT_TIMEOUT"] = str(args.timeout)
-    extra = ["-disable-auto-cleanup"] if args.no_auto_cleanup else []
-    return mpiexec_argv(1, cmd, hosts=hosts[:1] or None, launcher_exec=args.launcher_exec, env=env, extra=extra)
+    return mpiexec_argv(1, cmd, hosts=hosts[:1] or None, launcher_exec=args.launcher_exec, env=env,
+                        keep_going=args.no_auto_cleanup)
 
 
 def _run(args: argparse.Namespace) -> int:

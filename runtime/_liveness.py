@@ -14,7 +14,8 @@ import os
 import selectors
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import psutil
 
@@ -111,8 +112,11 @@ class Listener:
         """(host, pid) of the live processes of group ``gid``."""
         return [v for k, v in self._pids.items() if k[0] == gid]
 
-    def wait_gone(self, gids: Iterable[int], timeout: float) -> None:
+    def wait_gone(self, gids: Iterable[int], timeout: float, progress: Callable[[], Any] | None = None) -> None:
         """Return once every process of the groups ``gids`` has exited (its socket hit EOF).
+
+        ``progress`` is called at least every 10 ms meanwhile: leaving processes of some MPIs (Intel MPI) can
+        finalize only while their peers' MPI library makes progress.
 
         Raises:
             AdaptTimeout: some are still alive after ``timeout`` seconds.
@@ -129,7 +133,9 @@ class Listener:
                 if left <= 0:
                     names = ", ".join(f"pid {self._pids[k][1]}@{self._pids[k][0]}" for k in keys)
                     raise AdaptTimeout(f"leaving processes still alive after {timeout:.0f} s: {names}")
-                for key, _ in sel.select(left):
+                if progress is not None:
+                    progress()
+                for key, _ in sel.select(min(left, 0.01) if progress is not None else left):
                     k = key.data
                     try:
                         data = self._conns[k].recv(64)

@@ -18,6 +18,7 @@ from mpi4py import MPI
 
 from malleable.errors import AdaptError, AdaptTimeout
 from malleable.runtime._layout import ExpandPlan
+from malleable.runtime._mpi import current
 from malleable.runtime._waits import wait_request
 
 __all__ = ["Merged", "child_connect", "child_merge", "parent_merge", "parent_spawn", "spawn_command"]
@@ -37,8 +38,8 @@ def spawn_command() -> tuple[str, list[str]]:
 def _spawn_one(comm: Any, cmd: str, args: list[str], n: int, host: str | None, out: list, i: int) -> None:
     info = MPI.Info.Create()
     try:
-        if host:
-            info.Set("host", host)
+        for key, value in current().spawn_info(host).items():
+            info.Set(key, value)
         errcodes: list[int] = []
         out[i] = comm.Spawn(cmd, args, maxprocs=n, info=info, root=0, errcodes=errcodes)
         bad = [e for e in errcodes if e != MPI.SUCCESS]
@@ -156,8 +157,9 @@ def child_merge(parent: Any, index: int, n_groups: int, n_old: int) -> Merged:
     else:
         x = MPI.COMM_WORLD.Create_intercomm(0, mine, 0, _TAG + index)
         merged = x.Merge(high=True)
-        x.Free()
-        mine.Free()
+        release = current().release
+        release(x)
+        release(mine)
     merged = _chain(merged, [None] * (n_groups - index - 1), n_old, index + 1)
     return Merged(merged, _old_new_intercomm(merged, n_old))
 
@@ -169,14 +171,15 @@ def _chain(merged: Any, parts: list[Any], n_old: int, first_index: int) -> Any:
     ``peer_comm`` is not significant (only the local leader, old rank 0, uses it; the group's
     leader is rank ``n_old`` there).
     """
+    release = current().release
     for j, part in enumerate(parts):
         peer = part if part is not None else merged
         x = merged.Create_intercomm(0, peer, n_old, _TAG + first_index + j)
         nxt = x.Merge(high=False)
-        x.Free()
-        merged.Free()
+        release(x)
+        release(merged)
         if part is not None:
-            part.Free()
+            release(part)
         merged = nxt
     return merged
 
@@ -185,5 +188,5 @@ def _old_new_intercomm(merged: Any, n_old: int) -> Any:
     old = merged.rank < n_old
     local = merged.Split(0 if old else 1, merged.rank)
     inter = local.Create_intercomm(0, merged, n_old if old else 0, _TAG - 1)
-    local.Free()
+    current().release(local)  # the joiners' side spans their spawn groups
     return inter

@@ -23,7 +23,7 @@ from typing import Any
 from mpi4py import MPI
 
 from malleable.errors import AdaptError, AdaptTimeout, ConfigError
-from malleable.runtime import _spawn
+from malleable.runtime import _mpi, _spawn
 from malleable.runtime._layout import (
     ExpandPlan,
     Group,
@@ -429,7 +429,7 @@ def _begin_shrink(rt: _Runtime, d: Decision) -> None:
     new_world = comm.Split(MPI.UNDEFINED if leaving else 0, comm.rank)
     local = comm.Split(1 if leaving else 0, comm.rank)
     inter = local.Create_intercomm(0, comm, 0 if leaving else sp.target, 4710)
-    local.Free()
+    _mpi.current().release(local)  # the leavers' side may span several spawn groups
     status = Status.LEAVING if leaving else Status.STAYING
     rt.window = _Window("shrink", d, comm, new_world, inter, status, t0, sp.after, sp.gone, sp.freed_hosts)
 
@@ -460,11 +460,11 @@ def _commit(rt: _Runtime) -> AdaptReport:
     w.intercomm.Disconnect()
     if w.kind != "shrink":
         if w.old_world is not None:
-            w.old_world.Free()
+            _mpi.current().release(w.old_world)
         rt.skip_probe = w.status is Status.JOINING and w.kind == "expand"
         rt.world, rt.layout, rt.window, rt.status = w.new_world, w.after, None, Status.STAYING
         return _report(rt, w, old_size, Status.STAYING if w.status is Status.STAYING else Status.JOINING)
-    w.old_world.Disconnect()
+    _mpi.current().release(w.old_world)
     if w.status is Status.LEAVING:
         rt.window, rt.finished, rt.status = None, True, Status.LEAVING
         report = AdaptReport("shrink", old_size, w.after.world_size, Status.LEAVING,
@@ -475,13 +475,18 @@ def _commit(rt: _Runtime) -> AdaptReport:
     freed: tuple[str, ...] = ()
     if rt.world.rank == 0 and rt.listener is not None:
         try:
-            rt.listener.wait_gone(w.gone, rt.timeout)
+            rt.listener.wait_gone(w.gone, rt.timeout, progress=_progress)
             freed = w.freed
         except AdaptTimeout as e:
             log.warning("%s; their hosts are not reported free", e)
     rt.layout = w.after
     freed = rt.world.bcast(freed, root=0)
     return _report(rt, w, old_size, Status.STAYING, tuple(freed))
+
+
+def _progress() -> None:
+    """Let the MPI library move pending traffic (a nonblocking probe runs its progress engine)."""
+    MPI.COMM_WORLD.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)
 
 
 def _report(rt: _Runtime, w: _Window, old_size: int, status: Status, freed: tuple[str, ...] = ()) -> AdaptReport:

@@ -362,9 +362,11 @@ class Context:
         return result
 
     def _free_owned(self) -> None:
+        from malleable.runtime._mpi import current
+
         for comm in reversed(self._owned):
             if not MPI.Is_finalized() and comm != MPI.COMM_NULL:
-                comm.Free()
+                current().release(comm)  # it may span spawn groups
         self._owned.clear()
 
     def _set_world(self, world: Any) -> None:

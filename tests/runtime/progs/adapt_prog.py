@@ -44,7 +44,7 @@ def _netns_pids(host, freed):
 def _of_this_job(pid):
     """Whether ``pid`` descends from this job's mpiexec (other test sessions may use the same hosts)."""
     me = psutil.Process()
-    launcher = next((p.pid for p in me.parents() if p.name().startswith("mpiexec")), None)
+    launcher = next((p.pid for p in me.parents() if p.name().startswith(("mpiexec", "prterun"))), None)
     try:
         return launcher is None or launcher in {p.pid for p in psutil.Process(pid).parents()}
     except psutil.NoSuchProcess:

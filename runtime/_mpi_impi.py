@@ -1,0 +1,33 @@
+"""Intel MPI (the ``impi-rt`` wheel, its hydra): shm + OFI over TCP, hydra's bootstrap options, strict disconnects."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from malleable.runtime._mpi import Backend, LaunchSpec
+from malleable.runtime._mpi_mpich import hydra_argv
+
+__all__ = ["IntelMPI"]
+
+
+class IntelMPI(Backend):
+    """Intel MPI 2021.
+
+    With one process and the default fabric selection it runs on shared memory only, and
+    ``MPI_Comm_spawn`` then crashes (SIGSEGV, 2021.18): the job needs OFI (``I_MPI_FABRICS=shm:ofi``);
+    libfabric's ``tcp`` provider is the one that works without a fast network. ``MPI_Finalize`` waits for
+    every process still *connected* (a freed but not disconnected communicator counts), so communicators
+    spanning spawn groups are disconnected.
+    """
+
+    name = "impi"
+    banner = "Intel(R) MPI"
+    survives_joiner_signal = False
+
+    def job_env(self, hosts: Sequence[str] = ()) -> dict[str, str]:
+        """OFI next to shared memory, over TCP."""
+        return {"I_MPI_FABRICS": "shm:ofi", "FI_PROVIDER": "tcp"}
+
+    def launch_argv(self, mpiexec: str, spec: LaunchSpec) -> list[str]:
+        """hydra with Intel's option names (``-bootstrap rsh -bootstrap-exec X``)."""
+        return hydra_argv(mpiexec, spec, "-bootstrap", "-bootstrap-exec", "-disable-auto-cleanup")
