@@ -150,6 +150,40 @@ class Listener:
         finally:
             sel.close()
 
+    def collect_exits(self, timeout: float, progress: Callable[[], Any] | None = None) -> list[int]:
+        """At the job's end: the status each connected process reports (``exit N``) before it finalizes.
+
+        Waits up to ``timeout`` s in all; a process that closes without a report (or never reports) adds nothing.
+        """
+        sel = selectors.DefaultSelector()
+        bufs: dict[tuple[int, int], bytes] = {}
+        for k, conn in self._conns.items():
+            sel.register(conn, selectors.EVENT_READ, k)
+            bufs[k] = b""
+        codes: list[int] = []
+        deadline = time.monotonic() + timeout
+        try:
+            while bufs and time.monotonic() < deadline:
+                if progress is not None:
+                    progress()
+                for key, _ in sel.select(0.01):
+                    k = key.data
+                    try:
+                        data = self._conns[k].recv(64)
+                    except OSError:
+                        data = b""
+                    bufs[k] += data
+                    line, sep, _ = bufs[k].partition(b"\n")
+                    if sep or not data:
+                        sel.unregister(self._conns[k])
+                        del bufs[k]
+                        parts = line.split()
+                        if len(parts) == 2 and parts[0] == b"exit" and parts[1].isdigit():
+                            codes.append(int(parts[1]))
+        finally:
+            sel.close()
+        return codes
+
     def forget(self, gids: Iterable[int]) -> None:
         """Drop (and close) the connections of groups that failed to join."""
         for k in [k for k in self._conns if k[0] in set(gids)]:

@@ -42,11 +42,14 @@ class Backend:
         name: registry name (``mpich``, ``openmpi``, ``impi``).
         banner: text identifying the implementation in ``MPI.Get_library_version()`` and ``mpiexec --version``.
         survives_joiner_signal: whether a joiner killed by a signal leaves the rest of the job running.
+        finalize_after_failed_spawn: whether ``MPI_Finalize`` returns after an expansion abandoned dead or stopped
+            joiners (else the process ends without it).
     """
 
     name = ""
     banner = ""
     survives_joiner_signal = False
+    finalize_after_failed_spawn = True
 
     def matches(self, text: str) -> bool:
         """Whether a library-version or launcher banner names this implementation."""

@@ -17,12 +17,14 @@ class IntelMPI(Backend):
     ``MPI_Comm_spawn`` then crashes (SIGSEGV, 2021.18): the job needs OFI (``I_MPI_FABRICS=shm:ofi``);
     libfabric's ``tcp`` provider is the one that works without a fast network. ``MPI_Finalize`` waits for
     every process still *connected* (a freed but not disconnected communicator counts), so communicators
-    spanning spawn groups are disconnected.
+    spanning spawn groups are disconnected; after an expansion that abandoned dead or stopped joiners the
+    process ends without ``MPI_Finalize``, which would wait for them forever.
     """
 
     name = "impi"
     banner = "Intel(R) MPI"
     survives_joiner_signal = False
+    finalize_after_failed_spawn = False
 
     def job_env(self, hosts: Sequence[str] = ()) -> dict[str, str]:
         """OFI next to shared memory, over TCP."""

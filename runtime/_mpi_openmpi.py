@@ -47,8 +47,11 @@ class OpenMPI(Backend):
         return {}
 
     def launch_argv(self, mpiexec: str, spec: LaunchSpec) -> list[str]:
-        """``mpiexec --allow-run-as-root --oversubscribe [--mca plm_ssh_agent X ...] --host .. -x K=V -n N cmd``."""
-        argv = [mpiexec, "--oversubscribe"]
+        """``[env K=V ..] mpiexec --oversubscribe [--allow-run-as-root] [--mca plm_ssh_agent X ..] --host .. -n N cmd``."""
+        # variables go in mpirun's own environment (``env K=V mpirun``): processes spawned later inherit it
+        # from the daemons, where ``-x K=V`` reaches only the processes mpirun starts
+        argv = ["env", *(f"{k}={v}" for k, v in spec.env.items()), mpiexec, "--oversubscribe"] if spec.env \
+            else [mpiexec, "--oversubscribe"]
         if os.geteuid() == 0:
             argv.append("--allow-run-as-root")
         if spec.hosts:
@@ -62,8 +65,6 @@ class OpenMPI(Backend):
         if spec.keep_going:
             # ULFM: a spawned process that fails is reported to its peers instead of aborting the job
             argv += ["--with-ft", "ulfm"]
-        for k, v in spec.env.items():
-            argv += ["-x", f"{k}={v}"]
         return argv + list(spec.extra) + ["-n", str(spec.n), *spec.cmd]
 
     def release(self, comm: object) -> None:

@@ -9,9 +9,12 @@ group has answered, so a failed expansion leaves the old world untouched.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from mpi4py import MPI
@@ -21,12 +24,34 @@ from malleable.runtime._layout import ExpandPlan
 from malleable.runtime._mpi import current
 from malleable.runtime._waits import wait_request
 
-__all__ = ["Merged", "child_connect", "child_merge", "parent_merge", "parent_spawn", "spawn_command"]
+__all__ = ["Leftovers", "Merged", "child_connect", "child_merge", "child_ready", "parent_merge", "parent_ready",
+           "parent_spawn", "spawn_command"]
 
 log = logging.getLogger(__name__)
 
 _TAG = 4711
 _POLL = 0.0005  # longest sleep between polls during an adaptation: these waits are short, latency matters
+
+
+@dataclass
+class Leftovers:
+    """What failed expansions left behind; owned by the runtime, which must settle it before MPI_Finalize.
+
+    ``threads``: spawn threads still inside ``MPI_Comm_spawn`` when their expansion gave up (each cleans up its
+    group by itself once the call returns). ``stale``: a group was abandoned with members that may be dead or
+    stopped, which some MPIs still count as connected when finalizing.
+    """
+
+    threads: list[threading.Thread] = field(default_factory=list)
+    stale: bool = False
+
+    def settle(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for the straggling threads; True if none is left inside MPI."""
+        deadline = time.monotonic() + timeout
+        for t in self.threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        self.threads = [t for t in self.threads if t.is_alive()]
+        return not self.threads
 
 
 def spawn_command() -> tuple[str, list[str]]:
@@ -35,7 +60,32 @@ def spawn_command() -> tuple[str, list[str]]:
     return sys.executable, argv[1:]
 
 
-def _spawn_one(comm: Any, cmd: str, args: list[str], n: int, host: str | None, out: list, i: int) -> None:
+def _spawn_one(comm: Any, cmd: str, args: list[str], n: int, host: str | None, out: list, i: int,
+               abandoned: threading.Event, timeout: float) -> None:
+    try:
+        _spawn_call(comm, cmd, args, n, host, out, i)
+    finally:
+        if abandoned.is_set():  # the expansion gave up while this call was inside MPI: undo it here
+            _late_cleanup(out[i], timeout)
+            comm.Free()
+
+
+def _late_cleanup(inter: Any, timeout: float) -> None:
+    """Tell a group that started after its expansion was given up to exit, and drop it."""
+    if inter is None or isinstance(inter, Exception):
+        return
+    try:
+        wait_request(inter.Ibarrier(), timeout, "late joiners", cap=0.01)
+        if inter.Get_rank() == 0:
+            for r in range(inter.remote_size):
+                inter.send({"kind": "abort"}, dest=r, tag=_TAG)
+        inter.Disconnect()
+    except AdaptTimeout:
+        inter.Free()
+    log.info("a group spawned after its expansion was given up has been told to exit")
+
+
+def _spawn_call(comm: Any, cmd: str, args: list[str], n: int, host: str | None, out: list, i: int) -> None:
     info = MPI.Info.Create()
     try:
         for key, value in current().spawn_info(host).items():
@@ -51,8 +101,11 @@ def _spawn_one(comm: Any, cmd: str, args: list[str], n: int, host: str | None, o
         info.Free()
 
 
-def parent_spawn(world: Any, plan: ExpandPlan, timeout: float) -> list[Any]:
+def parent_spawn(world: Any, plan: ExpandPlan, timeout: float, leftovers: Leftovers) -> list[Any]:
     """Spawn the plan's groups concurrently and handshake with each; collective over ``world``.
+
+    A spawn still inside MPI at the deadline is left to its thread (recorded in ``leftovers``), which tells
+    the group to exit once the call returns; the expansion fails at once.
 
     Returns:
         One intercommunicator per group, in plan order.
@@ -65,15 +118,17 @@ def parent_spawn(world: Any, plan: ExpandPlan, timeout: float) -> list[Any]:
     k = len(plan.counts)
     dups = [world.Dup() for _ in range(k)]
     out: list[Any] = [None] * k
+    abandoned = threading.Event()
     threads = [
-        threading.Thread(target=_spawn_one, args=(dups[i], cmd, args, plan.counts[i], plan.hosts[i], out, i),
-                         name=f"malleable-spawn-{i}", daemon=True)
+        threading.Thread(target=_spawn_one, name=f"malleable-spawn-{i}", daemon=True,
+                         args=(dups[i], cmd, args, plan.counts[i], plan.hosts[i], out, i, abandoned, timeout))
         for i in range(k)
     ]
     for t in threads:
         t.start()
+    deadline = time.monotonic() + timeout
     for t in threads:
-        t.join(timeout)
+        t.join(max(0.0, deadline - time.monotonic()))
     problems = []
     for i, t in enumerate(threads):
         if t.is_alive():
@@ -91,13 +146,19 @@ def parent_spawn(world: Any, plan: ExpandPlan, timeout: float) -> list[Any]:
                 problems.append(str(e))
                 break
     ok = world.allreduce(0 if problems else 1, op=MPI.MIN)
+    if not ok:
+        abandoned.set()  # threads still inside MPI clean up after themselves
+    late = [i for i, t in enumerate(threads) if t.is_alive()]
+    leftovers.threads += [threads[i] for i in late]
     for i, t in enumerate(threads):
-        if not t.is_alive():
+        if i not in late:
             dups[i].Free()
     if ok:
         return list(out)
     for i in range(k):
         inter = out[i]
+        if i in late:
+            continue
         if answered[i]:
             if world.rank == 0:
                 for r in range(inter.remote_size):
@@ -105,6 +166,7 @@ def parent_spawn(world: Any, plan: ExpandPlan, timeout: float) -> list[Any]:
             inter.Disconnect()
         elif inter is not None and not isinstance(inter, Exception):
             inter.Free()  # a member may be dead: no Disconnect handshake with it
+            leftovers.stale = True
     raise AdaptError("expansion failed: " + ("; ".join(problems) if problems else "a peer rank failed"))
 
 
@@ -118,6 +180,60 @@ def parent_send_context(world: Any, inters: list[Any], contexts: list[dict]) -> 
             reqs.append(inter.isend(dict(ctx, member=r), dest=r, tag=_TAG))
     for req in reqs:
         req.wait()
+
+
+def parent_ready(world: Any, inters: list[Any], timeout: float, leftovers: Leftovers,
+                 first: Callable[[float], None] | None = None) -> None:
+    """Last check before the blocking merge: every joiner is alive and waiting; collective over ``world``.
+
+    Every group must reach a barrier on its intercommunicator within ``timeout`` (a joiner stopped or killed
+    after the handshake never does); the ranks agree on the outcome and rank 0 tells each joiner ``go`` or
+    ``abort``. ``first`` (on rank 0) is another wait that must succeed (the joiners' liveness reports).
+
+    Raises:
+        AdaptError: on every rank of ``world`` when a group is not ready; the groups are dropped.
+    """
+    deadline = time.monotonic() + timeout
+    problem = ""
+    if first is not None:
+        try:
+            first(timeout)
+        except AdaptTimeout as e:
+            problem = str(e)
+    reqs = [inter.Ibarrier() for inter in inters]
+    if not problem:
+        for req in reqs:
+            try:
+                wait_request(req, max(0.0, deadline - time.monotonic()), "joiners ready to merge", cap=_POLL)
+            except AdaptTimeout as e:
+                problem = str(e)
+                break
+    ok = world.allreduce(0 if problem else 1, op=MPI.MIN)
+    if world.rank == 0:
+        sends = [inter.isend(bool(ok), dest=r, tag=_TAG + 1) for inter in inters for r in range(inter.remote_size)]
+        if ok:  # an abort is not waited for: a stopped joiner may never receive it
+            MPI.Request.waitall(sends)
+    if ok:
+        return
+    for inter in inters:
+        inter.Free()  # a stopped or dead member cannot take part in a Disconnect
+    leftovers.stale = True
+    raise AdaptError(f"expansion failed: {problem or 'joiners not ready on another rank'}")
+
+
+def child_ready(parent: Any, timeout: float) -> None:
+    """Joiner side of :func:`parent_ready`; a joiner told to abort (or left without an answer) exits here."""
+    try:
+        wait_request(parent.Ibarrier(), timeout, "parents ready to merge", cap=_POLL)
+        go = wait_request(parent.irecv(source=0, tag=_TAG + 1), timeout, "go from rank 0", cap=_POLL)
+    except AdaptTimeout as e:
+        log.error("joiner gives up: %s", e)  # noqa: TRY400 - the timeout is the whole story
+        go = False
+    if not go:
+        log.warning("the expansion was given up by the parents; joiner exits")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 @dataclass

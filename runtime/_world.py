@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import functools
 import logging
 import os
 import socket
@@ -32,6 +33,7 @@ from malleable.runtime._layout import (
     plan_expand,
     plan_shrink,
 )
+from malleable.runtime._bounds import Slots, check_expand, check_plan, host_resolves, initial_layout, slots_from_env
 from malleable.runtime._liveness import Listener, connect_back
 from malleable.runtime._plan import PlanStep, parse_plan, validate_plan
 from malleable.runtime._sources import NullSource, PlanSource, choose_hosts
@@ -108,6 +110,9 @@ class _Runtime:
     finished: bool = False
     skip_probe: bool = False
     source: Any = field(default=None)
+    slots: Slots = field(default_factory=lambda: Slots(os.cpu_count() or 1))
+    exit_code: int = 0                 # what this process passed to sys.exit (reported to rank 0 at the end)
+    leftovers: _spawn.Leftovers = field(default_factory=_spawn.Leftovers)  # of failed expansions
 
 
 _STATE: _Runtime | None = None  # the runtime's world handle
@@ -161,14 +166,6 @@ def _env_timeout(timeout: float | None) -> float:
     return t
 
 
-def _host_ok(host: str) -> bool:
-    try:
-        socket.getaddrinfo(host, None)
-    except OSError:
-        return False
-    return True
-
-
 def _env_int(name: str, default: int) -> int:
     raw = os.environ.get(name)
     if not raw:
@@ -207,8 +204,17 @@ def init_adapt(timeout: float | None = None, plan: str | None = None) -> Status:
     steps = parse_plan(text)  # same input on every rank: every rank raises alike
     job_hosts = tuple(h for h in os.environ.get("MALLEABLE_HOSTS", "").split(",") if h)
     initial = max(comm.size, _env_int("MALLEABLE_INITIAL_PROCS", comm.size))
-    validate_plan(steps, initial, comm.size, _host_ok)
-    rt = _Runtime(comm.Dup(), base, 0, comm.rank, t, steps, text, job_hosts)
+    validate_plan(steps, initial, comm.size, host_resolves)
+    slots = slots_from_env()
+    local = hosts[0]
+    try:
+        if initial > comm.size:
+            check_expand(base, plan_expand(base, initial, _initial_hosts(job_hosts, initial, comm.size)), slots, local)
+    except AdaptError as e:
+        raise ConfigError(f"cannot start the job with {initial} processes: {e}") from None
+    check_plan(steps, initial_layout(base, initial, job_hosts, local), slots, local,
+               lambda lay, n: choose_hosts(lay, job_hosts, n))
+    rt = _Runtime(comm.Dup(), base, 0, comm.rank, t, steps, text, job_hosts, slots=slots)
     rt.source = _make_source(steps, comm.rank)
     if comm.rank == 0:
         rt.listener = Listener()
@@ -259,8 +265,10 @@ def _joiner_init(timeout: float) -> Status:
         os._exit(0)
     lay = Layout.from_json(ctx["layout"])
     steps = parse_plan(ctx["plan"])
+    cores, per_host, hostfile = ctx["slots"]
     rt = _Runtime(None, lay, ctx["gids"][ctx["index"]], ctx["member"], ctx["timeout"], steps, ctx["plan"],
-                  tuple(ctx["job_hosts"]), probes=ctx["probes"])
+                  tuple(ctx["job_hosts"]), probes=ctx["probes"],
+                  slots=Slots(cores, per_host, tuple((h, n) for h, n in hostfile)))
     rt.source = PlanSource(steps, start=ctx["probes"]) if ctx.get("local_source", True) else NullSource()
     rt.joiner_ctx = dict(ctx, parent=parent)
     rt.alive_fd = connect_back(ctx["liveness"], rt.gid, rt.member, timeout)
@@ -313,6 +321,15 @@ def probe_adapt() -> ProbeResult:
             rt.source.refused(d, reason)
         return ProbeResult(False, Status.STAYING, {})
     kind = "expand" if d.procs > size else "shrink"
+    if kind == "expand":
+        try:
+            hosts = d.hosts or choose_hosts(rt.layout, rt.job_hosts, d.procs - size)
+            check_expand(rt.layout, plan_expand(rt.layout, d.procs, hosts), rt.slots, rt.layout.groups[0].hosts[0])
+        except AdaptError as e:
+            log.error("refusing the adaptation: %s", e)
+            if rt.world.rank == 0:
+                rt.source.refused(d, str(e))
+            return ProbeResult(False, Status.STAYING, {})
     rt.pending, rt.pending_kind = d, kind
     status = Status.LEAVING if kind == "shrink" and rt.world.rank >= d.procs else Status.STAYING
     return ProbeResult(True, status, d.as_info(rt.probes, kind))
@@ -358,7 +375,7 @@ def _parent_expand(rt: _Runtime, d: Decision, kind: str) -> None:
     t0 = time.perf_counter()
     hosts = d.hosts or choose_hosts(rt.layout, rt.job_hosts, d.procs - rt.layout.world_size)
     plan = plan_expand(rt.layout, d.procs, hosts)
-    inters = _spawn.parent_spawn(rt.world, plan, rt.timeout)
+    inters = _spawn.parent_spawn(rt.world, plan, rt.timeout, rt.leftovers)
     n_old = rt.world.size
     gids = [plan.first_gid + i for i in range(len(inters))]
     base_ctx = {
@@ -366,17 +383,21 @@ def _parent_expand(rt: _Runtime, d: Decision, kind: str) -> None:
         "probes": rt.probes, "plan": rt.plan_text, "timeout": rt.timeout, "job_hosts": list(rt.job_hosts),
         "liveness": rt.listener.endpoint() if rt.listener else None, "decision": [d.procs, list(d.hosts)],
         "local_source": bool(getattr(rt.source, "local", True)),
+        "slots": [rt.slots.cores, rt.slots.per_host, [list(x) for x in rt.slots.hostfile]],
     }
     if rt.world.rank == 0 and rt.listener is None:
         raise AdaptError("internal: rank 0 has no liveness listener")
     _spawn.parent_send_context(rt.world, inters, [dict(base_ctx, index=i) for i in range(len(inters))])
+    accept = None
     if rt.world.rank == 0:
         expected = [(g, m) for g, c in zip(gids, plan.counts, strict=True) for m in range(c)]
-        try:
-            rt.listener.accept(expected, rt.timeout)  # type: ignore[union-attr]
-        except AdaptTimeout:
-            rt.listener.forget(gids)  # type: ignore[union-attr]
-            raise
+        accept = functools.partial(rt.listener.accept, expected)  # type: ignore[union-attr]
+    try:
+        _spawn.parent_ready(rt.world, inters, rt.timeout, rt.leftovers, first=accept)
+    except AdaptError:
+        if rt.listener is not None:
+            rt.listener.forget(gids)
+        raise
     merged = _spawn.parent_merge(rt.world, inters)
     for inter in inters:
         inter.Disconnect()
@@ -400,6 +421,7 @@ def _joiner_merge(rt: _Runtime) -> None:
     ctx = rt.joiner_ctx
     assert ctx is not None
     t0 = time.perf_counter()
+    _spawn.child_ready(ctx["parent"], rt.timeout)
     merged = _spawn.child_merge(ctx["parent"], ctx["index"], ctx["n_groups"], ctx["n_old"])
     ctx["parent"].Disconnect()
     member_hosts = _gather_members(merged.world, ctx["n_old"], ctx["index"], ctx["n_groups"])
@@ -519,6 +541,14 @@ def _group_exit_barrier(timeout: float | None) -> None:
     wait_request(MPI.COMM_WORLD.Ibarrier(), timeout, "rest of the spawn group to leave", cap=0.05)
 
 
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
 def _at_exit() -> None:
     rt = _STATE
     if rt is not None and rt.finished:
@@ -526,20 +556,46 @@ def _at_exit() -> None:
         # (hundreds of ms with numpy loaded, on a busy node) is of no use to anybody: end here with
         # the C library's exit(), which still runs the MPI library's own exit handlers (os._exit
         # would skip them, and hydra then takes the process for a crashed one).
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
+        _flush()
         ctypes.CDLL(None).exit(0)
     if rt is None or MPI.Is_finalized():
         return
+    code = rt.exit_code
+    if rt.alive_fd is not None:  # a spawned process: rank 0 gives the job this status if it is the first error
+        try:
+            os.write(rt.alive_fd, f"exit {code}\n".encode())
+        except OSError:
+            pass
     try:
         _group_exit_barrier(timeout=rt.timeout * 10)
     except AdaptTimeout:
         log.warning("members of this process's spawn group never reached the end; finalizing anyway")
     if rt.listener is not None:
+        bad = [c for c in rt.listener.collect_exits(rt.timeout, progress=_progress) if c]
         rt.listener.close()
+        if bad and not code:
+            log.error("a spawned process of the job exited with status %d; so does the job", bad[0])
+            code = bad[0]
+    if not rt.leftovers.settle(rt.timeout):
+        log.error("a spawn of a failed expansion is still inside MPI; ending without MPI_Finalize")
+        _flush()
+        os._exit(code or 1)
+    if rt.leftovers.stale and not _mpi.current().finalize_after_failed_spawn:
+        _flush()
+        os._exit(code)  # finalizing would wait for the dead or stopped joiners forever
+    if code != rt.exit_code:  # end with another rank's status: finalize now, then exit with it
+        MPI.Finalize()
+        _flush()
+        ctypes.CDLL(None).exit(code)
+
+
+def _exit_status(arg: Any) -> int:
+    """The process status ``sys.exit(arg)`` gives."""
+    if arg is None:
+        return 0
+    if isinstance(arg, int):
+        return arg & 0xFF
+    return 1
 
 
 def _excepthook(etype: type[BaseException], value: BaseException, tb: Any) -> None:
@@ -554,6 +610,15 @@ def _excepthook(etype: type[BaseException], value: BaseException, tb: Any) -> No
 
 def _install_hooks() -> None:
     atexit.register(_at_exit)
+    plain_exit = sys.exit
+
+    def recording_exit(arg: Any = None) -> None:
+        """``sys.exit`` that records the status, so rank 0 can make it the job's (see _at_exit)."""
+        if _STATE is not None:
+            _STATE.exit_code = _exit_status(arg)
+        plain_exit(arg)
+
+    sys.exit = recording_exit
     if os.environ.get("MALLEABLE_ABORT_ON_ERROR", "1") != "0":
         sys.excepthook = _excepthook
 

@@ -17,7 +17,8 @@ def test_dry_run_builds_one_anchor_with_the_job_in_its_environment(capsys, tmp_p
     hf = tmp_path / "hosts"
     hf.write_text("# cluster\nnode1:2\nnode2\n")
     assert main(["run", "-n", "4", "--hostfile", str(hf), "--plan", '[{"at_probe": 2, "procs": 2}]',
-                 "--timeout", "9", "--launcher-exec", "/x/netns-launch", "--dry-run", "--", "python", "app.py"]) == 0
+                 "--timeout", "9", "--launcher-exec", "/x/netns-launch", "--max-procs-per-host", "4", "--dry-run",
+                 "--", "python", "app.py"]) == 0
     out = capsys.readouterr().out.split()
     assert out[out.index("-n") + 1] == "1" and out[-2:] == ["python", "app.py"]
     assert out[out.index("-hosts") + 1] == "node1"
