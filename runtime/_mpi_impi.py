@@ -23,7 +23,7 @@ class IntelMPI(Backend):
 
     name = "impi"
     banner = "Intel(R) MPI"
-    survives_joiner_signal = False
+    survives_joiner_signal = True
     finalize_after_failed_spawn = False
 
     def job_env(self, hosts: Sequence[str] = ()) -> dict[str, str]:

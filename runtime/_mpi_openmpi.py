@@ -35,12 +35,14 @@ class OpenMPI(Backend):
     ``MPI_Comm_disconnect`` of a communicator made by ``MPI_Intercomm_merge`` hangs (5.0.11), and
     finalizing does not wait for other jobs, so such communicators are only freed. Spawned processes are
     a separate PRRTE job; with ``--with-ft ulfm`` (``keep_going``) a joiner that dies does not end the job,
-    and mpirun still exits with the joiner's status.
+    and mpirun still exits with the joiner's status; after such a failure ``MPI_Finalize`` may crash on the
+    dead peer (5.0.11), so the job's processes end without it.
     """
 
     name = "openmpi"
     banner = "Open MPI"
     survives_joiner_signal = True
+    finalize_after_failed_spawn = False
 
     def job_env(self, hosts: Sequence[str] = ()) -> dict[str, str]:
         """Nothing beyond the launcher's options."""

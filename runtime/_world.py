@@ -271,6 +271,7 @@ def _joiner_init(timeout: float) -> Status:
                   slots=Slots(cores, per_host, tuple((h, n) for h, n in hostfile)))
     rt.source = PlanSource(steps, start=ctx["probes"]) if ctx.get("local_source", True) else NullSource()
     rt.joiner_ctx = dict(ctx, parent=parent)
+    rt.leftovers.stale = bool(ctx.get("stale"))  # the job's processes end alike (see _at_exit)
     rt.alive_fd = connect_back(ctx["liveness"], rt.gid, rt.member, timeout)
     _STATE = rt
     _install_hooks()
@@ -384,6 +385,7 @@ def _parent_expand(rt: _Runtime, d: Decision, kind: str) -> None:
         "liveness": rt.listener.endpoint() if rt.listener else None, "decision": [d.procs, list(d.hosts)],
         "local_source": bool(getattr(rt.source, "local", True)),
         "slots": [rt.slots.cores, rt.slots.per_host, [list(x) for x in rt.slots.hostfile]],
+        "stale": rt.leftovers.stale,
     }
     if rt.world.rank == 0 and rt.listener is None:
         raise AdaptError("internal: rank 0 has no liveness listener")

@@ -27,6 +27,6 @@ def run_prog(mpi, n, plan, iters=12, env=None, hosts=None, timeout=180, check=Tr
             reports.append(obj)
         elif "adapt_error" in obj:
             errors.append(obj)
-        else:
+        elif "probe" in obj:
             rows.append(obj)
     return rows, reports, errors, proc
