@@ -138,6 +138,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.launcher_exec:
         env["MALLEABLE_LAUNCHER_EXEC"] = args.launcher_exec
     try:
-        return subprocess.call(argv, env=env)
+        # SIGPIPE stays ignored in the launcher: hydra writes to proxies of spawn groups that already ended,
+        # and with the signal's default action it then dies (exit 141) after a successful job
+        return subprocess.call(argv, env=env, restore_signals=False)
     except KeyboardInterrupt:
         return 130

@@ -44,12 +44,16 @@ class Backend:
         survives_joiner_signal: whether a joiner killed by a signal leaves the rest of the job running.
         finalize_after_failed_spawn: whether ``MPI_Finalize`` returns after an expansion abandoned dead or stopped
             joiners (else the process ends without it).
+        concurrent_spawn: whether other threads' MPI calls go on while one thread is inside ``MPI_Comm_spawn``
+            (else a spawn that hangs delays the failure past the timeout by its own length, and an expansion
+            cannot overlap computation).
     """
 
     name = ""
     banner = ""
     survives_joiner_signal = False
     finalize_after_failed_spawn = True
+    concurrent_spawn = True
 
     def matches(self, text: str) -> bool:
         """Whether a library-version or launcher banner names this implementation."""

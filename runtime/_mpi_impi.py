@@ -18,13 +18,15 @@ class IntelMPI(Backend):
     libfabric's ``tcp`` provider is the one that works without a fast network. ``MPI_Finalize`` waits for
     every process still *connected* (a freed but not disconnected communicator counts), so communicators
     spanning spawn groups are disconnected; after an expansion that abandoned dead or stopped joiners the
-    process ends without ``MPI_Finalize``, which would wait for them forever.
+    process ends without ``MPI_Finalize``, which would wait for them forever. A thread inside
+    ``MPI_Comm_spawn`` holds the library's lock: other threads' MPI calls wait for it (2021.18).
     """
 
     name = "impi"
     banner = "Intel(R) MPI"
     survives_joiner_signal = True
     finalize_after_failed_spawn = False
+    concurrent_spawn = False
 
     def job_env(self, hosts: Sequence[str] = ()) -> dict[str, str]:
         """OFI next to shared memory, over TCP."""

@@ -24,8 +24,8 @@ from malleable.runtime._layout import ExpandPlan
 from malleable.runtime._mpi import current
 from malleable.runtime._waits import wait_request
 
-__all__ = ["Leftovers", "Merged", "child_connect", "child_merge", "child_ready", "parent_merge", "parent_ready",
-           "parent_spawn", "spawn_command"]
+__all__ = ["Leftovers", "Merged", "child_connect", "child_give_up", "child_merge", "child_ready", "parent_merge",
+           "parent_ready", "parent_spawn", "spawn_command"]
 
 log = logging.getLogger(__name__)
 
@@ -231,9 +231,17 @@ def child_ready(parent: Any, timeout: float) -> None:
         go = False
     if not go:
         log.warning("the expansion was given up by the parents; joiner exits")
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+        child_give_up(parent)
+
+
+def child_give_up(parent: Any) -> None:
+    """End a joiner whose expansion failed: finalize, then exit 0 (the launchers take a process that exits
+    without ``MPI_Finalize`` for a failed one: hydra then signals the job, PRRTE ends it)."""
+    parent.Free()
+    MPI.Finalize()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 @dataclass
@@ -260,7 +268,11 @@ def child_connect(timeout: float) -> tuple[Any, dict]:
     """
     parent = MPI.Comm.Get_parent()
     # give up before the parents do: a failed group is then gone before they spawn anything else
-    wait_request(parent.Ibarrier(), 0.75 * timeout, "handshake with the spawning processes", cap=_POLL)
+    try:
+        wait_request(parent.Ibarrier(), 0.75 * timeout, "handshake with the spawning processes", cap=_POLL)
+    except AdaptTimeout as e:
+        log.error("joiner gives up: %s", e)  # noqa: TRY400 - the timeout is the whole story
+        child_give_up(parent)
     ctx = wait_request(parent.irecv(source=0, tag=_TAG), timeout, "adaptation context from rank 0", cap=_POLL)
     return parent, ctx
 

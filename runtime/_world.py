@@ -253,11 +253,7 @@ def _initial_hosts(job_hosts: tuple[str, ...], n: int, base: int) -> tuple[str, 
 
 def _joiner_init(timeout: float) -> Status:
     global _STATE
-    try:
-        parent, ctx = _spawn.child_connect(timeout)
-    except AdaptTimeout as e:
-        log.error("joiner gives up: %s", e)  # noqa: TRY400 - the timeout is the whole story
-        os._exit(0)  # a clean give-up; the parents report the failed expansion
+    parent, ctx = _spawn.child_connect(timeout)  # gives up (exits) if the parents do not answer in time
     if ctx.get("kind") == "abort":
         log.warning("expansion was cancelled by the parents; joiner exits")
         parent.Disconnect()

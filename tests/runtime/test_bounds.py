@@ -118,7 +118,7 @@ def test_thousand_process_plan_refused_at_init_under_plain_mpiexec(pids_cap, mpi
     env = dict(MPI_ENV, MALLEABLE_PLAN=json.dumps([{"at_probe": 2, "procs": 1000}]), PROG_ITERS="3")
     argv = mpi.argv(1, mpi.python, str(PROG), env=env)
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, preexec_fn=_in_cgroup(pids_cap),
-                          env=dict(os.environ, **env))
+                          env=dict(os.environ, **env), restore_signals=False)
     assert proc.returncode != 0
     assert "needs 1000 on host" in proc.stderr and '"probe"' not in proc.stdout
     assert _forks_refused(pids_cap) == 0
@@ -134,36 +134,35 @@ def test_decision_over_the_slots_is_refused_and_the_job_goes_on(mpi):
 
 
 def test_stopped_joiner_fails_the_expansion_within_the_timeout(mpi, tmp_path):
+    # the joiner stops after its handshake: the parents give the expansion up within the timeout and go on
+    # (and expand again later); the stopped process is continued once the job's work is done, and then exits
     pidfile = tmp_path / "stopped"
     plan = [{"at_probe": 2, "procs": 2}, {"at_probe": 5, "procs": 3}]
     e = dict(MPI_ENV, MALLEABLE_PLAN=json.dumps(plan), PROG_ITERS="6", PROG_STOP_JOINER=str(pidfile),
              MALLEABLE_ADAPT_TIMEOUT="4", PROG_SLEEP="0.2")
     p = subprocess.Popen(mpi.argv(1, mpi.python, str(PROG), env=e, keep_going=True), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=dict(os.environ, **e))
+                         stderr=subprocess.PIPE, text=True, env=dict(os.environ, **e), restore_signals=False)
+    stopped = None
     try:
         lines = []
-        while True:  # until the expansion has failed (each readline is bounded by the job's own timeouts)
+        while not (lines and lines[-1].startswith('{"probe": 6,')):  # each line comes within the job's timeouts
             line = p.stdout.readline()
             assert line, f"job ended early: {lines}\n{p.stderr.read()}"
             lines.append(line)
-            if line.startswith('{"adapt_error"'):
-                break
-        err = json.loads(lines[-1])
-        assert err["type"] in ("AdaptError", "AdaptTimeout") and err["seconds"] < 4 + 3, err
         stopped = int(pidfile.read_text())
         assert psutil.Process(stopped).status() == psutil.STATUS_STOPPED
-        os.kill(stopped, signal.SIGCONT)  # the joiner learns the expansion was given up and exits by itself
+        os.kill(stopped, signal.SIGCONT)  # it learns that the expansion was given up and exits by itself
         out, errout = p.communicate(timeout=120)
     finally:
         if p.poll() is None:
             p.kill()
             p.communicate()
+    err = next(json.loads(x) for x in lines if x.startswith('{"adapt_error"'))
+    assert err["type"] in ("AdaptError", "AdaptTimeout") and err["seconds"] < 4 + 3, err
     rows = [json.loads(x) for x in (*lines, *out.splitlines()) if x.startswith('{"probe"')]
-    assert sizes(rows) == [(1, 1), (2, 1), (3, 1), (4, 1), (5, 3), (6, 3)] and all(r["ok"] for r in rows)
+    assert sizes(rows) == [(1, 1), (2, 1), (3, 1), (4, 1), (5, 3), (6, 3)] and all(r["ok"] for r in rows), errout
     assert not psutil.pid_exists(stopped) or psutil.Process(stopped).status() == psutil.STATUS_ZOMBIE
     assert "Segmentation" not in errout and "Assertion" not in errout, errout
-    if backend_named(mpi.name).finalize_after_failed_spawn:
-        assert p.returncode == 0, errout
 
 
 def test_spawn_slower_than_the_timeout_is_abandoned_and_finalize_is_clean(mpi, tmp_path):
@@ -172,7 +171,9 @@ def test_spawn_slower_than_the_timeout_is_abandoned_and_finalize_is_clean(mpi, t
     rows, reports, errors, proc = run_prog(
         mpi, 1, plan, iters=16, check=False, keep_going=True,
         env={"PROG_SLOW_JOINER": f"{tmp_path / 'anchor'}:6", "MALLEABLE_ADAPT_TIMEOUT": "3", "PROG_SLEEP": "0.5"})
-    assert errors and errors[0]["seconds"] < 3 + 2, proc.stdout
+    # where a spawn holds the MPI library's lock (Intel MPI) the failure comes once the spawn returns (~6 s)
+    bound = 3 + 2 if backend_named(mpi.name).concurrent_spawn else 6 + 3 + 2
+    assert errors and errors[0]["seconds"] < bound, proc.stdout
     assert sizes(rows) == [(i, 1) for i in range(1, 17)] and all(r["ok"] for r in rows)
     assert "Segmentation" not in proc.stderr and "Assertion" not in proc.stderr, proc.stderr
     if backend_named(mpi.name).finalize_after_failed_spawn:
@@ -199,4 +200,5 @@ def test_joiner_killed_by_a_signal(mpi, tmp_path):
         assert proc.returncode != 0  # the launcher still reports the killed process
     else:  # the documented limit: the launcher ends the whole job, with this error
         assert proc.returncode != 0 and sizes(rows) == [(1, 1)]
-        assert "signal 9" in proc.stdout + proc.stderr
+        out = proc.stdout + proc.stderr
+        assert "signal 9" in out or "process manager error" in out, out
