@@ -44,6 +44,8 @@ class Backend:
         survives_joiner_signal: whether a joiner killed by a signal leaves the rest of the job running.
         finalize_after_failed_spawn: whether ``MPI_Finalize`` returns after an expansion abandoned dead or stopped
             joiners (else the process ends without it).
+        finalize_on_give_up: whether a joiner whose expansion failed calls ``MPI_Finalize`` before exiting (the
+            launchers take a process that exits without it for a failed one), or must exit without it.
         concurrent_spawn: whether other threads' MPI calls go on while one thread is inside ``MPI_Comm_spawn``
             (else a spawn that hangs delays the failure past the timeout by its own length, and an expansion
             cannot overlap computation).
@@ -53,6 +55,7 @@ class Backend:
     banner = ""
     survives_joiner_signal = False
     finalize_after_failed_spawn = True
+    finalize_on_give_up = True
     concurrent_spawn = True
 
     def matches(self, text: str) -> bool:

@@ -26,6 +26,7 @@ class IntelMPI(Backend):
     banner = "Intel(R) MPI"
     survives_joiner_signal = True
     finalize_after_failed_spawn = False
+    finalize_on_give_up = False
     concurrent_spawn = False
 
     def job_env(self, hosts: Sequence[str] = ()) -> dict[str, str]:

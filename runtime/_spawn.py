@@ -24,8 +24,8 @@ from malleable.runtime._layout import ExpandPlan
 from malleable.runtime._mpi import current
 from malleable.runtime._waits import wait_request
 
-__all__ = ["Leftovers", "Merged", "child_connect", "child_give_up", "child_merge", "child_ready", "parent_merge",
-           "parent_ready", "parent_spawn", "spawn_command"]
+__all__ = ["Leftovers", "Merged", "child_connect", "child_give_up", "child_merge", "child_ready", "parent_go",
+           "parent_merge", "parent_ready", "parent_spawn", "spawn_command"]
 
 log = logging.getLogger(__name__)
 
@@ -183,12 +183,14 @@ def parent_send_context(world: Any, inters: list[Any], contexts: list[dict]) -> 
 
 
 def parent_ready(world: Any, inters: list[Any], timeout: float, leftovers: Leftovers,
-                 first: Callable[[float], None] | None = None) -> None:
+                 first: Callable[[float], None] | None = None, go: bool = True) -> None:
     """Last check before the blocking merge: every joiner is alive and waiting; collective over ``world``.
 
     Every group must reach a barrier on its intercommunicator within ``timeout`` (a joiner stopped or killed
     after the handshake never does); the ranks agree on the outcome and rank 0 tells each joiner ``go`` or
     ``abort``. ``first`` (on rank 0) is another wait that must succeed (the joiners' liveness reports).
+    With ``go`` False a success is not announced yet: :func:`parent_go` does it later (an expansion prepared
+    in the background merges at the application's next safe point).
 
     Raises:
         AdaptError: on every rank of ``world`` when a group is not ready; the groups are dropped.
@@ -209,10 +211,9 @@ def parent_ready(world: Any, inters: list[Any], timeout: float, leftovers: Lefto
                 problem = str(e)
                 break
     ok = world.allreduce(0 if problem else 1, op=MPI.MIN)
-    if world.rank == 0:
-        sends = [inter.isend(bool(ok), dest=r, tag=_TAG + 1) for inter in inters for r in range(inter.remote_size)]
-        if ok:  # an abort is not waited for: a stopped joiner may never receive it
-            MPI.Request.waitall(sends)
+    if ok and not go:
+        return
+    parent_go(world, inters, bool(ok))
     if ok:
         return
     for inter in inters:
@@ -221,11 +222,24 @@ def parent_ready(world: Any, inters: list[Any], timeout: float, leftovers: Lefto
     raise AdaptError(f"expansion failed: {problem or 'joiners not ready on another rank'}")
 
 
-def child_ready(parent: Any, timeout: float) -> None:
-    """Joiner side of :func:`parent_ready`; a joiner told to abort (or left without an answer) exits here."""
+def parent_go(world: Any, inters: list[Any], ok: bool) -> None:
+    """Rank 0 tells every joiner to merge (``ok``) or to exit; an abort is not waited for (a stopped joiner
+    may never receive it)."""
+    if world.rank != 0:
+        return
+    sends = [inter.isend(ok, dest=r, tag=_TAG + 1) for inter in inters for r in range(inter.remote_size)]
+    if ok:
+        MPI.Request.waitall(sends)
+
+
+def child_ready(parent: Any, timeout: float, go_timeout: float | None) -> None:
+    """Joiner side of :func:`parent_ready`; a joiner told to abort (or left without an answer) exits here.
+
+    ``go_timeout`` None waits for the parents' word without limit (they merge at their next safe point).
+    """
     try:
         wait_request(parent.Ibarrier(), timeout, "parents ready to merge", cap=_POLL)
-        go = wait_request(parent.irecv(source=0, tag=_TAG + 1), timeout, "go from rank 0", cap=_POLL)
+        go = wait_request(parent.irecv(source=0, tag=_TAG + 1), go_timeout, "go from rank 0", cap=0.005)
     except AdaptTimeout as e:
         log.error("joiner gives up: %s", e)  # noqa: TRY400 - the timeout is the whole story
         go = False
@@ -235,10 +249,11 @@ def child_ready(parent: Any, timeout: float) -> None:
 
 
 def child_give_up(parent: Any) -> None:
-    """End a joiner whose expansion failed: finalize, then exit 0 (the launchers take a process that exits
-    without ``MPI_Finalize`` for a failed one: hydra then signals the job, PRRTE ends it)."""
+    """End a joiner whose expansion failed: finalize (where the MPI allows it), then exit 0; the launchers take a
+    process that exits without ``MPI_Finalize`` for a failed one (hydra then signals the job, PRRTE ends it)."""
     parent.Free()
-    MPI.Finalize()
+    if current().finalize_on_give_up:
+        MPI.Finalize()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

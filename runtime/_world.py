@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import atexit
 import ctypes
-import functools
 import logging
 import os
 import socket
@@ -24,7 +23,7 @@ from typing import Any
 from mpi4py import MPI
 
 from malleable.errors import AdaptError, AdaptTimeout, ConfigError
-from malleable.runtime import _mpi, _spawn
+from malleable.runtime import _expand, _mpi, _spawn
 from malleable.runtime._layout import (
     ExpandPlan,
     Group,
@@ -71,6 +70,7 @@ class AdaptReport:
     seconds: float
     freed_hosts: tuple[str, ...] = ()
     idle: int = 0
+    background: float = 0.0   # seconds of an overlapped expansion's preparation, spent while the job computed
 
 
 @dataclass
@@ -85,6 +85,7 @@ class _Window:
     after: Layout
     gone: tuple[int, ...] = ()
     freed: tuple[str, ...] = ()
+    background: float = 0.0
 
 
 @dataclass
@@ -113,6 +114,9 @@ class _Runtime:
     slots: Slots = field(default_factory=lambda: Slots(os.cpu_count() or 1))
     exit_code: int = 0                 # what this process passed to sys.exit (reported to rank 0 at the end)
     leftovers: _spawn.Leftovers = field(default_factory=_spawn.Leftovers)  # of failed expansions
+    overlap: bool = False              # prepare expansions in the background (see _expand)
+    background: _expand.Background | None = None   # an expansion being prepared
+    prepared: _expand.Prepared | None = None       # a prepared expansion waiting for adapt_begin
 
 
 _STATE: _Runtime | None = None  # the runtime's world handle
@@ -175,12 +179,14 @@ def _env_int(name: str, default: int) -> int:
     return int(raw)
 
 
-def init_adapt(timeout: float | None = None, plan: str | None = None) -> Status:
+def init_adapt(timeout: float | None = None, plan: str | None = None, overlap: bool | None = None) -> Status:
     """Join the malleable runtime; call once per process instead of relying on ``MPI.COMM_WORLD``.
 
     Args:
         timeout: seconds any adaptation step may wait (default ``MALLEABLE_ADAPT_TIMEOUT`` or 60).
         plan: JSON plan text (default ``MALLEABLE_PLAN``); ignored on joiners, which get the job's.
+        overlap: prepare expansions in the background while the job computes (default ``MALLEABLE_OVERLAP=1``):
+            ``probe_adapt`` says pending only once the new processes are ready to merge.
 
     Returns:
         ``Status.NEW`` for processes of the job's start, ``Status.JOINING`` for processes spawned
@@ -214,7 +220,8 @@ def init_adapt(timeout: float | None = None, plan: str | None = None) -> Status:
         raise ConfigError(f"cannot start the job with {initial} processes: {e}") from None
     check_plan(steps, initial_layout(base, initial, job_hosts, local), slots, local,
                lambda lay, n: choose_hosts(lay, job_hosts, n))
-    rt = _Runtime(comm.Dup(), base, 0, comm.rank, t, steps, text, job_hosts, slots=slots)
+    rt = _Runtime(comm.Dup(), base, 0, comm.rank, t, steps, text, job_hosts, slots=slots,
+                  overlap=overlap if overlap is not None else os.environ.get("MALLEABLE_OVERLAP", "0") == "1")
     rt.source = _make_source(steps, comm.rank)
     if comm.rank == 0:
         rt.listener = Listener()
@@ -267,6 +274,7 @@ def _joiner_init(timeout: float) -> Status:
                   slots=Slots(cores, per_host, tuple((h, n) for h, n in hostfile)))
     rt.source = PlanSource(steps, start=ctx["probes"]) if ctx.get("local_source", True) else NullSource()
     rt.joiner_ctx = dict(ctx, parent=parent)
+    rt.overlap = bool(ctx.get("job_overlap"))
     rt.leftovers.stale = bool(ctx.get("stale"))  # the job's processes end alike (see _at_exit)
     rt.alive_fd = connect_back(ctx["liveness"], rt.gid, rt.member, timeout)
     _STATE = rt
@@ -303,6 +311,8 @@ def probe_adapt() -> ProbeResult:
         rt.skip_probe = False
         return ProbeResult(False, Status.STAYING, {})
     rt.probes += 1
+    if rt.background is not None:
+        return _probe_background(rt)
     if rt.source.local:
         d = rt.source.poll(rt.probes)
     else:
@@ -327,9 +337,29 @@ def probe_adapt() -> ProbeResult:
             if rt.world.rank == 0:
                 rt.source.refused(d, str(e))
             return ProbeResult(False, Status.STAYING, {})
+    if kind == "expand" and rt.overlap and _mpi.current().concurrent_spawn:
+        rt.background = _expand.Background(d, rt.world.Dup()).start(rt)
+        return ProbeResult(False, Status.STAYING, {})
     rt.pending, rt.pending_kind = d, kind
     status = Status.LEAVING if kind == "shrink" and rt.world.rank >= d.procs else Status.STAYING
     return ProbeResult(True, status, d.as_info(rt.probes, kind))
+
+
+def _probe_background(rt: _Runtime) -> ProbeResult:
+    """A probe while an expansion is prepared in the background: pending once every rank's part is done."""
+    bg = rt.background
+    assert bg is not None
+    if not rt.world.allreduce(1 if bg.done() else 0, op=MPI.MIN):
+        return ProbeResult(False, Status.STAYING, {})
+    rt.background = None
+    bg.world.Free()
+    if bg.error is not None or bg.result is None:
+        log.warning("background expansion to %d failed, going on: %s", bg.decision.procs, bg.error)
+        if rt.world.rank == 0:
+            rt.source.refused(bg.decision, str(bg.error))
+        return ProbeResult(False, Status.STAYING, {})
+    rt.prepared, rt.pending, rt.pending_kind = bg.result, bg.decision, "expand"
+    return ProbeResult(True, Status.STAYING, bg.decision.as_info(rt.probes, "expand"))
 
 
 def adapt_begin() -> AdaptWindow:
@@ -370,59 +400,27 @@ def adapt_begin() -> AdaptWindow:
 
 def _parent_expand(rt: _Runtime, d: Decision, kind: str) -> None:
     t0 = time.perf_counter()
-    hosts = d.hosts or choose_hosts(rt.layout, rt.job_hosts, d.procs - rt.layout.world_size)
-    plan = plan_expand(rt.layout, d.procs, hosts)
-    inters = _spawn.parent_spawn(rt.world, plan, rt.timeout, rt.leftovers)
-    n_old = rt.world.size
-    gids = [plan.first_gid + i for i in range(len(inters))]
-    base_ctx = {
-        "kind": kind, "n_old": n_old, "n_groups": len(inters), "gids": gids, "layout": rt.layout.to_json(),
-        "probes": rt.probes, "plan": rt.plan_text, "timeout": rt.timeout, "job_hosts": list(rt.job_hosts),
-        "liveness": rt.listener.endpoint() if rt.listener else None, "decision": [d.procs, list(d.hosts)],
-        "local_source": bool(getattr(rt.source, "local", True)),
-        "slots": [rt.slots.cores, rt.slots.per_host, [list(x) for x in rt.slots.hostfile]],
-        "stale": rt.leftovers.stale,
-    }
-    if rt.world.rank == 0 and rt.listener is None:
-        raise AdaptError("internal: rank 0 has no liveness listener")
-    _spawn.parent_send_context(rt.world, inters, [dict(base_ctx, index=i) for i in range(len(inters))])
-    accept = None
-    if rt.world.rank == 0:
-        expected = [(g, m) for g, c in zip(gids, plan.counts, strict=True) for m in range(c)]
-        accept = functools.partial(rt.listener.accept, expected)  # type: ignore[union-attr]
-    try:
-        _spawn.parent_ready(rt.world, inters, rt.timeout, rt.leftovers, first=accept)
-    except AdaptError:
-        if rt.listener is not None:
-            rt.listener.forget(gids)
-        raise
-    merged = _spawn.parent_merge(rt.world, inters)
-    for inter in inters:
-        inter.Disconnect()
-    member_hosts = _gather_members(merged.world, n_old, -1, len(inters))
-    after = apply_expand(rt.layout, plan, member_hosts)
-    rt.window = _Window(kind, d, rt.world, merged.world, merged.intercomm, Status.STAYING, t0, after)
+    prepared, rt.prepared = rt.prepared, None
+    if prepared is None:
+        prepared = _expand.prepare(rt, rt.world, d, kind)
+    merged, after = _expand.finish(rt.world, rt.layout, prepared, rt.probes)
+    rt.window = _Window(kind, d, rt.world, merged.world, merged.intercomm, Status.STAYING, t0, after,
+                        background=prepared.seconds if prepared.overlap else 0.0)
     if kind == "initial":
         _commit(rt)
-
-
-def _gather_members(merged: Any, n_old: int, my_index: int, n_groups: int) -> list[list[str]]:
-    """Hosts of each new group's members, in rank order (one allgather over the merged world)."""
-    rows = merged.allgather((my_index, socket.gethostname()))[n_old:]
-    out: list[list[str]] = [[] for _ in range(n_groups)]
-    for index, host in rows:
-        out[index].append(host)
-    return out
 
 
 def _joiner_merge(rt: _Runtime) -> None:
     ctx = rt.joiner_ctx
     assert ctx is not None
     t0 = time.perf_counter()
-    _spawn.child_ready(ctx["parent"], rt.timeout)
+    _spawn.child_ready(ctx["parent"], rt.timeout, None if ctx.get("overlap") else rt.timeout)
     merged = _spawn.child_merge(ctx["parent"], ctx["index"], ctx["n_groups"], ctx["n_old"])
     ctx["parent"].Disconnect()
-    member_hosts = _gather_members(merged.world, ctx["n_old"], ctx["index"], ctx["n_groups"])
+    rt.probes = merged.world.bcast(None, root=0)  # the job's count at the merge (see _expand.finish)
+    if isinstance(rt.source, PlanSource):
+        rt.source = PlanSource(rt.plan, start=rt.probes)
+    member_hosts = _expand.gather_members(merged.world, ctx["n_old"], ctx["index"], ctx["n_groups"])
     before = Layout.from_json(ctx["layout"])
     plan = ExpandPlan(tuple([None] * ctx["n_groups"]), tuple(len(h) for h in member_hosts), ctx["gids"][0])
     after = apply_expand(before, plan, member_hosts)
@@ -512,7 +510,7 @@ def _progress() -> None:
 def _report(rt: _Runtime, w: _Window, old_size: int, status: Status, freed: tuple[str, ...] = ()) -> AdaptReport:
     kind = "expand" if w.kind == "initial" else w.kind
     rep = AdaptReport(kind, old_size, rt.layout.world_size, status, time.perf_counter() - w.t0, freed,
-                      rt.layout.idle())
+                      rt.layout.idle(), w.background)
     if rt.world.rank == 0:
         log.info("adaptation %s %d -> %d in %.3f s (freed hosts: %s)", kind, old_size, rep.new_size,
                  rep.seconds, ",".join(freed) or "-")
@@ -559,6 +557,10 @@ def _at_exit() -> None:
     if rt is None or MPI.Is_finalized():
         return
     code = rt.exit_code
+    if rt.background is not None:  # an expansion still being prepared: its joiners must exit
+        rt.background.abandon()
+    elif rt.prepared is not None:
+        _spawn.parent_go(rt.world, rt.prepared.inters, False)
     if rt.alive_fd is not None:  # a spawned process: rank 0 gives the job this status if it is the first error
         try:
             os.write(rt.alive_fd, f"exit {code}\n".encode())
