@@ -89,7 +89,7 @@ def run_demo(args: argparse.Namespace) -> int:
         cmd = [sys.executable, "-m", "malleable.apps.jacobi", "--n", str(args.n), "--iters", str(args.iters),
                "--check-every", str(max(1, args.iters // 4)), "--out", str(grid), "--stats", str(stats_file)]
         ns = argparse.Namespace(procs=1, hosts=args.hosts, hostfile=None, plan=json.dumps(plan),
-                                timeout=args.timeout, launcher_exec=args.launcher_exec, no_auto_cleanup=True,
+                                timeout=args.timeout, launcher_exec=args.launcher_exec, no_auto_cleanup=False,
                                 max_procs_per_host=max(DEMO_SIZES), cmd=["--", *cmd])
         argv = build_run_argv(ns)
         env = dict(os.environ)

@@ -50,12 +50,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-procs-per-host", type=int, metavar="N",
                    help="processes a host may run (MALLEABLE_MAX_PROCS_PER_HOST); default: its hostfile slots, "
                         "else its cores. Plans and decisions asking for more are refused before spawning")
-    cleanup = p.add_mutually_exclusive_group()
-    cleanup.add_argument("--auto-cleanup", dest="no_auto_cleanup", action="store_false",
-                         help="a spawned process that dies ends the whole job (the MPI launcher's default)")
-    cleanup.add_argument("--no-auto-cleanup", dest="no_auto_cleanup", action="store_true", default=True,
-                         help="(default) a spawned process that dies does not end the job: the adaptation fails "
-                              "with a clear error and the job goes on")
+    p.add_argument("--no-auto-cleanup", action="store_true",
+                   help="a spawned process that dies (even by a signal, where the MPI allows it) does not end the "
+                        "job: the adaptation fails with a clear error and the job goes on. Expansions that fail or "
+                        "time out without a dead process never end the job")
     p.add_argument("--dry-run", action="store_true", help="print the mpiexec command instead of running it")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the program and its arguments (after --)")
     p.set_defaults(func=_run)

@@ -25,7 +25,7 @@ def malleable_run(n: int, cmd: list[str], plan: list | None = None, timeout: flo
 
     ns = argparse.Namespace(procs=n, hosts=None, hostfile=None,
                             plan=None if plan is None else json.dumps(plan), timeout=None,
-                            launcher_exec=None, no_auto_cleanup=True, max_procs_per_host=None, cmd=["--", *cmd])
+                            launcher_exec=None, no_auto_cleanup=False, max_procs_per_host=None, cmd=["--", *cmd])
     env = dict(os.environ, **MPI_ENV)
     proc = subprocess.run(build_run_argv(ns), capture_output=True, text=True, timeout=timeout, env=env)
     if proc.returncode:

@@ -140,7 +140,7 @@ def test_stopped_joiner_fails_the_expansion_within_the_timeout(mpi, tmp_path):
     plan = [{"at_probe": 2, "procs": 2}, {"at_probe": 5, "procs": 3}]
     e = dict(MPI_ENV, MALLEABLE_PLAN=json.dumps(plan), PROG_ITERS="6", PROG_STOP_JOINER=str(pidfile),
              MALLEABLE_ADAPT_TIMEOUT="4", PROG_SLEEP="0.2")
-    p = subprocess.Popen(mpi.argv(1, mpi.python, str(PROG), env=e, keep_going=True), stdout=subprocess.PIPE,
+    p = subprocess.Popen(mpi.argv(1, mpi.python, str(PROG), env=e, keep_going=False), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env=dict(os.environ, **e), restore_signals=False)
     stopped = None
     try:
@@ -169,7 +169,7 @@ def test_spawn_slower_than_the_timeout_is_abandoned_and_finalize_is_clean(mpi, t
     # joiners sleep 6 s before MPI_Init: MPI_Comm_spawn is still running at the 3 s deadline
     plan = [{"at_probe": 2, "procs": 2}]
     rows, reports, errors, proc = run_prog(
-        mpi, 1, plan, iters=16, check=False, keep_going=True,
+        mpi, 1, plan, iters=16, check=False, keep_going=False,
         env={"PROG_SLOW_JOINER": f"{tmp_path / 'anchor'}:6", "MALLEABLE_ADAPT_TIMEOUT": "3", "PROG_SLEEP": "0.5"})
     # where a spawn holds the MPI library's lock (Intel MPI) the failure comes once the spawn returns (~6 s)
     bound = 3 + 2 if backend_named(mpi.name).concurrent_spawn else 6 + 3 + 2

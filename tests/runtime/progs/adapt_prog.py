@@ -160,7 +160,8 @@ while True:
                 on_hosts = {h: _netns_pids(h, rep.freed_hosts)
                             for h in os.environ.get("PROG_CHECK_HOSTS", "").split(",") if h}
                 emit({"report": {"kind": rep.kind, "old": rep.old_size, "new": rep.new_size,
-                                 "seconds": rep.seconds, "freed": list(rep.freed_hosts), "idle": rep.idle},
+                                 "seconds": rep.seconds, "freed": list(rep.freed_hosts), "idle": rep.idle,
+                                 "background": rep.background, "probe": mr.probe_count()},
                       "left_pids": left, "left_alive": alive, "host_pids": on_hosts})
     time.sleep(float(os.environ.get("PROG_SLEEP", "0")))
     it = mr.probe_count()
