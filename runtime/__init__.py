@@ -27,7 +27,7 @@ from malleable.runtime._types import AdaptWindow, Decision, ProbeResult, Status
 _LAZY = {
     **dict.fromkeys(
         ("AdaptReport", "adapt_begin", "adapt_commit", "base_size", "init_adapt", "is_initialized", "layout",
-         "probe_adapt", "probe_count", "report_progress", "set_source", "world"),
+         "probe_adapt", "probe_count", "report_progress", "request_adapt", "set_source", "world"),
         "malleable.runtime._world"),
     **dict.fromkeys(
         ("Adaptation", "AdaptRecord", "Branch", "Context", "Elastic", "Init", "PhaseStats", "Program", "Rigid",
@@ -74,6 +74,7 @@ __all__ = [
     "probe_count",
     "redistribute",
     "report_progress",
+    "request_adapt",
     "set_source",
     "span_comm",
     "validate_plan",

@@ -34,7 +34,9 @@ from malleable.runtime._layout import (
 )
 from malleable.runtime._bounds import Slots, check_expand, check_plan, host_resolves, initial_layout, slots_from_env
 from malleable.runtime._liveness import Listener, connect_back
+from malleable.runtime import _requests
 from malleable.runtime._plan import PlanStep, parse_plan, validate_plan
+from malleable.runtime._requests import AdaptRequest
 from malleable.runtime._sources import NullSource, PlanSource, choose_hosts
 from malleable.runtime._types import AdaptWindow, Decision, ProbeResult, Status
 from malleable.runtime._waits import wait_request
@@ -50,6 +52,7 @@ __all__ = [
     "probe_adapt",
     "probe_count",
     "report_progress",
+    "request_adapt",
     "set_source",
     "world",
 ]
@@ -114,6 +117,9 @@ class _Runtime:
     slots: Slots = field(default_factory=lambda: Slots(os.cpu_count() or 1))
     exit_code: int = 0                 # what this process passed to sys.exit (reported to rank 0 at the end)
     leftovers: _spawn.Leftovers = field(default_factory=_spawn.Leftovers)  # of failed expansions
+    req_comm: Any = None               # a dup of the world carrying request_adapt calls to rank 0
+    outstanding: AdaptRequest | None = None   # rank 0: the request the decision source has not answered yet
+    req_sends: list = field(default_factory=list)   # other ranks: requests on their way to rank 0
     overlap: bool = False              # prepare expansions in the background (see _expand)
     background: _expand.Background | None = None   # an expansion being prepared
     prepared: _expand.Prepared | None = None       # a prepared expansion waiting for adapt_begin
@@ -223,6 +229,7 @@ def init_adapt(timeout: float | None = None, plan: str | None = None, overlap: b
     rt = _Runtime(comm.Dup(), base, 0, comm.rank, t, steps, text, job_hosts, slots=slots,
                   overlap=overlap if overlap is not None else os.environ.get("MALLEABLE_OVERLAP", "0") == "1")
     rt.source = _make_source(steps, comm.rank)
+    rt.req_comm = rt.world.Dup()
     if comm.rank == 0:
         rt.listener = Listener()
     _STATE = rt
@@ -313,12 +320,27 @@ def probe_adapt() -> ProbeResult:
     rt.probes += 1
     if rt.background is not None:
         return _probe_background(rt)
+    if rt.world.rank == 0:
+        for req in _requests.drain(rt.req_comm):
+            _take_request(rt, req)
     if rt.source.local:
         d = rt.source.poll(rt.probes)
     else:
-        d = rt.world.bcast(rt.source.poll(rt.probes) if rt.world.rank == 0 else None, root=0)
+        d = rt.world.bcast(_poll_rank0(rt) if rt.world.rank == 0 else None, root=0)
+    granted = False
+    if isinstance(d, PlanStep):  # a plan's answer step: every rank learns the outstanding request from rank 0
+        req = rt.world.bcast(rt.outstanding, root=0)
+        if req is None or d.answer == "defer":
+            return ProbeResult(False, Status.STAYING, {})
+        rt.outstanding = None
+        d = _requests.Refusal("refused by the plan") if d.answer == "refuse" else (_requests.grant(req), True)
+    if isinstance(d, tuple):  # (decision, answers the outstanding request)
+        d, granted = d
+    if isinstance(d, _requests.Refusal):
+        rt.outstanding = None
+        return ProbeResult(False, Status.STAYING, {"request": "refused", "reason": d.reason, "probe": rt.probes})
     if d is None or d.procs == rt.layout.world_size:
-        return ProbeResult(False, Status.STAYING, {})
+        return ProbeResult(False, Status.STAYING, {"request": "granted"} if granted else {})
     size = rt.layout.world_size
     if d.procs < max(1, rt.layout.base_size):
         reason = (f"refusing to shrink to {d.procs} process(es): below the base of "
@@ -342,7 +364,52 @@ def probe_adapt() -> ProbeResult:
         return ProbeResult(False, Status.STAYING, {})
     rt.pending, rt.pending_kind = d, kind
     status = Status.LEAVING if kind == "shrink" and rt.world.rank >= d.procs else Status.STAYING
-    return ProbeResult(True, status, d.as_info(rt.probes, kind))
+    info = d.as_info(rt.probes, kind)
+    if granted:
+        info["request"] = "granted"
+    return ProbeResult(True, status, info)
+
+
+def _poll_rank0(rt: _Runtime) -> Any:
+    """A controller's answer on rank 0: a decision (with whether it answers the outstanding request) or a refusal."""
+    d = rt.source.poll(rt.probes)
+    if isinstance(d, Decision):
+        granted, rt.outstanding = rt.outstanding is not None, None
+        return d, granted
+    return d
+
+
+def request_adapt(procs: int | None = None, min: int | None = None, max: int | None = None) -> None:  # noqa: A002
+    """Ask the decision source for a new size, from any rank (no collective; rank 0 delivers it).
+
+    The answer comes through :func:`probe_adapt` at a later probe: a grant is a pending adaptation with
+    ``info["request"] == "granted"``; a refusal is ``pending=False`` with ``info["request"] == "refused"`` and
+    ``info["reason"]``; until then the request is outstanding (a newer one replaces it).
+
+    Args:
+        procs: exactly this many processes.
+        min: at least this many.
+        max: at most this many.
+
+    Raises:
+        ValueError: nothing asked, a count below 1, or inconsistent bounds.
+        AdaptError: the runtime is not initialised, or this process left the job.
+    """
+    rt = _rt()
+    if rt.finished or rt.world is None:
+        raise AdaptError("request_adapt() on a process that is not in the job's world")
+    req = _requests.check_request(procs, min, max, rt.world.rank)
+    if rt.world.rank == 0:
+        _take_request(rt, req)
+    else:
+        rt.req_sends = [r for r in rt.req_sends if not r.Test()]
+        rt.req_sends.append(_requests.send(rt.req_comm, req))
+
+
+def _take_request(rt: _Runtime, req: AdaptRequest) -> None:
+    rt.outstanding = req
+    log.info("application asks for %s", req.as_dict())
+    rt.source.request(req)
 
 
 def _probe_background(rt: _Runtime) -> ProbeResult:
@@ -481,15 +548,18 @@ def _commit(rt: _Runtime) -> AdaptReport:
             _mpi.current().release(w.old_world)
         rt.skip_probe = w.status is Status.JOINING and w.kind == "expand"
         rt.world, rt.layout, rt.window, rt.status = w.new_world, w.after, None, Status.STAYING
+        _renew_req_comm(rt)
         return _report(rt, w, old_size, Status.STAYING if w.status is Status.STAYING else Status.JOINING)
     _mpi.current().release(w.old_world)
     if w.status is Status.LEAVING:
+        _renew_req_comm(rt, leaving=True)
         rt.window, rt.finished, rt.status = None, True, Status.LEAVING
         report = AdaptReport("shrink", old_size, w.after.world_size, Status.LEAVING,
                              time.perf_counter() - w.t0, w.freed, w.after.idle())
         _leave(rt)
         return report
     rt.world, rt.window = w.new_world, None
+    _renew_req_comm(rt)
     freed: tuple[str, ...] = ()
     if rt.world.rank == 0 and rt.listener is not None:
         try:
@@ -500,6 +570,15 @@ def _commit(rt: _Runtime) -> AdaptReport:
     rt.layout = w.after
     freed = rt.world.bcast(freed, root=0)
     return _report(rt, w, old_size, Status.STAYING, tuple(freed))
+
+
+def _renew_req_comm(rt: _Runtime, leaving: bool = False) -> None:
+    """The request channel follows the world (collective over the new world; leavers only drop theirs)."""
+    old = rt.req_comm
+    if old is not None:
+        rt.req_sends = []  # small messages: sent eagerly, nothing to wait for
+        _mpi.current().release(old)
+    rt.req_comm = None if leaving else rt.world.Dup()
 
 
 def _progress() -> None:

@@ -131,9 +131,17 @@ if status is mr.Status.JOINING:
     old = win.staying + win.leaving
     local = mr.redistribute(None, REF.shape, REF.dtype, old, win.staying + win.joining, win.new_world)
     mr.adapt_commit()
+_req = os.environ.get("PROG_REQUEST")  # "rank:probe:procs:min:max" (0: not given): that rank asks at that probe
 while True:
+    if _req:
+        r_rank, r_probe, r_procs, r_min, r_max = (int(x) for x in _req.split(":"))
+        if mr.world().rank == r_rank and mr.probe_count() == r_probe:
+            mr.request_adapt(procs=r_procs or None, min=r_min or None, max=r_max or None)
     # a joiner's first probe stands for the one its parents made (the runtime makes it a no-op)
     pending, st, info = mr.probe_adapt()
+    if "request" in info and mr.world().rank == 0:
+        emit({"answer": info["request"], "at": mr.probe_count(), "reason": info.get("reason", ""),
+              "procs": info.get("procs")})
     if pending:
         w0 = mr.world()
         pids_before = w0.gather(os.getpid())
