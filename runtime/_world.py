@@ -34,7 +34,7 @@ from malleable.runtime._layout import (
 )
 from malleable.runtime._bounds import Slots, check_expand, check_plan, host_resolves, initial_layout, slots_from_env
 from malleable.runtime._liveness import Listener, connect_back
-from malleable.runtime import _requests
+from malleable.runtime import _registered, _requests
 from malleable.runtime._plan import PlanStep, parse_plan, validate_plan
 from malleable.runtime._requests import AdaptRequest
 from malleable.runtime._sources import NullSource, PlanSource, choose_hosts
@@ -46,11 +46,13 @@ __all__ = [
     "adapt_begin",
     "adapt_commit",
     "base_size",
+    "data",
     "init_adapt",
     "is_initialized",
     "layout",
     "probe_adapt",
     "probe_count",
+    "register",
     "report_progress",
     "request_adapt",
     "set_source",
@@ -120,6 +122,7 @@ class _Runtime:
     req_comm: Any = None               # a dup of the world carrying request_adapt calls to rank 0
     outstanding: AdaptRequest | None = None   # rank 0: the request the decision source has not answered yet
     req_sends: list = field(default_factory=list)   # other ranks: requests on their way to rank 0
+    registry: dict = field(default_factory=dict)    # registered arrays (see _registered)
     overlap: bool = False              # prepare expansions in the background (see _expand)
     background: _expand.Background | None = None   # an expansion being prepared
     prepared: _expand.Prepared | None = None       # a prepared expansion waiting for adapt_begin
@@ -406,6 +409,48 @@ def request_adapt(procs: int | None = None, min: int | None = None, max: int | N
         rt.req_sends.append(_requests.send(rt.req_comm, req))
 
 
+def register(name: str, local: Any, dist: str = "block", axis: int = 0, block: int = 1) -> None:
+    """Register (or update) this rank's part of a distributed NumPy array, moved by the runtime at every commit.
+
+    Call it on every owner with the same ``dist``/``axis``/``block``; call it again when the local array object
+    changes (cheap). After ``adapt_commit``, :func:`data` gives the new part (joiners: their part).
+
+    Args:
+        name: the array's name (arrays move in name order).
+        local: this rank's part (the distributed axis is ``axis``).
+        dist: ``"block"`` or ``"block-cyclic"``.
+        axis: the distributed axis.
+        block: block size of ``block-cyclic``.
+
+    Raises:
+        ValueError: unknown distribution, bad axis or block.
+    """
+    rt = _rt()
+    cur = rt.registry.get(name)
+    if cur is not None and (cur.dist, cur.axis, cur.block) == (dist, axis, block):
+        cur.local = local
+        return
+    if dist not in _registered.DISTS:
+        raise ValueError(f"register({name!r}): unknown dist {dist!r}; known: {', '.join(_registered.DISTS)}")
+    if not 0 <= axis < max(1, len(getattr(local, "shape", ()))):
+        raise ValueError(f"register({name!r}): axis {axis} out of range for shape {getattr(local, 'shape', None)}")
+    if not isinstance(block, int) or block < 1:
+        raise ValueError(f"register({name!r}): block must be an int >= 1, got {block!r}")
+    rt.registry[name] = _registered.Registered(local, dist, axis, block)
+
+
+def data(name: str) -> Any:
+    """This rank's current part of the registered array ``name``.
+
+    Raises:
+        KeyError: nothing registered under that name (on a joiner: before its first commit).
+    """
+    try:
+        return _rt().registry[name].local
+    except KeyError:
+        raise KeyError(f"no registered array {name!r}") from None
+
+
 def _take_request(rt: _Runtime, req: AdaptRequest) -> None:
     rt.outstanding = req
     log.info("application asks for %s", req.as_dict())
@@ -542,6 +587,9 @@ def _commit(rt: _Runtime) -> AdaptReport:
     w = rt.window
     assert w is not None
     old_size = rt.layout.world_size
+    if w.kind != "initial":  # registered arrays move over the communicator spanning old and new owners
+        span, new_size = (w.new_world, w.after.world_size) if w.kind == "expand" else (w.old_world, w.after.world_size)
+        _registered.move_all(rt.registry, old_size, new_size, span)
     w.intercomm.Disconnect()
     if w.kind != "shrink":
         if w.old_world is not None:
