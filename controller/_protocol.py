@@ -251,6 +251,16 @@ class Declined(Message):
     reason: str
 
 
+@_msg("pause")
+class Pause(Message):
+    """Reply to a ``poll``: stop the job at this safe point, keeping its hosts, until a ``resume`` reply."""
+
+
+@_msg("resume")
+class Resume(Message):
+    """Reply to a ``poll`` of a paused job: go on."""
+
+
 @_msg("progress")
 class Progress(Message):
     """Per-phase performance data (MTCT, iteration time) from the EPOP driver."""

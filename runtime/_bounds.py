@@ -115,7 +115,7 @@ def check_plan(
         PlanError: naming the step, the host and the limit.
     """
     for i, s in enumerate(steps, 1):
-        if s.answer:
+        if s.answer or s.pause:
             continue
         size = layout.world_size
         try:

@@ -27,7 +27,7 @@ from malleable.controller import _protocol as P
 from malleable.errors import ConfigError, MalleableError
 from malleable.runtime._layout import Layout
 from malleable.runtime._requests import AdaptRequest, Refusal
-from malleable.runtime._types import Decision
+from malleable.runtime._types import Decision, Pause, Resume
 
 __all__ = ["ControllerSource"]
 
@@ -61,6 +61,7 @@ class ControllerSource:
         self._poll_at = 0.0
         self._order: P.Order | None = None
         self._declined: str | None = None  # the controller refused the outstanding request
+        self._pause: Pause | Resume | None = None  # a pause or resume reply not handed out yet
         self._done = 0                # highest order seq handed to the runtime
         self._unacked: dict[int, tuple[P.Message, float]] = {}   # rid -> (message, last sent)
         self._closed = False
@@ -118,6 +119,10 @@ class ControllerSource:
                     self._order = reply
                 elif isinstance(reply, P.Declined):
                     self._declined = reply.reason
+                elif isinstance(reply, P.Pause):
+                    self._pause = Pause(None)
+                elif isinstance(reply, P.Resume):
+                    self._pause = Resume()
                 elif isinstance(reply, P.Error):
                     log.debug("controller: poll refused: %s", reply.msg)
             elif isinstance(reply, P.Error) and rid not in self._unacked:
@@ -130,7 +135,7 @@ class ControllerSource:
                 self._send(msg, reliable=True)
 
     # -- DecisionSource --------------------------------------------------------------------------------------
-    def poll(self, probe: int) -> Decision | Refusal | None:
+    def poll(self, probe: int) -> Decision | Refusal | Pause | Resume | None:
         """The controller's order (or refusal of the outstanding request) received so far, if any (asks for the
         next one; never blocks)."""
         self._drain()
@@ -141,6 +146,9 @@ class ControllerSource:
         if not self._poll_rid and now - self._poll_at >= POLL_EVERY:
             self._poll_rid = self._send(P.Poll(self.job_id, probe))
             self._poll_at = now
+        if self._pause is not None:
+            cmd, self._pause = self._pause, None
+            return cmd
         o, self._order = self._order, None
         if o is None and self._declined is not None:
             reason, self._declined = self._declined, None

@@ -21,9 +21,10 @@ class PlanStep:
     procs: int = 0
     hosts: tuple[str, ...] = ()
     answer: str = ""
+    pause: float = 0.0   # a pause step: the job stops this many seconds at the probe, then resumes
 
 
-_KEYS = {"at_probe", "procs", "hosts", "answer"}
+_KEYS = {"at_probe", "procs", "hosts", "answer", "pause"}
 ANSWERS = ("grant", "refuse", "defer")
 
 
@@ -59,7 +60,16 @@ def _step(i: int, item: Any) -> PlanStep:
         raise PlanError(f"{where} must be an object like {{\"at_probe\": 3, \"procs\": 4}}, got {item!r}")
     unknown = set(item) - _KEYS
     if unknown:
-        raise PlanError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: at_probe, procs, hosts, answer")
+        raise PlanError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: at_probe, procs, hosts, answer, pause")
+    if "pause" in item:
+        sec = item["pause"]
+        if set(item) != {"at_probe", "pause"} or type(sec) not in (int, float) or not 0 < sec <= 86400:
+            raise PlanError(f"{where}: a pause step is {{\"at_probe\": K, \"pause\": SECONDS}} (0 < SECONDS <= 86400), "
+                            f"got {item!r}")
+        at = item["at_probe"]
+        if type(at) is not int or at < 1:
+            raise PlanError(f"{where}: 'at_probe' must be an integer >= 1, got {at!r}")
+        return PlanStep(at, pause=float(sec))
     if "answer" in item:
         if set(item) != {"at_probe", "answer"} or item["answer"] not in ANSWERS:
             raise PlanError(f"{where}: an answer step is {{\"at_probe\": K, \"answer\": \"grant\" | \"refuse\" | "
@@ -99,7 +109,7 @@ def validate_plan(
     """
     size = initial
     for i, s in enumerate(steps, 1):
-        if s.answer:
+        if s.answer or s.pause:
             continue
         where = f"MALLEABLE_PLAN step {i} (at_probe {s.at_probe})"
         if s.procs < base:

@@ -7,7 +7,7 @@ from typing import Any, Protocol
 
 from malleable.runtime._layout import Layout
 from malleable.runtime._plan import PlanStep
-from malleable.runtime._types import Decision
+from malleable.runtime._types import Decision, Pause
 
 __all__ = ["DecisionSource", "NullSource", "PlanSource", "choose_hosts"]
 
@@ -74,12 +74,14 @@ class PlanSource(NullSource):
     def __init__(self, steps: Sequence[PlanStep], start: int = 0) -> None:
         self._steps = {s.at_probe: s for s in steps if s.at_probe > start}
 
-    def poll(self, probe: int) -> Decision | PlanStep | None:
+    def poll(self, probe: int) -> Decision | PlanStep | Pause | None:
         """The decision due at the job's ``probe``-th probe, if any; an answer step is returned as it is (the
         runtime answers the outstanding request with it)."""
         step = self._steps.get(probe)
         if step is None:
             return None
+        if step.pause:
+            return Pause(step.pause)
         return step if step.answer else Decision(step.procs, step.hosts)
 
 

@@ -38,7 +38,7 @@ from malleable.runtime import _registered, _requests
 from malleable.runtime._plan import PlanStep, parse_plan, validate_plan
 from malleable.runtime._requests import AdaptRequest
 from malleable.runtime._sources import NullSource, PlanSource, choose_hosts
-from malleable.runtime._types import AdaptWindow, Decision, ProbeResult, Status
+from malleable.runtime._types import AdaptWindow, Decision, Pause, ProbeResult, Resume, Status
 from malleable.runtime._waits import wait_request
 
 __all__ = [
@@ -339,6 +339,8 @@ def probe_adapt() -> ProbeResult:
         d = _requests.Refusal("refused by the plan") if d.answer == "refuse" else (_requests.grant(req), True)
     if isinstance(d, tuple):  # (decision, answers the outstanding request)
         d, granted = d
+    if isinstance(d, Pause):
+        return _pause(rt, d)
     if isinstance(d, _requests.Refusal):
         rt.outstanding = None
         return ProbeResult(False, Status.STAYING, {"request": "refused", "reason": d.reason, "probe": rt.probes})
@@ -371,6 +373,25 @@ def probe_adapt() -> ProbeResult:
     if granted:
         info["request"] = "granted"
     return ProbeResult(True, status, info)
+
+
+def _pause(rt: _Runtime, p: Pause) -> ProbeResult:
+    """Every rank waits here without using the CPU until the pause ends (rank 0 decides when; the others sleep in
+    a barrier polled every 50 ms)."""
+    t0 = time.monotonic()
+    if rt.world.rank == 0:
+        log.info("job paused at probe %d (%s)", rt.probes, f"{p.seconds:g} s" if p.seconds else "until resumed")
+        deadline = None if p.seconds is None else t0 + p.seconds
+        while deadline is None or time.monotonic() < deadline:
+            if not rt.source.local and isinstance(rt.source.poll(rt.probes), Resume):
+                break
+            time.sleep(0.05 if deadline is None else min(0.05, max(0.0, deadline - time.monotonic())))
+    wait_request(rt.world.Ibarrier(), None, "the end of the pause", cap=0.05)
+    paused = time.monotonic() - t0
+    if rt.world.rank == 0:
+        log.info("job resumed after %.2f s", paused)
+        rt.source.progress("pause", {"paused_seconds": paused, "probe": rt.probes})
+    return ProbeResult(False, Status.STAYING, {"paused": paused, "probe": rt.probes})
 
 
 def _poll_rank0(rt: _Runtime) -> Any:
