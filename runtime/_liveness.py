@@ -108,6 +108,10 @@ class Listener:
         self._pids[key] = (host, int(pid))
         self._ctimes[key] = started
 
+    def gids(self) -> list[int]:
+        """Groups with at least one connected process."""
+        return sorted({k[0] for k in self._conns})
+
     def pids(self, gid: int) -> list[tuple[str, int]]:
         """(host, pid) of the live processes of group ``gid``."""
         return [v for k, v in self._pids.items() if k[0] == gid]

@@ -49,7 +49,8 @@ class OpenMPI(Backend):
         return {}
 
     def launch_argv(self, mpiexec: str, spec: LaunchSpec) -> list[str]:
-        """``[env K=V ..] mpiexec --oversubscribe [--allow-run-as-root] [--mca plm_ssh_agent X ..] --host .. -n N cmd``."""
+        """``[env K=V ..] mpiexec --oversubscribe [--allow-run-as-root] [--mca plm_ssh_agent X ..] --host ..
+        -n N cmd``."""
         # variables go in mpirun's own environment (``env K=V mpirun``): processes spawned later inherit it
         # from the daemons, where ``-x K=V`` reaches only the processes mpirun starts
         argv = ["env", *(f"{k}={v}" for k, v in spec.env.items()), mpiexec, "--oversubscribe"] if spec.env \

@@ -105,7 +105,7 @@ def move_all(registry: dict[str, Registered], old: int, new: int, comm: Any) -> 
         metas = {name: {"dtype": np.asarray(r.local).dtype.str, "dist": r.dist, "axis": r.axis, "block": r.block,
                         "rest": [s for i, s in enumerate(np.shape(r.local)) if i != r.axis]}
                  for name, r in sorted(registry.items())}
-    metas = comm.bcast(metas, root=0)
+    metas = comm.allgather(metas)[0]
     for name, meta in metas.items():
         r = registry.get(name)
         count = np.shape(r.local)[meta["axis"]] if r is not None and comm.Get_rank() < old else 0

@@ -150,7 +150,7 @@ def parent_spawn(world: Any, plan: ExpandPlan, timeout: float, leftovers: Leftov
         abandoned.set()  # threads still inside MPI clean up after themselves
     late = [i for i, t in enumerate(threads) if t.is_alive()]
     leftovers.threads += [threads[i] for i in late]
-    for i, t in enumerate(threads):
+    for i in range(k):
         if i not in late:
             dups[i].Free()
     if ok:

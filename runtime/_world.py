@@ -10,12 +10,9 @@ if it is split, and finalizes MPI) must return from the application.
 
 from __future__ import annotations
 
-import atexit
-import ctypes
 import logging
 import os
 import socket
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +20,8 @@ from typing import Any
 from mpi4py import MPI
 
 from malleable.errors import AdaptError, AdaptTimeout, ConfigError
-from malleable.runtime import _expand, _mpi, _spawn
+from malleable.runtime import _expand, _lifecycle, _mpi, _registered, _requests, _spawn
+from malleable.runtime._bounds import Slots, check_expand, check_plan, host_resolves, initial_layout, slots_from_env
 from malleable.runtime._layout import (
     ExpandPlan,
     Group,
@@ -32,14 +30,11 @@ from malleable.runtime._layout import (
     plan_expand,
     plan_shrink,
 )
-from malleable.runtime._bounds import Slots, check_expand, check_plan, host_resolves, initial_layout, slots_from_env
 from malleable.runtime._liveness import Listener, connect_back
-from malleable.runtime import _registered, _requests
 from malleable.runtime._plan import PlanStep, parse_plan, validate_plan
 from malleable.runtime._requests import AdaptRequest
 from malleable.runtime._sources import NullSource, PlanSource, choose_hosts
-from malleable.runtime._types import AdaptWindow, Decision, Pause, ProbeResult, Resume, Status
-from malleable.runtime._waits import wait_request
+from malleable.runtime._types import AdaptWindow, Decision, Pause, ProbeResult, Status
 
 __all__ = [
     "AdaptReport",
@@ -236,7 +231,7 @@ def init_adapt(timeout: float | None = None, plan: str | None = None, overlap: b
     if comm.rank == 0:
         rt.listener = Listener()
     _STATE = rt
-    _install_hooks()
+    _lifecycle.install_hooks(lambda: _STATE)
     if initial > comm.size:
         ihosts = _initial_hosts(job_hosts, initial, comm.size)
         _parent_expand(rt, Decision(initial, ihosts), kind="initial")
@@ -288,7 +283,7 @@ def _joiner_init(timeout: float) -> Status:
     rt.leftovers.stale = bool(ctx.get("stale"))  # the job's processes end alike (see _at_exit)
     rt.alive_fd = connect_back(ctx["liveness"], rt.gid, rt.member, timeout)
     _STATE = rt
-    _install_hooks()
+    _lifecycle.install_hooks(lambda: _STATE)
     if ctx["kind"] == "initial":
         _joiner_merge(rt)
         rt.status = Status.NEW
@@ -340,7 +335,7 @@ def probe_adapt() -> ProbeResult:
     if isinstance(d, tuple):  # (decision, answers the outstanding request)
         d, granted = d
     if isinstance(d, Pause):
-        return _pause(rt, d)
+        return _lifecycle.pause(rt, d)
     if isinstance(d, _requests.Refusal):
         rt.outstanding = None
         return ProbeResult(False, Status.STAYING, {"request": "refused", "reason": d.reason, "probe": rt.probes})
@@ -360,7 +355,7 @@ def probe_adapt() -> ProbeResult:
             hosts = d.hosts or choose_hosts(rt.layout, rt.job_hosts, d.procs - size)
             check_expand(rt.layout, plan_expand(rt.layout, d.procs, hosts), rt.slots, rt.layout.groups[0].hosts[0])
         except AdaptError as e:
-            log.error("refusing the adaptation: %s", e)
+            log.error("refusing the adaptation: %s", e)  # noqa: TRY400 - the reason is the whole story
             if rt.world.rank == 0:
                 rt.source.refused(d, str(e))
             return ProbeResult(False, Status.STAYING, {})
@@ -373,25 +368,6 @@ def probe_adapt() -> ProbeResult:
     if granted:
         info["request"] = "granted"
     return ProbeResult(True, status, info)
-
-
-def _pause(rt: _Runtime, p: Pause) -> ProbeResult:
-    """Every rank waits here without using the CPU until the pause ends (rank 0 decides when; the others sleep in
-    a barrier polled every 50 ms)."""
-    t0 = time.monotonic()
-    if rt.world.rank == 0:
-        log.info("job paused at probe %d (%s)", rt.probes, f"{p.seconds:g} s" if p.seconds else "until resumed")
-        deadline = None if p.seconds is None else t0 + p.seconds
-        while deadline is None or time.monotonic() < deadline:
-            if not rt.source.local and isinstance(rt.source.poll(rt.probes), Resume):
-                break
-            time.sleep(0.05 if deadline is None else min(0.05, max(0.0, deadline - time.monotonic())))
-    wait_request(rt.world.Ibarrier(), None, "the end of the pause", cap=0.05)
-    paused = time.monotonic() - t0
-    if rt.world.rank == 0:
-        log.info("job resumed after %.2f s", paused)
-        rt.source.progress("pause", {"paused_seconds": paused, "probe": rt.probes})
-    return ProbeResult(False, Status.STAYING, {"paused": paused, "probe": rt.probes})
 
 
 def _poll_rank0(rt: _Runtime) -> Any:
@@ -625,14 +601,14 @@ def _commit(rt: _Runtime) -> AdaptReport:
         rt.window, rt.finished, rt.status = None, True, Status.LEAVING
         report = AdaptReport("shrink", old_size, w.after.world_size, Status.LEAVING,
                              time.perf_counter() - w.t0, w.freed, w.after.idle())
-        _leave(rt)
+        _lifecycle.leave()
         return report
     rt.world, rt.window = w.new_world, None
     _renew_req_comm(rt)
     freed: tuple[str, ...] = ()
     if rt.world.rank == 0 and rt.listener is not None:
         try:
-            rt.listener.wait_gone(w.gone, rt.timeout, progress=_progress)
+            rt.listener.wait_gone(w.gone, rt.timeout, progress=_lifecycle.progress)
             freed = w.freed
         except AdaptTimeout as e:
             log.warning("%s; their hosts are not reported free", e)
@@ -648,11 +624,6 @@ def _renew_req_comm(rt: _Runtime, leaving: bool = False) -> None:
         rt.req_sends = []  # small messages: sent eagerly, nothing to wait for
         _mpi.current().release(old)
     rt.req_comm = None if leaving else rt.world.Dup()
-
-
-def _progress() -> None:
-    """Let the MPI library move pending traffic (a nonblocking probe runs its progress engine)."""
-    MPI.COMM_WORLD.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)
 
 
 def _report(rt: _Runtime, w: _Window, old_size: int, status: Status, freed: tuple[str, ...] = ()) -> AdaptReport:
@@ -672,103 +643,6 @@ def report_progress(phase: str, data: dict) -> None:
     rt = _rt()
     if rt.world.rank == 0:
         rt.source.progress(phase, data)
-
-
-def _leave(rt: _Runtime) -> None:
-    """Leaving side of a shrink: wait for the rest of the spawn group, then finalize MPI."""
-    _group_exit_barrier(timeout=None)
-    MPI.Finalize()
-
-
-def _group_exit_barrier(timeout: float | None) -> None:
-    """All members of this process's spawn group (its MPI_COMM_WORLD) meet here before finalizing."""
-    wait_request(MPI.COMM_WORLD.Ibarrier(), timeout, "rest of the spawn group to leave", cap=0.05)
-
-
-def _flush() -> None:
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-
-
-def _at_exit() -> None:
-    rt = _STATE
-    if rt is not None and rt.finished:
-        # A leaver: its host is free only once the process is gone, and the interpreter's teardown
-        # (hundreds of ms with numpy loaded, on a busy node) is of no use to anybody: end here with
-        # the C library's exit(), which still runs the MPI library's own exit handlers (os._exit
-        # would skip them, and hydra then takes the process for a crashed one).
-        _flush()
-        ctypes.CDLL(None).exit(0)
-    if rt is None or MPI.Is_finalized():
-        return
-    code = rt.exit_code
-    if rt.background is not None:  # an expansion still being prepared: its joiners must exit
-        rt.background.abandon()
-    elif rt.prepared is not None:
-        _spawn.parent_go(rt.world, rt.prepared.inters, False)
-    if rt.alive_fd is not None:  # a spawned process: rank 0 gives the job this status if it is the first error
-        try:
-            os.write(rt.alive_fd, f"exit {code}\n".encode())
-        except OSError:
-            pass
-    try:
-        _group_exit_barrier(timeout=rt.timeout * 10)
-    except AdaptTimeout:
-        log.warning("members of this process's spawn group never reached the end; finalizing anyway")
-    if rt.listener is not None:
-        bad = [c for c in rt.listener.collect_exits(rt.timeout, progress=_progress) if c]
-        rt.listener.close()
-        if bad and not code:
-            log.error("a spawned process of the job exited with status %d; so does the job", bad[0])
-            code = bad[0]
-    if not rt.leftovers.settle(rt.timeout):
-        log.error("a spawn of a failed expansion is still inside MPI; ending without MPI_Finalize")
-        _flush()
-        os._exit(code or 1)
-    if rt.leftovers.stale and not _mpi.current().finalize_after_failed_spawn:
-        _flush()
-        os._exit(code)  # finalizing would wait for the dead or stopped joiners forever
-    if code != rt.exit_code:  # end with another rank's status: finalize now, then exit with it
-        MPI.Finalize()
-        _flush()
-        ctypes.CDLL(None).exit(code)
-
-
-def _exit_status(arg: Any) -> int:
-    """The process status ``sys.exit(arg)`` gives."""
-    if arg is None:
-        return 0
-    if isinstance(arg, int):
-        return arg & 0xFF
-    return 1
-
-
-def _excepthook(etype: type[BaseException], value: BaseException, tb: Any) -> None:
-    sys.__excepthook__(etype, value, tb)
-    rt = _STATE
-    if rt is not None and not rt.finished and not MPI.Is_finalized() and etype is not KeyboardInterrupt:
-        comm = rt.world if rt.world is not None else MPI.COMM_WORLD
-        sys.stderr.write(f"malleable: unhandled {etype.__name__} on rank {comm.rank}; aborting the job\n")
-        sys.stderr.flush()
-        comm.Abort(1)
-
-
-def _install_hooks() -> None:
-    atexit.register(_at_exit)
-    plain_exit = sys.exit
-
-    def recording_exit(arg: Any = None) -> None:
-        """``sys.exit`` that records the status, so rank 0 can make it the job's (see _at_exit)."""
-        if _STATE is not None:
-            _STATE.exit_code = _exit_status(arg)
-        plain_exit(arg)
-
-    sys.exit = recording_exit
-    if os.environ.get("MALLEABLE_ABORT_ON_ERROR", "1") != "0":
-        sys.excepthook = _excepthook
 
 
 def _reset_for_tests() -> None:

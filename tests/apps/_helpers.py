@@ -19,7 +19,7 @@ def app_cmd(app: str, *args: str, python: str = sys.executable) -> list[str]:
 
 def malleable_run(n: int, cmd: list[str], plan: list | None = None, timeout: float = 150, mpi=None,
                   ) -> subprocess.CompletedProcess:
-    """Run ``cmd`` with ``malleable run -n N [--plan]`` of MPI implementation ``mpi`` (default: this venv's); check it."""
+    """Run ``cmd`` with ``malleable run -n N [--plan]`` of MPI implementation ``mpi`` (default: this venv's)."""
     argv = [mpi.python if mpi else sys.executable, "-m", "malleable", "run", "-n", str(n)]
     if plan is not None:
         argv += ["--plan", json.dumps(plan)]

@@ -13,9 +13,9 @@ import psutil
 import pytest
 
 from malleable.apps import jacobi
+from malleable.errors import PlanError
 from malleable.runtime._model import fit_amdahl
 from malleable.runtime._plan import parse_plan
-from malleable.errors import PlanError
 from tests.apps._helpers import MPI_ENV, app_cmd, load_stats, malleable_run
 
 

@@ -9,11 +9,11 @@ import pytest
 import zmq
 
 from malleable.controller import _protocol as P
+from malleable.errors import PlanError
 from malleable.runtime._link import ControllerSource
 from malleable.runtime._plan import parse_plan
 from malleable.runtime._requests import AdaptRequest, Refusal, check_request, grant
 from malleable.runtime._types import Decision
-from malleable.errors import PlanError
 from tests.runtime._helpers import run_prog
 
 

@@ -27,8 +27,8 @@ import numpy as np  # noqa: E402
 import psutil  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
-from malleable import runtime as mr
-from malleable.errors import AdaptError
+from malleable import runtime as mr  # noqa: E402
+from malleable.errors import AdaptError  # noqa: E402
 
 ITERS = int(os.environ.get("PROG_ITERS", "12"))
 N, COLS = 37, int(os.environ.get("PROG_COLS", "5"))

@@ -48,7 +48,7 @@ def check():
 status = mr.init_adapt()
 if status is mr.Status.NEW:
     w = mr.world()
-    for name, (full, axis, dist, block) in ARRAYS.items():
+    for name, (_, axis, dist, block) in ARRAYS.items():
         mr.register(name, part(name, w.size, w.rank), dist=dist, axis=axis, block=block)
 else:
     mr.adapt_begin()
