@@ -117,6 +117,7 @@ class _Runtime:
     req_comm: Any = None               # a dup of the world carrying request_adapt calls to rank 0
     outstanding: AdaptRequest | None = None   # rank 0: the request the decision source has not answered yet
     req_sends: list = field(default_factory=list)   # other ranks: requests on their way to rank 0
+    drained_at: float = 0.0            # rank 0: when it last looked for other ranks' requests
     registry: dict = field(default_factory=dict)    # registered arrays (see _registered)
     overlap: bool = False              # prepare expansions in the background (see _expand)
     background: _expand.Background | None = None   # an expansion being prepared
@@ -318,9 +319,12 @@ def probe_adapt() -> ProbeResult:
     rt.probes += 1
     if rt.background is not None:
         return _probe_background(rt)
-    if rt.world.rank == 0:
-        for req in _requests.drain(rt.req_comm):
-            _take_request(rt, req)
+    if rt.world.rank == 0 and rt.world.size > 1:
+        now = time.monotonic()
+        if now - rt.drained_at >= _requests.DRAIN_EVERY:  # a probe stays cheap: look for requests now and then
+            rt.drained_at = now
+            for req in _requests.drain(rt.req_comm):
+                _take_request(rt, req)
     if rt.source.local:
         d = rt.source.poll(rt.probes)
     else:
