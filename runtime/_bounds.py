@@ -79,15 +79,19 @@ def _load(layout: Layout) -> dict[str, int]:
     return load
 
 
-def check_expand(layout: Layout, plan: ExpandPlan, slots: Slots, local_host: str) -> None:
+def check_expand(layout: Layout, plan: ExpandPlan, slots: Slots, local_host: str, remote: str = "") -> None:
     """Refuse ``plan`` if a host would run more processes than its limit (idle leavers count: they still run).
 
+    ``remote``, if not empty, says why this MPI cannot spawn onto another host than ``local_host``.
+
     Raises:
-        AdaptError: the first host over its limit, with the numbers.
+        AdaptError: the first host over its limit, with the numbers, or a remote host this MPI cannot reach.
     """
     load = _load(layout)
     for host, n in zip(plan.hosts, plan.counts, strict=True):
         h = host or local_host
+        if remote and h != local_host:
+            raise AdaptError(f"cannot spawn onto {h}: {remote}")
         load[h] = load.get(h, 0) + n
         if load[h] > slots.limit(h):
             raise AdaptError(
@@ -101,6 +105,7 @@ def check_plan(
     slots: Slots,
     local_host: str,
     choose: Callable[[Layout, int], tuple[str, ...]],
+    remote: str = "",
 ) -> None:
     """Walk a plan from ``layout`` and refuse it if any step needs more processes than the hosts allow.
 
@@ -110,6 +115,7 @@ def check_plan(
         slots: the limits.
         local_host: the host of rank 0 (where unplaced processes go).
         choose: ``choose(layout, n)`` -> hosts for ``n`` new processes when a step names none.
+        remote: why this MPI cannot spawn onto another host than ``local_host`` ('' if it can).
 
     Raises:
         PlanError: naming the step, the host and the limit.
@@ -121,7 +127,7 @@ def check_plan(
         try:
             if s.procs > size:
                 plan = plan_expand(layout, s.procs, s.hosts or choose(layout, s.procs - size))
-                check_expand(layout, plan, slots, local_host)
+                check_expand(layout, plan, slots, local_host, remote)
                 layout = _grown(layout, plan, local_host)
             elif s.procs < size:
                 layout = plan_shrink(layout, s.procs).after

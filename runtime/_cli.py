@@ -12,9 +12,10 @@ import subprocess
 import sys
 
 from malleable.errors import AdaptError, ConfigError
-from malleable.launch import mpiexec_argv, read_hostfile
+from malleable.launch import find_mpiexec, mpiexec_argv, read_hostfile
 from malleable.runtime._bounds import check_expand, check_plan, host_resolves, initial_layout, slots_from_env
 from malleable.runtime._layout import Group, Layout, plan_expand
+from malleable.runtime._mpi import for_mpiexec
 from malleable.runtime._plan import parse_plan, validate_plan
 from malleable.runtime._sources import choose_hosts
 
@@ -114,16 +115,18 @@ def _check_job(procs: int, hosts: list[str], plan_text: str | None, env: dict[st
     local = hosts[0] if hosts else socket.gethostname()
     base = Layout((Group(0, (local,), 1, base=True),))
     slots = slots_from_env({**os.environ, **env})
+    backend = for_mpiexec(find_mpiexec())
+    remote = "" if backend.spawn_across_hosts else f"{backend.name} cannot spawn processes onto another host here"
     if procs > 1:
         chosen = [hosts[i % len(hosts)] for i in range(1, procs)] if hosts else []
         try:
-            check_expand(base, plan_expand(base, procs, chosen), slots, local)
+            check_expand(base, plan_expand(base, procs, chosen), slots, local, remote)
         except AdaptError as e:
             raise ConfigError(f"cannot start {procs} process(es): {e}") from None
     steps = parse_plan(plan_text)
     validate_plan(steps, procs, 1, known)
     check_plan(steps, initial_layout(base, procs, hosts, local), slots, local,
-               lambda lay, n: choose_hosts(lay, hosts, n))
+               lambda lay, n: choose_hosts(lay, hosts, n), remote)
 
 
 def _run(args: argparse.Namespace) -> int:

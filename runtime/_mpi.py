@@ -46,6 +46,7 @@ class Backend:
             joiners (else the process ends without it).
         finalize_on_give_up: whether a joiner whose expansion failed calls ``MPI_Finalize`` before exiting (the
             launchers take a process that exits without it for a failed one), or must exit without it.
+        spawn_across_hosts: whether ``MPI_Comm_spawn`` can place processes on another host than the spawning one.
         concurrent_spawn: whether other threads' MPI calls go on while one thread is inside ``MPI_Comm_spawn``
             (else a spawn that hangs delays the failure past the timeout by its own length, and an expansion
             cannot overlap computation).
@@ -57,6 +58,7 @@ class Backend:
     finalize_after_failed_spawn = True
     finalize_on_give_up = True
     concurrent_spawn = True
+    spawn_across_hosts = True
 
     def matches(self, text: str) -> bool:
         """Whether a library-version or launcher banner names this implementation."""

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 
 from malleable.runtime._mpi import Backend, LaunchSpec
-from malleable.runtime._mpi_mpich import hydra_argv
 
 __all__ = ["IntelMPI"]
 
@@ -34,5 +35,23 @@ class IntelMPI(Backend):
         return {"I_MPI_FABRICS": "shm:ofi", "FI_PROVIDER": "tcp"}
 
     def launch_argv(self, mpiexec: str, spec: LaunchSpec) -> list[str]:
-        """hydra with Intel's option names (``-bootstrap rsh -bootstrap-exec X``)."""
-        return hydra_argv(mpiexec, spec, "-bootstrap", "-bootstrap-exec", "-disable-auto-cleanup")
+        """Intel's hydra: ``-bootstrap ssh -bootstrap-exec X -iface IF -hosts .. -ppn 1 -genv K V .. -n N cmd``.
+
+        Its proxies reach mpiexec at the address of ``-iface`` (``MALLEABLE_LAUNCHER_IFACE``; for the namespace
+        test cluster's ``netns-launch``, its bridge ``mbr0``): inside a namespace the launching host's name
+        resolves to the namespace's own loopback. ``-ppn 1`` places the processes round robin, as MPICH does.
+        """
+        argv = [mpiexec]
+        if spec.hosts:
+            exe = spec.launcher_exec or os.environ.get("MALLEABLE_LAUNCHER_EXEC")
+            if exe:
+                argv += ["-bootstrap", "ssh", "-bootstrap-exec", exe]
+                iface = os.environ.get("MALLEABLE_LAUNCHER_IFACE", "mbr0" if Path(exe).name == "netns-launch" else "")
+                if iface:
+                    argv += ["-iface", iface]
+            argv += ["-hosts", ",".join(dict.fromkeys(spec.hosts)), "-ppn", "1"]
+        for k, v in spec.env.items():
+            argv += ["-genv", k, v]
+        if spec.keep_going:
+            argv.append("-disable-auto-cleanup")
+        return argv + list(spec.extra) + ["-n", str(spec.n), *spec.cmd]

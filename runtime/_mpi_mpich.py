@@ -8,16 +8,15 @@ from pathlib import Path
 
 from malleable.runtime._mpi import Backend, LaunchSpec
 
-__all__ = ["MPICH", "hydra_argv"]
+__all__ = ["MPICH"]
 
 
-def hydra_argv(mpiexec: str, spec: LaunchSpec, launcher_opt: str, exec_opt: str, cleanup_opt: str) -> list[str]:
-    """hydra's command line (MPICH and Intel MPI differ only in the launcher option names)."""
+def _hydra_argv(mpiexec: str, spec: LaunchSpec) -> list[str]:
     argv = [mpiexec]
     if spec.hosts:
         exe = spec.launcher_exec or os.environ.get("MALLEABLE_LAUNCHER_EXEC")
         if exe:
-            argv += [launcher_opt, "rsh", exec_opt, exe]
+            argv += ["-launcher", "rsh", "-launcher-exec", exe]
             local = os.environ.get("MALLEABLE_LAUNCHER_LOCALHOST", "head" if Path(exe).name == "netns-launch" else "")
             if local:
                 # inside a namespace host the launching host's own name resolves to the host's loopback
@@ -26,7 +25,7 @@ def hydra_argv(mpiexec: str, spec: LaunchSpec, launcher_opt: str, exec_opt: str,
     for k, v in spec.env.items():
         argv += ["-genv", k, v]
     if spec.keep_going:
-        argv.append(cleanup_opt)
+        argv.append("-disable-auto-cleanup")
     return argv + list(spec.extra) + ["-n", str(spec.n), *spec.cmd]
 
 
@@ -50,7 +49,7 @@ class MPICH(Backend):
 
     def launch_argv(self, mpiexec: str, spec: LaunchSpec) -> list[str]:
         """``mpiexec [-launcher rsh -launcher-exec X -localhost head] -hosts .. -genv K V .. -n N cmd``."""
-        return hydra_argv(mpiexec, spec, "-launcher", "-launcher-exec", "-disable-auto-cleanup")
+        return _hydra_argv(mpiexec, spec)
 
     def release(self, comm: object) -> None:
         """``MPI_Comm_free`` is enough: MPICH finalizes each spawn group on its own once its communicators are freed."""

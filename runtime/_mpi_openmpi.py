@@ -36,13 +36,16 @@ class OpenMPI(Backend):
     finalizing does not wait for other jobs, so such communicators are only freed. Spawned processes are
     a separate PRRTE job; with ``--with-ft ulfm`` (``keep_going``) a joiner that dies does not end the job,
     and mpirun still exits with the joiner's status; after such a failure ``MPI_Finalize`` may crash on the
-    dead peer (5.0.11), so the job's processes end without it.
+    dead peer (5.0.11), so the job's processes end without it. Launching over several hosts works (PRRTE's ssh
+    agent is ``plm_ssh_agent``), but ``MPI_Comm_spawn`` onto another host makes PRRTE lose its remote daemon and end
+    the job (5.0.11; open-mpi/ompi#12601): such expansions are refused before spawning.
     """
 
     name = "openmpi"
     banner = "Open MPI"
     survives_joiner_signal = True
     finalize_after_failed_spawn = False
+    spawn_across_hosts = False
 
     def job_env(self, hosts: Sequence[str] = ()) -> dict[str, str]:
         """Nothing beyond the launcher's options."""
@@ -64,11 +67,15 @@ class OpenMPI(Backend):
                 subnet = launcher_subnet(exe)
                 if subnet:
                     argv += ["--prtemca", "oob_tcp_if_include", subnet, "--mca", "btl_tcp_if_include", subnet]
-            argv += ["--host", ",".join(spec.hosts)]
+            argv += ["--host", ",".join(spec.hosts), "--map-by", "node:OVERSUBSCRIBE"]  # round robin, as hydra
         if spec.keep_going:
             # ULFM: a spawned process that fails is reported to its peers instead of aborting the job
             argv += ["--with-ft", "ulfm"]
         return argv + list(spec.extra) + ["-n", str(spec.n), *spec.cmd]
+
+    def spawn_info(self, host: str | None) -> dict[str, str]:
+        """``host`` and ``add-host``: PRRTE spawns only onto hosts of the job's allocation unless they are added."""
+        return {"host": host, "PMIX_ADD_HOST": host} if host else {}
 
     def release(self, comm: object) -> None:
         """Free only (see the class notes)."""

@@ -220,11 +220,12 @@ def init_adapt(timeout: float | None = None, plan: str | None = None, overlap: b
     local = hosts[0]
     try:
         if initial > comm.size:
-            check_expand(base, plan_expand(base, initial, _initial_hosts(job_hosts, initial, comm.size)), slots, local)
+            check_expand(base, plan_expand(base, initial, _initial_hosts(job_hosts, initial, comm.size)), slots,
+                         local, _remote_limit())
     except AdaptError as e:
         raise ConfigError(f"cannot start the job with {initial} processes: {e}") from None
     check_plan(steps, initial_layout(base, initial, job_hosts, local), slots, local,
-               lambda lay, n: choose_hosts(lay, job_hosts, n))
+               lambda lay, n: choose_hosts(lay, job_hosts, n), _remote_limit())
     rt = _Runtime(comm.Dup(), base, 0, comm.rank, t, steps, text, job_hosts, slots=slots,
                   overlap=overlap if overlap is not None else os.environ.get("MALLEABLE_OVERLAP", "0") == "1")
     rt.source = _make_source(steps, comm.rank)
@@ -239,6 +240,14 @@ def init_adapt(timeout: float | None = None, plan: str | None = None, overlap: b
     if comm.rank == 0:
         rt.source.started(rt.layout)
     return Status.NEW
+
+
+def _remote_limit() -> str:
+    """Why this MPI cannot spawn onto another host ('' if it can)."""
+    b = _mpi.current()
+    if b.spawn_across_hosts:
+        return ""
+    return f"{b.name} cannot spawn processes onto another host here (see docs/runtime.md)"
 
 
 def _make_source(steps: tuple[PlanStep, ...], rank: int, start: int = 0) -> Any:
@@ -357,7 +366,8 @@ def probe_adapt() -> ProbeResult:
     if kind == "expand":
         try:
             hosts = d.hosts or choose_hosts(rt.layout, rt.job_hosts, d.procs - size)
-            check_expand(rt.layout, plan_expand(rt.layout, d.procs, hosts), rt.slots, rt.layout.groups[0].hosts[0])
+            check_expand(rt.layout, plan_expand(rt.layout, d.procs, hosts), rt.slots, rt.layout.groups[0].hosts[0],
+                         _remote_limit())
         except AdaptError as e:
             log.error("refusing the adaptation: %s", e)  # noqa: TRY400 - the reason is the whole story
             if rt.world.rank == 0:
