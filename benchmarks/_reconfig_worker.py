@@ -27,7 +27,7 @@ if mode == "raw-child":
     parent = MPI.Comm.Get_parent()
     merged = parent.Merge(high=True)
     merged.gather(os.getpid())
-    merged.Free()
+    current().release(merged)  # as the runtime does (Intel MPI: a disconnect, else finalize waits forever)
     parent.Disconnect()
     sys.exit(0)
 
@@ -57,7 +57,7 @@ if mode == "raw":
             t_expand = time.perf_counter() - t0
             pids = merged.gather(os.getpid())[1:]
             t1 = time.perf_counter()
-            merged.Free()
+            current().release(merged)
             inter.Disconnect()
             _wait_gone(pids)  # same PID space here (one machine, namespaces share it)
             t_shrink = time.perf_counter() - t1
