@@ -264,6 +264,35 @@ class Refused(Message):
     reason: str
 
 
+@_msg("request")
+class Request(Message):
+    """The application asks for a new size (``request_adapt``): exactly ``procs``, or within ``[min_procs,
+    max_procs]`` (0: not given). A newer request of the job replaces an older one. The policy answers at any later
+    time: a grant is an ordinary ``order`` (the reply to a later ``poll``), a refusal a ``declined`` reply."""
+
+    job_id: int
+    procs: int
+    min_procs: int
+    max_procs: int
+
+
+@_msg("declined")
+class Declined(Message):
+    """Reply to a ``poll``: the policy refused the job's outstanding request (the job goes on at its size)."""
+
+    reason: str
+
+
+@_msg("pause")
+class Pause(Message):
+    """Reply to a ``poll``: stop the job at this safe point, keeping its hosts, until a ``resume`` reply."""
+
+
+@_msg("resume")
+class Resume(Message):
+    """Reply to a ``poll`` of a paused job: go on."""
+
+
 @_msg("progress")
 class Progress(Message):
     """Per-phase performance data (MTCT, iteration time) from the EPOP driver."""
