@@ -7,14 +7,16 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import re
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
 from malleable.errors import ConfigError, FsError, MalleableError
 
-__all__ = ["one_line", "parse_size", "register"]
+__all__ = ["hosts_arg", "meta_option", "one_line", "parse_size", "register"]
 
 CHUNK = 4 << 20
 _ADDR = re.compile(r"^tcp://[^\s:/]+:\d{1,5}$")
@@ -43,6 +45,10 @@ def one_line(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
 
         cmd = getattr(args, "fs_command", "fs")
         meta = getattr(args, "meta", None)
+        if cmd != "start" and hasattr(args, "meta") and meta is None:
+            meta = args.meta = os.environ.get("MALLEABLE_FS") or None
+            if meta is None:
+                raise ConfigError(f"{cmd}: give --meta tcp://HOST:PORT or set MALLEABLE_FS")
         if cmd != "start" and meta is not None and not _ADDR.match(meta):
             raise ConfigError(f"{cmd}: --meta must be the metadata address tcp://HOST:PORT "
                               f"(the last line of 'malleable fs start'), got {meta!r}")
@@ -59,7 +65,15 @@ def one_line(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
     return run
 
 
-def _hosts(text: str) -> list[str]:
+def meta_option(p: argparse.ArgumentParser) -> None:
+    """The ``--meta`` option of every command but ``start``."""
+    p.add_argument("--meta", metavar="ADDR",
+                   help="metadata address tcp://HOST:PORT (default $MALLEABLE_FS, set for a job that has a file "
+                        "system)")
+
+
+def hosts_arg(text: str) -> list[str]:
+    """A comma-separated host list (an argparse type)."""
     return [h.strip() for h in text.split(",") if h.strip()]
 
 
@@ -85,7 +99,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--data",
         required=True,
-        type=_hosts,
+        type=hosts_arg,
         metavar="HOST,...",
         help="data server hosts; repeat a host for several servers on it",
     )
@@ -100,33 +114,55 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="most bytes each data server holds, e.g. 2G (default: no limit); writes beyond get ENOSPC")
     p.set_defaults(func=_start)
 
-    p = fsub.add_parser("stop", help="stop every server of an instance")
-    p.add_argument("--meta", required=True, metavar="ADDR", help="metadata address tcp://HOST:PORT")
+    p = fsub.add_parser("stop", help="stop every server of an instance",
+                        description="Stop the metadata server and every data server. The state directory 'fs "
+                                    "start' made (database and logs) is removed unless --keep; one given with "
+                                    "--state is kept.")
+    meta_option(p)
+    p.add_argument("--keep", action="store_true", help="keep the state directory 'fs start' made")
     p.set_defaults(func=_stop)
 
     p = fsub.add_parser("status", help="servers, blocks, bytes, request rates, AIO and changes in progress")
-    p.add_argument("--meta", required=True, metavar="ADDR", help="metadata address tcp://HOST:PORT")
+    meta_option(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_status)
 
     p = fsub.add_parser("put", help="copy a local file into adhocfs")
-    p.add_argument("--meta", required=True, metavar="ADDR")
+    meta_option(p)
     p.add_argument("local")
     p.add_argument("remote")
     p.add_argument("--block-size", type=int, default=0)
     p.set_defaults(func=_put)
 
     p = fsub.add_parser("get", help="copy a file out of adhocfs ('-' for stdout)")
-    p.add_argument("--meta", required=True, metavar="ADDR")
+    meta_option(p)
     p.add_argument("remote")
     p.add_argument("local")
     p.set_defaults(func=_get)
 
     p = fsub.add_parser("ls", help="list a directory")
-    p.add_argument("--meta", required=True, metavar="ADDR")
+    meta_option(p)
     p.add_argument("path", nargs="?", default="/")
-    p.add_argument("-l", "--long", action="store_true", help="show size and block size")
+    p.add_argument("-l", "--long", action="store_true", help="kind, size, block size, state and modification time")
     p.set_defaults(func=_ls)
+
+    p = fsub.add_parser("mkdir", help="make directories")
+    meta_option(p)
+    p.add_argument("-p", "--parents", action="store_true", help="make parents as needed; no error if it exists")
+    p.add_argument("paths", nargs="+", metavar="PATH")
+    p.set_defaults(func=_mkdir)
+
+    p = fsub.add_parser("rm", help="remove files (and, with -r, directories and what they hold)")
+    meta_option(p)
+    p.add_argument("-r", "--recursive", action="store_true", help="remove directories and their contents")
+    p.add_argument("paths", nargs="+", metavar="PATH")
+    p.set_defaults(func=_rm)
+
+    p = fsub.add_parser("mv", help="rename a file or directory")
+    meta_option(p)
+    p.add_argument("src")
+    p.add_argument("dst")
+    p.set_defaults(func=_mv)
 
     try:
         from malleable.adhocfs import _cli_elastic
@@ -157,7 +193,7 @@ def _start(args: argparse.Namespace) -> int:
 def _stop(args: argparse.Namespace) -> int:
     from malleable.adhocfs._deploy import stop_fs
 
-    stop_fs(args.meta)
+    stop_fs(args.meta, keep=args.keep)
     print(f"stopped {args.meta}")
     return 0
 
@@ -270,11 +306,60 @@ def _ls(args: argparse.Namespace) -> int:
 
     with connect(args.meta) as fs:
         base = args.path.rstrip("/")
-        for name in fs.listdir(args.path):
-            if args.long:
-                st = fs.stat(f"{base}/{name}")
-                kind = "d" if st.is_dir else "-"
-                print(f"{kind} {st.size:>12} {st.block_size or '-':>8} {st.status:<8} {name}")
-            else:
+        names = fs.listdir(args.path)
+        if not args.long:
+            for name in names:
                 print(name)
+            return 0
+        print(f"{'T':1} {'SIZE':>12} {'BLOCK':>8} {'STATE':<9} {'MODIFIED':<19} NAME")
+        for name in names:
+            st = fs.stat(f"{base}/{name}")
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st.mtime)) if st.mtime else "-"
+            print(f"{'d' if st.is_dir else '-'} {st.size:>12} {st.block_size or '-':>8} {st.status:<9} "
+                  f"{when:<19} {name}{'/' if st.is_dir else ''}")
+    return 0
+
+
+def _mkdir(args: argparse.Namespace) -> int:
+    from malleable.adhocfs._client import connect
+
+    with connect(args.meta) as fs:
+        for path in args.paths:
+            if args.parents:
+                fs.makedirs(path, exist_ok=True)
+            else:
+                fs.mkdir(path)
+    return 0
+
+
+def _rm(args: argparse.Namespace) -> int:
+    from malleable.adhocfs._client import connect
+
+    with connect(args.meta) as fs:
+        for path in args.paths:
+            if fs.stat(path).is_dir:
+                if not args.recursive:
+                    raise IsADirectoryError(f"{path} is a directory (use -r)")
+                _rm_tree(fs, path)
+            else:
+                fs.remove(path)
+    return 0
+
+
+def _rm_tree(fs: Any, path: str) -> None:
+    base = path.rstrip("/")
+    for name in fs.listdir(path):
+        child = f"{base}/{name}"
+        if fs.stat(child).is_dir:
+            _rm_tree(fs, child)
+        else:
+            fs.remove(child)
+    fs.remove(path)
+
+
+def _mv(args: argparse.Namespace) -> int:
+    from malleable.adhocfs._client import connect
+
+    with connect(args.meta) as fs:
+        fs.rename(args.src, args.dst)
     return 0

@@ -10,13 +10,9 @@ from typing import Any
 __all__ = ["register"]
 
 
-def _hosts(text: str) -> list[str]:
-    return [h.strip() for h in text.split(",") if h.strip()]
-
-
 def register(fsub: argparse._SubParsersAction) -> None:
     """Add expand, shrink, lose, check and watch to the ``fs`` subcommands."""
-    from malleable.adhocfs._cli import parse_size
+    from malleable.adhocfs._cli import hosts_arg, meta_option, parse_size
 
     p = fsub.add_parser(
         "expand",
@@ -24,8 +20,8 @@ def register(fsub: argparse._SubParsersAction) -> None:
         description="New servers join a new placement epoch: new files and new blocks use "
         "them, existing blocks stay (unless --rebalance).",
     )
-    p.add_argument("--meta", required=True, metavar="ADDR")
-    p.add_argument("--data", required=True, type=_hosts, metavar="HOST,...", help="hosts of the new servers")
+    meta_option(p)
+    p.add_argument("--data", required=True, type=hosts_arg, metavar="HOST,...", help="hosts of the new servers")
     p.add_argument("--dir", default=None, help="backing directory root of the new servers")
     p.add_argument("--state", default=None, help="directory for the new servers' logs")
     p.add_argument("--capacity", type=parse_size, default=0, metavar="SIZE", help="most bytes each new server holds")
@@ -39,11 +35,11 @@ def register(fsub: argparse._SubParsersAction) -> None:
         description="Files with blocks on the leaving servers wait for writes while their "
         "blocks move; others are not disturbed. The servers exit at the end.",
     )
-    p.add_argument("--meta", required=True, metavar="ADDR")
+    meta_option(p)
     p.add_argument(
         "--data",
         required=True,
-        type=_hosts,
+        type=hosts_arg,
         metavar="HOST[:PORT],...",
         help="servers to remove: HOST (all on it), HOST:PORT, or a server id",
     )
@@ -64,7 +60,7 @@ def register(fsub: argparse._SubParsersAction) -> None:
         "on another server are copied again in the background; files whose blocks had no other copy are "
         "marked damaged (their lost byte ranges read as EIO; 'fs check' lists them).",
     )
-    p.add_argument("--meta", required=True, metavar="ADDR")
+    meta_option(p)
     p.add_argument("servers", nargs="+", metavar="SERVER", help="server id, HOST:PORT or HOST (all on it)")
     p.add_argument("--wait", action="store_true", help="return once the re-replication is done")
     p.set_defaults(func=_lose)
@@ -74,7 +70,7 @@ def register(fsub: argparse._SubParsersAction) -> None:
         help="list damaged files and blocks missing or under-replicated on the live servers",
         description="Asks every live data server for its blocks and compares with the files' replica sets.",
     )
-    p.add_argument("--meta", required=True, metavar="ADDR")
+    meta_option(p)
     p.add_argument("--repair", action="store_true", help="re-copy under-replicated blocks, record missing ones")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_check)
@@ -85,7 +81,7 @@ def register(fsub: argparse._SubParsersAction) -> None:
         description="Every interval: measure AIO, compare the mean of the last k samples with "
         "RIO +- T, and expand (onto --pool hosts) or shrink; one line per decision.",
     )
-    p.add_argument("--meta", required=True, metavar="ADDR")
+    meta_option(p)
     p.add_argument(
         "--rio", type=float, default=0.0, help="requested MB/s (default: the rates clients declared)"
     )
@@ -95,7 +91,7 @@ def register(fsub: argparse._SubParsersAction) -> None:
     p.add_argument("--min", dest="n_min", type=int, default=1, help="fewest data servers")
     p.add_argument("--max", dest="n_max", type=int, default=4, help="most data servers")
     p.add_argument("--cooldown", type=float, default=30.0, help="seconds without changes after a change")
-    p.add_argument("--pool", type=_hosts, default=[], metavar="HOST,...", help="hosts for new data servers")
+    p.add_argument("--pool", type=hosts_arg, default=[], metavar="HOST,...", help="hosts for new data servers")
     p.add_argument("--dir", default=None, help="backing directory root of new servers")
     p.add_argument("--mode", choices=["partial", "total"], default="partial")
     p.add_argument("--rate", type=float, default=0.0, help="cap of shrink moves in MB/s")

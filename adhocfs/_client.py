@@ -23,7 +23,7 @@ import zmq
 
 from malleable._secret import load_token
 from malleable.adhocfs._namespace import BLOCKING, MODES, normalize
-from malleable.adhocfs._placement import Layout, block_range, in_ranges, ranges_of
+from malleable.adhocfs._placement import FileLayout, block_range, in_ranges, ranges_of
 from malleable.adhocfs._protocol import (
     DeclareRio,
     Error,
@@ -263,7 +263,7 @@ class AdhocFile(BlockReader, io.RawIOBase):
         )
         self._hw = info.hw
         self._size = max(getattr(self, "_size", 0), info.size)
-        self._layout = Layout.from_pairs(info.layout)
+        self._layout = FileLayout.from_pairs(info.layout)
         self._epochs = {int(k): tuple(v) for k, v in info.epochs.items()}
         self._addrs = {int(k): v for k, v in info.servers.items()}
         self._written, self._damaged, self._r = info.written, info.damaged, max(1, info.replicas)

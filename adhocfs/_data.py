@@ -14,6 +14,7 @@ import errno
 import logging
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import zmq
@@ -85,68 +86,83 @@ class DataServer:
     # ------------------------------------------------------------ pure-ish request handling
     def handle(self, msg: Message) -> Message:
         """Apply one validated request and return the reply (raises for an error reply)."""
-        if isinstance(msg, Put):
-            self._check_fence(msg.fid, msg.version, write=True)
-            if msg.offset + len(msg.data) > 1 << 30:
-                raise ValueError("block write beyond 1 GiB")
-            self._check_space([((msg.fid, msg.block), msg.offset, len(msg.data))])
-            self.store.write((msg.fid, msg.block), msg.offset, msg.data)
-            self._count("writes", len(msg.data))
-            return Ok()
-        if isinstance(msg, PutBlocks):
-            self._check_fence(msg.fid, msg.version, write=True)
-            if any(off + len(part) > 1 << 30 for off, part in zip(msg.offsets, msg.parts, strict=True)):
-                raise ValueError("block write beyond 1 GiB")  # checked for all before writing any
-            parts = zip(msg.blocks, msg.offsets, msg.parts, strict=True)
-            self._check_space([((msg.fid, b), off, len(part)) for b, off, part in parts])
-            for b, off, part in zip(msg.blocks, msg.offsets, msg.parts, strict=True):
-                self.store.write((msg.fid, b), off, part)
-                self._count("writes", len(part))
-            return Ok()
-        if isinstance(msg, Get):
-            self._check_fence(msg.fid, msg.version, write=False)
-            view = self.store.read((msg.fid, msg.block), msg.offset, msg.length)
+        fn = _HANDLERS.get(type(msg))
+        if fn is None:
+            raise ProtocolError(f"data server does not handle {msg.TYPE!r}")
+        return fn(self, msg)
+
+    def _put(self, msg: Put) -> Message:
+        self._check_fence(msg.fid, msg.version, write=True)
+        if msg.offset + len(msg.data) > 1 << 30:
+            raise ValueError("block write beyond 1 GiB")
+        self._check_space([((msg.fid, msg.block), msg.offset, len(msg.data))])
+        self.store.write((msg.fid, msg.block), msg.offset, msg.data)
+        self._count("writes", len(msg.data))
+        return Ok()
+
+    def _put_blocks(self, msg: PutBlocks) -> Message:
+        self._check_fence(msg.fid, msg.version, write=True)
+        if any(off + len(part) > 1 << 30 for off, part in zip(msg.offsets, msg.parts, strict=True)):
+            raise ValueError("block write beyond 1 GiB")  # checked for all before writing any
+        parts = zip(msg.blocks, msg.offsets, msg.parts, strict=True)
+        self._check_space([((msg.fid, b), off, len(part)) for b, off, part in parts])
+        for b, off, part in zip(msg.blocks, msg.offsets, msg.parts, strict=True):
+            self.store.write((msg.fid, b), off, part)
+            self._count("writes", len(part))
+        return Ok()
+
+    def _get(self, msg: Get) -> Message:
+        self._check_fence(msg.fid, msg.version, write=False)
+        view = self.store.read((msg.fid, msg.block), msg.offset, msg.length)
+        self._count("reads", 0 if view is None else len(view))
+        return Data(view is not None, b"" if view is None else view)
+
+    def _get_blocks(self, msg: GetBlocks) -> Message:
+        self._check_fence(msg.fid, msg.version, write=False)
+        found, parts = [], []
+        for b in msg.blocks:
+            view = self.store.read((msg.fid, b), 0, msg.length)
             self._count("reads", 0 if view is None else len(view))
-            return Data(view is not None, b"" if view is None else view)
-        if isinstance(msg, GetBlocks):
-            self._check_fence(msg.fid, msg.version, write=False)
-            found, parts = [], []
-            for b in msg.blocks:
-                view = self.store.read((msg.fid, b), 0, msg.length)
-                self._count("reads", 0 if view is None else len(view))
-                found.append(0 if view is None else 1)
-                parts.append(b"" if view is None else view)
-            return BlockData(found, parts)
-        if isinstance(msg, Copy):
-            self._check_space([((msg.fid, msg.block), 0, len(msg.data))], whole=True)
-            self.store[(msg.fid, msg.block)] = bytearray(msg.data)
-            self.counts["copies"] += 1
-            return Ok()
-        if isinstance(msg, DropBlocks):
-            self._drop(msg)
-            return Ok()
-        if isinstance(msg, DropFile):
-            self.store.drop_file(msg.fid)
-            self.fences.pop(msg.fid, None)
-            return Ok()
-        if isinstance(msg, Fence):
-            self.fences[msg.fid] = (msg.wmin, msg.rmin)
-            return Ok()
-        if isinstance(msg, ListBlocks):
-            return Blocks(self.store.blocks_of(msg.fid))
-        if isinstance(msg, Inventory):
-            return InventoryReply({str(f): self.store.blocks_of(f) for f in self.store.files()})
-        if isinstance(msg, Stats):
-            return self.stats()
-        if isinstance(msg, Shutdown):
-            if msg.wipe:
-                n = len(self.store)
-                for fid in self.store.files():
-                    self.store.drop_file(fid)
-                log.info("dropped all %d blocks before leaving", n)
-            self.running = False
-            return Ok()
-        raise ProtocolError(f"data server does not handle {msg.TYPE!r}")
+            found.append(0 if view is None else 1)
+            parts.append(b"" if view is None else view)
+        return BlockData(found, parts)
+
+    def _copy(self, msg: Copy) -> Message:
+        self._check_space([((msg.fid, msg.block), 0, len(msg.data))], whole=True)
+        self.store[(msg.fid, msg.block)] = bytearray(msg.data)
+        self.counts["copies"] += 1
+        return Ok()
+
+    def _drop_blocks(self, msg: DropBlocks) -> Message:
+        self._drop(msg)
+        return Ok()
+
+    def _drop_file(self, msg: DropFile) -> Message:
+        self.store.drop_file(msg.fid)
+        self.fences.pop(msg.fid, None)
+        return Ok()
+
+    def _fence(self, msg: Fence) -> Message:
+        self.fences[msg.fid] = (msg.wmin, msg.rmin)
+        return Ok()
+
+    def _list_blocks(self, msg: ListBlocks) -> Message:
+        return Blocks(self.store.blocks_of(msg.fid))
+
+    def _inventory(self, msg: Inventory) -> Message:
+        return InventoryReply({str(f): self.store.blocks_of(f) for f in self.store.files()})
+
+    def _stats(self, msg: Stats) -> Message:
+        return self.stats()
+
+    def _shutdown(self, msg: Shutdown) -> Message:
+        if msg.wipe:
+            n = len(self.store)
+            for fid in self.store.files():
+                self.store.drop_file(fid)
+            log.info("dropped all %d blocks before leaving", n)
+        self.running = False
+        return Ok()
 
     def _check_space(self, writes: list[tuple[tuple[int, int], int, int]], whole: bool = False) -> None:
         """Refuse (ENOSPC) writes that would take the store beyond its capacity; nothing is written then."""
@@ -240,6 +256,24 @@ class DataServer:
     def _serve_one(self, sock: zmq.Socket[Any], frames: list[Any]) -> None:
         serve_one(sock, frames, self.token, self.handle, (ProtocolError, StaleLayout, ValueError, KeyError, OSError),
                   (StaleLayout,), f"data server {self.sid}", logging.WARNING)
+
+
+_HANDLERS: dict[type, Callable[[DataServer, Any], Message]] = {
+    Put: DataServer._put,
+    PutBlocks: DataServer._put_blocks,
+    Get: DataServer._get,
+    GetBlocks: DataServer._get_blocks,
+    Copy: DataServer._copy,
+    DropBlocks: DataServer._drop_blocks,
+    DropFile: DataServer._drop_file,
+    Fence: DataServer._fence,
+    ListBlocks: DataServer._list_blocks,
+    Inventory: DataServer._inventory,
+    Stats: DataServer._stats,
+    Shutdown: DataServer._shutdown,
+}
+"""One handler per request type of the data server."""
+
 
 
 def register(

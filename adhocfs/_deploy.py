@@ -269,9 +269,11 @@ def start_data_servers(
 
 
 def start_meta(
-    meta: str, state: str, block_size: int = 0, launcher: str | None = None, replicas: int = 1
+    meta: str, state: str, block_size: int = 0, launcher: str | None = None, replicas: int = 1,
+    owns_state: bool = False,
 ) -> tuple[str, subprocess.Popen]:
-    """Start (or restart, on the same ``state`` directory) a metadata server on ``HOST[:PORT]``.
+    """Start (or restart, on the same ``state`` directory) a metadata server on ``HOST[:PORT]``; with
+    ``owns_state`` it removes the directory when it is stopped without ``keep``.
 
     Returns:
         ``(address, process)`` once it answers; a restarted server finishes or rolls back any change
@@ -285,6 +287,8 @@ def start_meta(
         args += ["--block-size", str(block_size)]
     if replicas != 1:
         args += ["--replicas", str(replicas)]
+    if owns_state:
+        args.append("--owns-state")
     proc = _spawn(host, _python_cmd("malleable.adhocfs._meta", *args), launcher, log_path + ".launch")
     try:
         addr = _wait_ready({"metadata server": proc}, {"metadata server": log_path}, START_TIMEOUT)[
@@ -331,8 +335,9 @@ def start_fs(
         raise ConfigError("at least one data server host is needed")
     if replicas < 1 or capacity < 0:
         raise ConfigError(f"replicas must be >= 1 and capacity >= 0, got {replicas} and {capacity}")
+    owned = state is None
     state = state or tempfile.mkdtemp(prefix="malleable-fs-")
-    addr, mproc = start_meta(meta, state, block_size, launcher, replicas)
+    addr, mproc = start_meta(meta, state, block_size, launcher, replicas, owns_state=owned)
     procs = {"metadata server": mproc}
     try:
         dep = Deployment(addr, state, procs, dir=dir)
@@ -352,12 +357,13 @@ def start_fs(
     return dep
 
 
-def stop_fs(addr: str, timeout: float = 10.0, token: bytes | None = None) -> None:
-    """Stop the metadata server at ``addr`` and all its data servers.
+def stop_fs(addr: str, timeout: float = 10.0, token: bytes | None = None, keep: bool = False) -> None:
+    """Stop the metadata server at ``addr`` and all its data servers; the state directory ``start_fs`` made for
+    it (database and logs) is removed unless ``keep`` (one given with ``state=`` is always kept).
 
     Raises:
         ServerUnavailable: the metadata server does not answer.
     """
     with MetaClient(addr, token, timeout) as mc:
-        mc.call(Shutdown(everything=True))
+        mc.call(Shutdown(everything=True, keep=keep))
     log.info("adhocfs at %s stopped", addr)

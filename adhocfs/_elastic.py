@@ -33,7 +33,7 @@ import time
 from typing import Any
 
 from malleable.adhocfs._namespace import BLOCKING
-from malleable.adhocfs._placement import UNALLOCATED, Layout, intern_epoch, merge_ranges, ranges_of
+from malleable.adhocfs._placement import UNALLOCATED, FileLayout, intern_epoch, merge_ranges, ranges_of
 from malleable.adhocfs._protocol import (
     Change,
     Check,
@@ -419,7 +419,7 @@ class ElasticMixin:
             for fid_s, a in journal["affected"].items():
                 fid = int(fid_s)
                 self._set_file(
-                    fid, status="ready", version=a["version"], layout=Layout.from_pairs(a["layout"])
+                    fid, status="ready", version=a["version"], layout=FileLayout.from_pairs(a["layout"])
                 )
                 self._fence(fid, a["version"], a["version"])
             for sid in gone:
@@ -500,7 +500,7 @@ class ElasticMixin:
             self._rollback(journal, "metadata server restarted during the change")
 
     # ------------------------------------------------------------ helpers
-    def _set_file(self, fid: int, status: str, version: int, layout: Layout | None = None) -> None:
+    def _set_file(self, fid: int, status: str, version: int, layout: FileLayout | None = None) -> None:
         if layout is None:
             self.ns.db.execute("UPDATE files SET status=?, version=? WHERE fid=?", (status, version, fid))
         else:

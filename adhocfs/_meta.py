@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import zmq
@@ -61,6 +62,7 @@ class MetaServer(ElasticMixin):
         self.peers: dict[int, Peer] = {}
         self.unreachable: dict[int, float] = {}  # sid -> until when it is assumed down (no re-waiting)
         self.running = True
+        self.remove_state = False      # a full shutdown asked to remove a state directory it owns
         self.init_elastic()
 
     # ------------------------------------------------------------ data-server connections
@@ -125,37 +127,36 @@ class MetaServer(ElasticMixin):
 
     # ------------------------------------------------------------ requests
     def handle(self, msg: Message) -> Message:
-        """Answer one validated request."""
-        if isinstance(msg, Status):
-            return self.status()
-        if isinstance(msg, Shutdown):
-            if msg.everything:
-                sids = [r["sid"] for r in self.ns.servers() if r["state"] in ("up", "active", "leaving")]
-                self.run_actions([(s, Shutdown()) for s in sids])
-            self.running = False
-            return Ok()
-        if isinstance(msg, StopServers):
-            states = {r["sid"]: r["state"] for r in self.ns.servers()}
-            bad = [s for s in msg.sids if states.get(s) not in ("up", "reserved")]
-            if bad:
-                raise FsError(f"servers {bad} are commissioned or unknown: shrink them instead")
-            self.run_actions([(s, Shutdown()) for s in msg.sids if states[s] == "up"])
-            for s in msg.sids:
-                self.ns.db.execute("UPDATE servers SET state='gone' WHERE sid=?", (s,))
-            return Ok()
-        if isinstance(msg, Expand):
-            return self.expand(msg)
-        if isinstance(msg, Shrink):
-            return self.shrink(msg)
-        if isinstance(msg, Lose):
-            return self.lose(msg)
-        if isinstance(msg, Check):
-            return self.check(msg)
+        """Answer one validated request: the server's own (status, shutdown, changes) or the namespace's."""
+        fn = _HANDLERS.get(type(msg))
+        if fn is not None:
+            return fn(self, msg)
         if isinstance(msg, Register):
             self.unreachable.pop(msg.sid, None)
         reply, actions = self.ns.handle(msg)
         self.run_actions(actions)
         return reply
+
+    def _status(self, msg: Status) -> Message:
+        return self.status()
+
+    def _shutdown(self, msg: Shutdown) -> Message:
+        self.remove_state = msg.everything and not msg.keep
+        if msg.everything:
+            sids = [r["sid"] for r in self.ns.servers() if r["state"] in ("up", "active", "leaving")]
+            self.run_actions([(s, Shutdown()) for s in sids])
+        self.running = False
+        return Ok()
+
+    def _stop_servers(self, msg: StopServers) -> Message:
+        states = {r["sid"]: r["state"] for r in self.ns.servers()}
+        bad = [s for s in msg.sids if states.get(s) not in ("up", "reserved")]
+        if bad:
+            raise FsError(f"servers {bad} are commissioned or unknown: shrink them instead")
+        self.run_actions([(s, Shutdown()) for s in msg.sids if states[s] == "up"])
+        for s in msg.sids:
+            self.ns.db.execute("UPDATE servers SET state='gone' WHERE sid=?", (s,))
+        return Ok()
 
     def status(self) -> FsStatus:
         """Servers with their live counters, epochs and the change in progress."""
@@ -221,6 +222,18 @@ class MetaServer(ElasticMixin):
                   (Busy, FileNotFoundError, FileExistsError), "the metadata server")
 
 
+_HANDLERS: dict[type, Callable[[MetaServer, Any], Message]] = {
+    Status: MetaServer._status,
+    Shutdown: MetaServer._shutdown,
+    StopServers: MetaServer._stop_servers,
+    Expand: MetaServer.expand,
+    Shrink: MetaServer.shrink,
+    Lose: MetaServer.lose,
+    Check: MetaServer.check,
+}
+"""Requests the metadata server answers itself (the others go to its namespace)."""
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: ``python -m malleable.adhocfs._meta --host H [--port P] --state DIR``."""
     p = argparse.ArgumentParser(prog="malleable.adhocfs._meta", description="adhocfs metadata server")
@@ -231,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
         "--block-size", type=int, default=DEFAULT_BLOCK_SIZE, help="default block size of new files"
     )
     p.add_argument("--log", default=None, help="log file (default stderr)")
+    p.add_argument("--owns-state", action="store_true",
+                   help="the state directory was made for this file system: remove it when a full shutdown "
+                        "does not ask to keep it")
     p.add_argument(
         "--replicas", type=int, default=None, help="copies of each block (fixed when the file system is created)"
     )
@@ -260,6 +276,9 @@ def main(argv: list[str] | None = None) -> int:
         ctx.term()
         ns.close()
     log.info("metadata server stopped")
+    if args.owns_state and server.remove_state:
+        logging.shutdown()                    # the log file is in the state directory
+        shutil.rmtree(args.state, ignore_errors=True)
     return 0
 
 

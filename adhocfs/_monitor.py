@@ -19,7 +19,7 @@ from typing import Any
 
 from malleable.adhocfs._admin import expand_fs, shrink_fs
 from malleable.adhocfs._deploy import MetaClient
-from malleable.adhocfs._rule import Action, Decision, RuleConfig, decide
+from malleable.adhocfs._rule import RuleConfig, ScaleDecision, Scaling, decide
 
 __all__ = ["Watcher"]
 
@@ -82,7 +82,7 @@ class Watcher:
         self.since_change += 1
         return aio
 
-    def step(self) -> Decision:
+    def step(self) -> ScaleDecision:
         """Sample, decide, act; returns the decision (also logged and kept in ``decisions``)."""
         now = self.clock()
         servers, declared = self._snapshot()
@@ -90,7 +90,7 @@ class Watcher:
         active = [s for s in servers if s["state"] == "active"]
         cfg = self.cfg if self.cfg.rio > 0 else dataclasses.replace(self.cfg, rio=declared)
         if cfg.rio <= 0:
-            d = Decision(Action.KEEP, 0, None, "no RIO configured or declared")
+            d = ScaleDecision(Scaling.KEEP, 0, None, "no RIO configured or declared")
         else:
             d = decide(self.samples, len(active), cfg, now, self.last_change, self.since_change)
         record = {
@@ -111,15 +111,15 @@ class Watcher:
             "-" if aio is None else f"{aio:.1f}",
             d.reason,
         )
-        if self.act and d.action is not Action.KEEP:
+        if self.act and d.action is not Scaling.KEEP:
             record["result"] = self._carry_out(d, active)
             self.last_change = self.clock()
             self.since_change = 0
         self.decisions.append(record)
         return d
 
-    def _carry_out(self, d: Decision, active: list[dict[str, Any]]) -> dict[str, Any]:
-        if d.action is Action.EXPAND:
+    def _carry_out(self, d: ScaleDecision, active: list[dict[str, Any]]) -> dict[str, Any]:
+        if d.action is Scaling.EXPAND:
             used = [s["host"] for s in active]
             pool = sorted(self.pool, key=lambda h: (used.count(h), list(self.pool).index(h)))
             if not pool:

@@ -17,10 +17,11 @@ import errno
 import json
 import posixpath
 import sqlite3
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from malleable.adhocfs._placement import UNALLOCATED, Epochs, Layout, clip_ranges, merge_ranges
+from malleable.adhocfs._placement import UNALLOCATED, Epochs, FileLayout, clip_ranges, merge_ranges
 from malleable.adhocfs._protocol import (
     AddServers,
     DeclareRio,
@@ -53,7 +54,7 @@ DEFAULT_BLOCK_SIZE = 512 * 1024
 MODES = frozenset({"r", "r+", "w", "w+", "a", "a+", "x", "x+"})
 BLOCKING = frozenset({"decommissioning", "rebalancing", "repairing"})
 """File states in which writes wait (reads go on)."""
-Action = tuple[int, Message]
+Send = tuple[int, Message]
 MAX_RANGES = 20_000  # written ranges a file may record (they travel in every FileInfo)
 
 _SCHEMA = """
@@ -66,7 +67,8 @@ CREATE TABLE IF NOT EXISTS files(fid INTEGER PRIMARY KEY AUTOINCREMENT, path TEX
     is_dir INTEGER NOT NULL,
     size INTEGER NOT NULL DEFAULT 0, block_size INTEGER NOT NULL DEFAULT 0, hw INTEGER NOT NULL DEFAULT 0,
     layout TEXT NOT NULL DEFAULT '[]', status TEXT NOT NULL DEFAULT 'ready',
-    version INTEGER NOT NULL DEFAULT 1, written TEXT NOT NULL DEFAULT '[]', damaged TEXT NOT NULL DEFAULT '[]');
+    version INTEGER NOT NULL DEFAULT 1, written TEXT NOT NULL DEFAULT '[]', damaged TEXT NOT NULL DEFAULT '[]',
+    mtime REAL NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS fences(fid INTEGER PRIMARY KEY, wmin INTEGER NOT NULL, rmin INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS rio(job TEXT PRIMARY KEY, rate REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS history(n INTEGER PRIMARY KEY AUTOINCREMENT, t REAL NOT NULL, info TEXT NOT NULL);
@@ -96,7 +98,9 @@ class Namespace:
         block_size: default block size of new files.
     """
 
-    def __init__(self, db: str, block_size: int = DEFAULT_BLOCK_SIZE) -> None:
+    def __init__(self, db: str, block_size: int = DEFAULT_BLOCK_SIZE,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock                  # modification times of files and directories
         self.db = sqlite3.connect(db, isolation_level=None)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
@@ -105,6 +109,8 @@ class Namespace:
         for col in ("written", "damaged"):  # databases of older versions
             if col not in cols:
                 self.db.execute(f"ALTER TABLE files ADD COLUMN {col} TEXT NOT NULL DEFAULT '[]'")
+        if "mtime" not in cols:
+            self.db.execute("ALTER TABLE files ADD COLUMN mtime REAL NOT NULL DEFAULT 0")
         self.block_size = block_size
         if self._row("SELECT 1 FROM files WHERE path='/'") is None:
             self.db.execute("INSERT INTO files(fid, path, is_dir) VALUES(0, '/', 1)")
@@ -186,9 +192,9 @@ class Namespace:
         """Rows of every regular file."""
         return self._rows("SELECT * FROM files WHERE is_dir=0 ORDER BY fid")
 
-    def layout(self, row: dict[str, Any]) -> Layout:
+    def layout(self, row: dict[str, Any]) -> FileLayout:
         """The interval map of a file row."""
-        return Layout.from_pairs(json.loads(row["layout"]))
+        return FileLayout.from_pairs(json.loads(row["layout"]))
 
     def info(self, row: dict[str, Any]) -> FileInfo:
         """The :class:`FileInfo` reply for a file row."""
@@ -238,11 +244,11 @@ class Namespace:
         if not row["is_dir"]:
             raise NotADirectoryError(errno.ENOTDIR, f"not a directory: {parent}")
 
-    def _drop_actions(self, row: dict[str, Any]) -> list[Action]:
+    def _drop_actions(self, row: dict[str, Any]) -> list[Send]:
         sids = self.layout(row).servers(self.epochs()) - self.lost_sids()
         return [(s, DropFile(row["fid"])) for s in sorted(sids)]
 
-    def _delete_file(self, row: dict[str, Any]) -> list[Action]:
+    def _delete_file(self, row: dict[str, Any]) -> list[Send]:
         actions = self._drop_actions(row)
         self.db.execute("DELETE FROM files WHERE fid=?", (row["fid"],))
         self.db.execute("DELETE FROM fences WHERE fid=?", (row["fid"],))
@@ -257,13 +263,13 @@ class Namespace:
             raise ValueError(f"block size must be between 4 KiB and 64 MiB, got {bs}")
         self._check_parent(path)
         cur = self.db.execute(
-            "INSERT INTO files(path, is_dir, block_size, layout) VALUES(?, 0, ?, ?)",
-            (path, bs, json.dumps(Layout.empty().to_pairs())),
+            "INSERT INTO files(path, is_dir, block_size, layout, mtime) VALUES(?, 0, ?, ?, ?)",
+            (path, bs, json.dumps(FileLayout.empty().to_pairs()), self.clock()),
         )
         return self.file_row(int(cur.lastrowid or 0))
 
     # ------------------------------------------------------------ requests
-    def handle(self, msg: Message) -> tuple[Message, list[Action]]:
+    def handle(self, msg: Message) -> tuple[Message, list[Send]]:
         """Apply one request; returns the reply and the data-server actions to carry out.
 
         Raises:
@@ -279,46 +285,31 @@ class Namespace:
         self.db.execute("COMMIT")
         return out
 
-    def _dispatch(self, msg: Message) -> tuple[Message, list[Action]]:
-        if isinstance(msg, Open):
-            return self._open(msg)
-        if isinstance(msg, Extend):
-            return self._extend(msg), []
-        if isinstance(msg, GetLayout):
-            return self.info(self.file_row(msg.fid)), []
-        if isinstance(msg, SetSize):
-            return self._set_size(msg)
-        if isinstance(msg, Stat):
-            return self._stat(normalize(msg.path)), []
-        if isinstance(msg, ListDir):
-            return self._listdir(normalize(msg.path)), []
-        if isinstance(msg, Mkdir):
-            return self._mkdir(normalize(msg.path), msg.exist_ok), []
-        if isinstance(msg, Remove):
-            return self._remove(normalize(msg.path))
-        if isinstance(msg, Rename):
-            return self._rename(normalize(msg.src), normalize(msg.dst))
-        if isinstance(msg, Register):
-            return self._register(msg), []
-        if isinstance(msg, AddServers):
-            sids = []
-            if self.current_epoch() is not None:  # commissioning: I/O goes on, the status shows it
-                self.db.execute("UPDATE files SET status='commissioning' WHERE is_dir=0 AND status='ready'")
-            for h in msg.hosts:
-                cur = self.db.execute("INSERT INTO servers(host, state) VALUES(?, 'reserved')", (h,))
-                sids.append(int(cur.lastrowid or 0))
-            if self.current_epoch() is not None:
-                self.kv_set("commissioning", sorted(set(self.kv_get("commissioning", [])) | set(sids)))
-            return ServerIds(sids), []
-        if isinstance(msg, DeclareRio):
-            if msg.rio > 0:
-                self.db.execute("INSERT OR REPLACE INTO rio(job, rate) VALUES(?, ?)", (msg.job, msg.rio))
-            else:
-                self.db.execute("DELETE FROM rio WHERE job=?", (msg.job,))
-            return Ok(), []
-        raise ProtocolError(f"metadata server does not handle {msg.TYPE!r} here")
+    def _dispatch(self, msg: Message) -> tuple[Message, list[Send]]:
+        fn = _HANDLERS.get(type(msg))
+        if fn is None:
+            raise ProtocolError(f"metadata server does not handle {msg.TYPE!r} here")
+        return fn(self, msg)
 
-    def _open(self, msg: Open) -> tuple[Message, list[Action]]:
+    def _add_servers(self, msg: AddServers) -> tuple[Message, list[Send]]:
+        sids = []
+        if self.current_epoch() is not None:  # commissioning: I/O goes on, the status shows it
+            self.db.execute("UPDATE files SET status='commissioning' WHERE is_dir=0 AND status='ready'")
+        for h in msg.hosts:
+            cur = self.db.execute("INSERT INTO servers(host, state) VALUES(?, 'reserved')", (h,))
+            sids.append(int(cur.lastrowid or 0))
+        if self.current_epoch() is not None:
+            self.kv_set("commissioning", sorted(set(self.kv_get("commissioning", [])) | set(sids)))
+        return ServerIds(sids), []
+
+    def _declare_rio(self, msg: DeclareRio) -> tuple[Message, list[Send]]:
+        if msg.rio > 0:
+            self.db.execute("INSERT OR REPLACE INTO rio(job, rate) VALUES(?, ?)", (msg.job, msg.rio))
+        else:
+            self.db.execute("DELETE FROM rio WHERE job=?", (msg.job,))
+        return Ok(), []
+
+    def _open(self, msg: Open) -> tuple[Message, list[Send]]:
         path = normalize(msg.path)
         mode = msg.mode.replace("b", "")
         if mode not in MODES:
@@ -326,7 +317,7 @@ class Namespace:
         row = self._lookup(path)
         if row is not None and row["is_dir"]:
             raise IsADirectoryError(errno.EISDIR, f"is a directory: {path}")
-        actions: list[Action] = []
+        actions: list[Send] = []
         if mode[0] == "r":
             if row is None:
                 raise FileNotFoundError(errno.ENOENT, f"no such file: {path}")
@@ -364,16 +355,16 @@ class Namespace:
             if len(written) > MAX_RANGES:
                 raise FsError(f"{row['path']}: more than {MAX_RANGES} separate written ranges")
         self.db.execute(
-            "UPDATE files SET hw=?, size=?, layout=?, written=? WHERE fid=?",
-            (hw, size, json.dumps(layout.to_pairs()), json.dumps(written), msg.fid),
+            "UPDATE files SET hw=?, size=?, layout=?, written=?, mtime=? WHERE fid=?",
+            (hw, size, json.dumps(layout.to_pairs()), json.dumps(written), self.clock(), msg.fid),
         )
         return self.info(self.file_row(msg.fid))
 
-    def _set_size(self, msg: SetSize) -> tuple[Message, list[Action]]:
+    def _set_size(self, msg: SetSize) -> tuple[Message, list[Send]]:
         row = self.file_row(msg.fid)
         if row["status"] in BLOCKING:
             raise Busy(f"{row['path']} is being redistributed; writes wait")
-        actions: list[Action] = []
+        actions: list[Send] = []
         if msg.size < row["size"]:
             bs = row["block_size"]
             keep = -(-msg.size // bs)
@@ -388,7 +379,7 @@ class Namespace:
                     msg.fid,
                 ),
             )
-        self.db.execute("UPDATE files SET size=? WHERE fid=?", (msg.size, msg.fid))
+        self.db.execute("UPDATE files SET size=?, mtime=? WHERE fid=?", (msg.size, self.clock(), msg.fid))
         return self.info(self.file_row(msg.fid)), actions
 
     def _stat(self, path: str) -> StatReply:
@@ -398,7 +389,7 @@ class Namespace:
         bs = row["block_size"]
         nblocks = -(-row["size"] // bs) if bs else 0
         status = "damaged" if row["status"] == "ready" and json.loads(row["damaged"]) else row["status"]
-        return StatReply(path, bool(row["is_dir"]), row["size"], bs, row["fid"], status, nblocks)
+        return StatReply(path, bool(row["is_dir"]), row["size"], bs, row["fid"], status, nblocks, row["mtime"])
 
     def _children(self, path: str) -> list[dict[str, Any]]:
         prefix = path.rstrip("/") + "/"
@@ -423,10 +414,10 @@ class Namespace:
                 return Ok()
             raise FileExistsError(errno.EEXIST, f"file exists: {path}")
         self._check_parent(path)
-        self.db.execute("INSERT INTO files(path, is_dir) VALUES(?, 1)", (path,))
+        self.db.execute("INSERT INTO files(path, is_dir, mtime) VALUES(?, 1, ?)", (path, self.clock()))
         return Ok()
 
-    def _remove(self, path: str) -> tuple[Message, list[Action]]:
+    def _remove(self, path: str) -> tuple[Message, list[Send]]:
         row = self._lookup(path)
         if row is None:
             raise FileNotFoundError(errno.ENOENT, f"no such file or directory: {path}")
@@ -441,14 +432,14 @@ class Namespace:
             raise Busy(f"{path} is being redistributed")
         return Ok(), self._delete_file(row)
 
-    def _rename(self, src: str, dst: str) -> tuple[Message, list[Action]]:
+    def _rename(self, src: str, dst: str) -> tuple[Message, list[Send]]:
         row = self._lookup(src)
         if row is None:
             raise FileNotFoundError(errno.ENOENT, f"no such file or directory: {src}")
         if src == "/" or dst == src or dst.startswith(src.rstrip("/") + "/"):
             raise ValueError(f"cannot rename {src} to {dst}")
         self._check_parent(dst)
-        actions: list[Action] = []
+        actions: list[Send] = []
         old = self._lookup(dst)
         if old is not None:
             if old["is_dir"]:
@@ -477,3 +468,20 @@ class Namespace:
         )
         fences = [[r["fid"], r["wmin"], r["rmin"]] for r in self._rows("SELECT * FROM fences")]
         return Registered(fences)
+
+
+_HANDLERS: dict[type, Callable[[Namespace, Any], tuple[Message, list[Send]]]] = {
+    Open: Namespace._open,
+    Extend: lambda ns, m: (ns._extend(m), []),
+    GetLayout: lambda ns, m: (ns.info(ns.file_row(m.fid)), []),
+    SetSize: Namespace._set_size,
+    Stat: lambda ns, m: (ns._stat(normalize(m.path)), []),
+    ListDir: lambda ns, m: (ns._listdir(normalize(m.path)), []),
+    Mkdir: lambda ns, m: (ns._mkdir(normalize(m.path), m.exist_ok), []),
+    Remove: lambda ns, m: ns._remove(normalize(m.path)),
+    Rename: lambda ns, m: ns._rename(normalize(m.src), normalize(m.dst)),
+    Register: lambda ns, m: (ns._register(m), []),
+    AddServers: Namespace._add_servers,
+    DeclareRio: Namespace._declare_rio,
+}
+"""One handler per request type of the namespace: the reply and the messages to send to data servers."""

@@ -23,7 +23,7 @@ __all__ = [
     "UNALLOCATED",
     "Epochs",
     "Interval",
-    "Layout",
+    "FileLayout",
     "block_range",
     "in_ranges",
     "merge_ranges",
@@ -118,7 +118,7 @@ class Interval:
 
 
 @dataclass(frozen=True, slots=True)
-class Layout:
+class FileLayout:
     """A file's interval map. Invariants: the first interval starts at block 0, starts strictly increase,
     adjacent intervals have different epochs, and the last interval is open-ended.
     """
@@ -136,12 +136,12 @@ class Layout:
                 raise PlacementError(f"adjacent layout intervals share epoch {a.epoch}")
 
     @classmethod
-    def single(cls, epoch: int) -> Layout:
+    def single(cls, epoch: int) -> FileLayout:
         """A layout placing every block over one epoch."""
         return cls((Interval(0, epoch),))
 
     @classmethod
-    def from_pairs(cls, pairs: Iterable[Sequence[int]]) -> Layout:
+    def from_pairs(cls, pairs: Iterable[Sequence[int]]) -> FileLayout:
         """Build from ``[[start, epoch], ...]`` (the wire and database form); merges equal neighbours."""
         out: list[Interval] = []
         for start, epoch in pairs:
@@ -155,7 +155,7 @@ class Layout:
         return [[i.start, i.epoch] for i in self.intervals]
 
     @classmethod
-    def empty(cls) -> Layout:
+    def empty(cls) -> FileLayout:
         """The layout of a new file: no block allocated yet."""
         return cls.single(UNALLOCATED)
 
@@ -171,8 +171,8 @@ class Layout:
                 return True
         return False
 
-    def allocate(self, first: int, end: int, epoch: int) -> Layout:
-        """Layout after the unallocated blocks of ``[first, end)`` are placed in ``epoch``; allocated blocks
+    def allocate(self, first: int, end: int, epoch: int) -> FileLayout:
+        """FileLayout after the unallocated blocks of ``[first, end)`` are placed in ``epoch``; allocated blocks
         keep their epoch (nothing moves)."""
         if end <= first:
             return self
@@ -187,11 +187,11 @@ class Layout:
                 if a < b:
                     inside = first <= a and b <= end
                     segs.append([a, epoch if inside and iv.epoch == UNALLOCATED else iv.epoch])
-        return Layout.from_pairs(segs)
+        return FileLayout.from_pairs(segs)
 
-    def remap(self, fn: Callable[[int], int]) -> Layout:
-        """Layout with every allocated interval's epoch replaced by ``fn(epoch)``."""
-        return Layout.from_pairs(
+    def remap(self, fn: Callable[[int], int]) -> FileLayout:
+        """FileLayout with every allocated interval's epoch replaced by ``fn(epoch)``."""
+        return FileLayout.from_pairs(
             [[iv.start, iv.epoch if iv.epoch == UNALLOCATED else fn(iv.epoch)] for iv in self.intervals]
         )
 
@@ -227,16 +227,16 @@ class Layout:
         """
         return owners(self._sids(epochs, fid, block), fid, block, r)
 
-    def extend(self, hw: int, epoch: int) -> Layout:
-        """Layout after the blocks from ``hw`` on are placed in ``epoch`` (no block below ``hw`` moves)."""
+    def extend(self, hw: int, epoch: int) -> FileLayout:
+        """FileLayout after the blocks from ``hw`` on are placed in ``epoch`` (no block below ``hw`` moves)."""
         last = self.intervals[-1]
         if last.epoch == epoch:
             return self
         if hw <= last.start:
             kept = tuple(i for i in self.intervals if i.start < hw)
             pairs = [[i.start, i.epoch] for i in kept] + [[hw, epoch]]
-            return Layout.from_pairs(pairs) if kept else Layout.single(epoch)
-        return Layout((*self.intervals, Interval(hw, epoch)))
+            return FileLayout.from_pairs(pairs) if kept else FileLayout.single(epoch)
+        return FileLayout((*self.intervals, Interval(hw, epoch)))
 
     def servers(self, epochs: Epochs) -> set[int]:
         """Every server id any interval of this layout may place blocks on."""

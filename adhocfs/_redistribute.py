@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from malleable.adhocfs._placement import UNALLOCATED, Epochs, Layout, in_ranges, intern_epoch
+from malleable.adhocfs._placement import UNALLOCATED, Epochs, FileLayout, in_ranges, intern_epoch
 from malleable.errors import PlacementError
 
 __all__ = ["FilePlan", "FileState", "Move", "Plan", "plan_rebalance", "plan_repair", "plan_shrink"]
@@ -41,7 +41,7 @@ class FileState:
     block ranges known to hold data (``written``) or known lost (``damaged``)."""
 
     fid: int
-    layout: Layout
+    layout: FileLayout
     hw: int
     written: tuple[tuple[int, int], ...] = ()
     damaged: tuple[tuple[int, int], ...] = ()
@@ -64,7 +64,7 @@ class FilePlan:
     no live server holds."""
 
     fid: int
-    layout: Layout
+    layout: FileLayout
     affected: bool
     moves: tuple[Move, ...] = ()
     drops: tuple[tuple[int, int], ...] = ()
@@ -144,7 +144,7 @@ def _copies(
 
 
 def _relayout(
-    f: FileState, copies: _Copies, new: Layout, epochs: Epochs, r: int, gone: set[int]
+    f: FileState, copies: _Copies, new: FileLayout, epochs: Epochs, r: int, gone: set[int]
 ) -> tuple[tuple[Move, ...], tuple[tuple[int, int], ...]]:
     """Copies to make and copies to drop so every held block sits on its replica set under ``new``."""
     moves, drops = [], []
@@ -216,7 +216,7 @@ def plan_shrink(
                 lst = [s for s in epochs[iv.epoch] if s not in gone] or remaining
                 eid, new_epochs = intern_epoch(new_epochs, lst)
                 pairs.append([iv.start, eid])
-            new = Layout.from_pairs(pairs)
+            new = FileLayout.from_pairs(pairs)
         moves, drops = _relayout(f, copies, new, new_epochs, replicas, gone)
         plan_files[f.fid] = FilePlan(f.fid, new, bool(on_gone or moves), moves, drops, tuple(copies.damaged))
     return Plan(new_epochs, new_current, plan_files, on_leaving)

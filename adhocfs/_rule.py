@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-__all__ = ["Action", "Decision", "RuleConfig", "decide"]
+__all__ = ["Scaling", "ScaleDecision", "RuleConfig", "decide"]
 
 
-class Action(str, Enum):
+class Scaling(str, Enum):
     """What the rule asks for."""
 
     KEEP = "keep"
@@ -60,7 +60,7 @@ class RuleConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class ScaleDecision:
     """The rule's answer with the inputs that led to it (for logging).
 
     Attributes:
@@ -70,7 +70,7 @@ class Decision:
         reason: a human-readable explanation.
     """
 
-    action: Action
+    action: Scaling
     count: int
     avg_d: float | None
     reason: str
@@ -83,7 +83,7 @@ def decide(
     now: float = 0.0,
     last_change: float | None = None,
     samples_since_change: int | None = None,
-) -> Decision:
+) -> ScaleDecision:
     """Apply the rule to the AIO samples (oldest first) of a file system with ``n`` data servers.
 
     Args:
@@ -100,10 +100,10 @@ def decide(
     if n < 1:
         raise ValueError(f"server count must be >= 1, got {n}")
     if last_change is not None and now - last_change < cfg.cooldown:
-        return Decision(Action.KEEP, 0, None, f"cool-down: {now - last_change:.0f} s of {cfg.cooldown:.0f} s")
+        return ScaleDecision(Scaling.KEEP, 0, None, f"cool-down: {now - last_change:.0f} s of {cfg.cooldown:.0f} s")
     fresh = len(samples) if samples_since_change is None else min(samples_since_change, len(samples))
     if fresh < cfg.k:
-        return Decision(Action.KEEP, 0, None, f"window not full: {fresh} of {cfg.k} samples")
+        return ScaleDecision(Scaling.KEEP, 0, None, f"window not full: {fresh} of {cfg.k} samples")
     window = list(samples[-cfg.k :])
     avg_aio = sum(window) / cfg.k
     avg_d = avg_aio - cfg.rio
@@ -111,20 +111,20 @@ def decide(
         f"window {[round(x, 1) for x in window]}, RIO {cfg.rio:g}, T {cfg.tolerance:g}, avg_d {avg_d:+.1f}"
     )
     if abs(avg_d) <= cfg.tolerance:
-        return Decision(Action.KEEP, 0, avg_d, f"keep: |avg_d| <= T ({inputs})")
+        return ScaleDecision(Scaling.KEEP, 0, avg_d, f"keep: |avg_d| <= T ({inputs})")
     per_server = avg_aio / n if avg_aio > 0 else 0.0
     if avg_d < -cfg.tolerance:
         room = cfg.n_max - n
         if room <= 0:
-            return Decision(
-                Action.KEEP, 0, avg_d, f"expand wanted but already at n_max={cfg.n_max} ({inputs})"
+            return ScaleDecision(
+                Scaling.KEEP, 0, avg_d, f"expand wanted but already at n_max={cfg.n_max} ({inputs})"
             )
         want = math.ceil(-avg_d / per_server) if per_server > 0 else room
         count = max(1, min(room, want))
-        return Decision(Action.EXPAND, count, avg_d, f"expand by {count}: avg_d < -T ({inputs})")
+        return ScaleDecision(Scaling.EXPAND, count, avg_d, f"expand by {count}: avg_d < -T ({inputs})")
     room = n - cfg.n_min
     if room <= 0:
-        return Decision(Action.KEEP, 0, avg_d, f"shrink wanted but already at n_min={cfg.n_min} ({inputs})")
+        return ScaleDecision(Scaling.KEEP, 0, avg_d, f"shrink wanted but already at n_min={cfg.n_min} ({inputs})")
     want = math.floor(avg_d / per_server) if per_server > 0 else 1
     count = max(1, min(room, want))
-    return Decision(Action.SHRINK, count, avg_d, f"shrink by {count}: avg_d > T ({inputs})")
+    return ScaleDecision(Scaling.SHRINK, count, avg_d, f"shrink by {count}: avg_d > T ({inputs})")

@@ -90,7 +90,7 @@ def run_demo(args: argparse.Namespace) -> int:
                "--check-every", str(max(1, args.iters // 4)), "--out", str(grid), "--stats", str(stats_file)]
         ns = argparse.Namespace(procs=1, hosts=args.hosts, hostfile=None, plan=json.dumps(plan),
                                 timeout=args.timeout, launcher_exec=args.launcher_exec, no_auto_cleanup=False,
-                                cmd=["--", *cmd])
+                                max_procs_per_host=max(DEMO_SIZES), cmd=["--", *cmd])
         argv = build_run_argv(ns)
         env = dict(os.environ)
         if args.launcher_exec:

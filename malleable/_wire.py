@@ -49,7 +49,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, dataclass_transform
 
 import zmq
 from cryptography.hazmat.primitives.poly1305 import Poly1305
@@ -524,6 +524,9 @@ def secure_socket(sock: zmq.Socket[Any], token: bytes | None, server: bool, encr
 
 
 # ------------------------------------------------------------------------------------------- message types
+_T = TypeVar("_T")
+
+
 class MessageTypes:
     """The message classes of one protocol, by their wire ``type`` name.
 
@@ -534,20 +537,22 @@ class MessageTypes:
     def __init__(self) -> None:
         self._by_name: dict[str, type] = {}
 
-    def message(self, type_: str) -> Any:
-        """Class decorator registering a message class under ``type_``."""
+    @dataclass_transform(frozen_default=True)
+    def message(self, type_: str) -> Callable[[type[_T]], type[_T]]:
+        """Class decorator registering a message class under ``type_`` (it becomes a frozen, slotted dataclass:
+        type checkers are told so)."""
 
-        def deco(cls: type) -> type:
+        def deco(cls: type[_T]) -> type[_T]:
             if type_ in self._by_name:
                 raise TypeError(f"duplicate message type {type_!r}")
             cls.TYPE = type_  # type: ignore[attr-defined]
             new = dataclass(frozen=True, slots=True)(cls)  # slotted dataclasses are new classes
             self._by_name[type_] = new
-            return new
+            return new  # type: ignore[no-any-return]
 
         return deco
 
-    def get(self, type_: str) -> type | None:
+    def get(self, type_: str) -> type[Any] | None:
         """The class registered under ``type_``, or None."""
         return self._by_name.get(type_)
 

@@ -26,8 +26,9 @@ from malleable.runtime._types import AdaptWindow, Decision, ProbeResult, Status
 # for ``submit`` or ``fs``) neither imports mpi4py.MPI, which initialises MPI, nor numpy.
 _LAZY = {
     **dict.fromkeys(
-        ("AdaptReport", "adapt_begin", "adapt_commit", "base_size", "init_adapt", "is_initialized", "layout",
-         "probe_adapt", "probe_count", "report_progress", "set_source", "world"),
+        ("AdaptReport", "adapt_begin", "adapt_commit", "base_size", "data", "init_adapt", "is_initialized",
+         "layout", "probe_adapt", "probe_count", "register", "report_progress", "request_adapt", "set_source",
+         "world"),
         "malleable.runtime._world"),
     **dict.fromkeys(
         ("Adaptation", "AdaptRecord", "Branch", "Context", "Elastic", "Init", "PhaseStats", "Program", "Rigid",
@@ -35,6 +36,7 @@ _LAZY = {
         "malleable.runtime.epop"),
     **dict.fromkeys(("block_counts", "block_range", "plan_blocks", "redistribute", "span_comm"),
                     "malleable.runtime._redistribute"),
+    "indices": "malleable.runtime._registered",
 }
 
 
@@ -65,6 +67,8 @@ __all__ = [
     "base_size",
     "block_counts",
     "block_range",
+    "data",
+    "indices",
     "init_adapt",
     "is_initialized",
     "layout",
@@ -73,7 +77,9 @@ __all__ = [
     "probe_adapt",
     "probe_count",
     "redistribute",
+    "register",
     "report_progress",
+    "request_adapt",
     "set_source",
     "span_comm",
     "validate_plan",

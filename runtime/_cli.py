@@ -7,19 +7,21 @@ import json
 import logging
 import os
 import shlex
+import socket
 import subprocess
 import sys
 
-from malleable.errors import ConfigError
-from malleable.launch import mpiexec_argv, read_hostfile
-from malleable.runtime._plan import parse_plan
+from malleable.errors import AdaptError, ConfigError
+from malleable.launch import find_mpiexec, mpiexec_argv, read_hostfile
+from malleable.runtime._bounds import check_expand, check_plan, host_resolves, initial_layout, slots_from_env
+from malleable.runtime._layout import Group, Layout, plan_expand
+from malleable.runtime._mpi import for_mpiexec
+from malleable.runtime._plan import parse_plan, validate_plan
+from malleable.runtime._sources import choose_hosts
 
 __all__ = ["build_run_argv", "register"]
 
 log = logging.getLogger(__name__)
-
-DEFAULT_NETMOD = "ofi"  # MPICH's UCX netmod cannot spawn onto another host from a one-process job
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``malleable run``."""
@@ -46,9 +48,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float,
                    help="seconds an adaptation step may wait (MALLEABLE_ADAPT_TIMEOUT, default 60)")
     p.add_argument("--launcher-exec", help="ssh stand-in hydra uses to reach other hosts (MALLEABLE_LAUNCHER_EXEC)")
+    p.add_argument("--max-procs-per-host", type=int, metavar="N",
+                   help="processes a host may run (MALLEABLE_MAX_PROCS_PER_HOST); default: its hostfile slots, "
+                        "else its cores. Plans and decisions asking for more are refused before spawning")
     p.add_argument("--no-auto-cleanup", action="store_true",
-                   help="pass -disable-auto-cleanup to mpiexec: a joiner that dies does not kill the job "
-                        "(the adaptation then fails with a clear error and the job goes on)")
+                   help="a spawned process that dies (even by a signal, where the MPI allows it) does not end the "
+                        "job: the adaptation fails with a clear error and the job goes on. Expansions that fail or "
+                        "time out without a dead process never end the job")
     p.add_argument("--dry-run", action="store_true", help="print the mpiexec command instead of running it")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the program and its arguments (after --)")
     p.set_defaults(func=_run)
@@ -74,19 +80,53 @@ def build_run_argv(args: argparse.Namespace) -> list[str]:
             raise ConfigError("--hosts is empty")
     elif args.hostfile:
         hosts = read_hostfile(args.hostfile)
-    env = {"MALLEABLE_INITIAL_PROCS": str(args.procs),
-           "MPIR_CVAR_CH4_NETMOD": os.environ.get("MPIR_CVAR_CH4_NETMOD", DEFAULT_NETMOD)}
+    env = {"MALLEABLE_INITIAL_PROCS": str(args.procs)}
+    per_host = getattr(args, "max_procs_per_host", None)
+    if per_host is not None:
+        if per_host < 1:
+            raise ConfigError(f"--max-procs-per-host must be >= 1, got {per_host}")
+        env["MALLEABLE_MAX_PROCS_PER_HOST"] = str(per_host)
+    if args.hostfile:
+        env["MALLEABLE_HOST_SLOTS"] = ",".join(f"{h}:{hosts.count(h)}" for h in dict.fromkeys(hosts))
     if hosts:
         env["MALLEABLE_HOSTS"] = ",".join(hosts)
+    # fail here, before starting anything (a dry run may print a command for hosts this machine does not know)
+    _check_job(args.procs, hosts, args.plan, env, resolve=not getattr(args, "dry_run", False))
     if args.plan is not None:
-        parse_plan(args.plan)  # fail here, before starting anything
         env["MALLEABLE_PLAN"] = args.plan
     if args.timeout is not None:
         if args.timeout <= 0:
             raise ConfigError(f"--timeout must be > 0, got {args.timeout}")
         env["MALLEABLE_ADAPT_TIMEOUT"] = str(args.timeout)
-    extra = ["-disable-auto-cleanup"] if args.no_auto_cleanup else []
-    return mpiexec_argv(1, cmd, hosts=hosts[:1] or None, launcher_exec=args.launcher_exec, env=env, extra=extra)
+    return mpiexec_argv(1, cmd, hosts=hosts[:1] or None, launcher_exec=args.launcher_exec, env=env,
+                        keep_going=args.no_auto_cleanup)
+
+
+def _check_job(procs: int, hosts: list[str], plan_text: str | None, env: dict[str, str], resolve: bool = True) -> None:
+    """The checks ``init_adapt`` makes, made before anything starts: known hosts, sizes within the slots.
+
+    Raises:
+        ConfigError: an unknown host, or more processes on a host than it may run (PlanError for the plan).
+    """
+    known = host_resolves if resolve else None
+    for h in dict.fromkeys(hosts if resolve else ()):
+        if not host_resolves(h):
+            raise ConfigError(f"unknown host {h!r} (it does not resolve)")
+    local = hosts[0] if hosts else socket.gethostname()
+    base = Layout((Group(0, (local,), 1, base=True),))
+    slots = slots_from_env({**os.environ, **env})
+    backend = for_mpiexec(find_mpiexec())
+    remote = "" if backend.spawn_across_hosts else f"{backend.name} cannot spawn processes onto another host here"
+    if procs > 1:
+        chosen = [hosts[i % len(hosts)] for i in range(1, procs)] if hosts else []
+        try:
+            check_expand(base, plan_expand(base, procs, chosen), slots, local, remote)
+        except AdaptError as e:
+            raise ConfigError(f"cannot start {procs} process(es): {e}") from None
+    steps = parse_plan(plan_text)
+    validate_plan(steps, procs, 1, known)
+    check_plan(steps, initial_layout(base, procs, hosts, local), slots, local,
+               lambda lay, n: choose_hosts(lay, hosts, n), remote)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -99,6 +139,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.launcher_exec:
         env["MALLEABLE_LAUNCHER_EXEC"] = args.launcher_exec
     try:
-        return subprocess.call(argv, env=env)
+        # SIGPIPE stays ignored in the launcher: hydra writes to proxies of spawn groups that already ended,
+        # and with the signal's default action it then dies (exit 141) after a successful job
+        return subprocess.call(argv, env=env, restore_signals=False)
     except KeyboardInterrupt:
         return 130

@@ -5,7 +5,16 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["AdaptRecord", "PhaseStats", "RunResult"]
+__all__ = ["AdaptRecord", "PhaseStats", "RunResult", "mean_profile"]
+
+
+def mean_profile(per_rank: list[dict[str, list[float]]]) -> tuple[tuple[str, float, float], ...]:
+    """Per MPI call, the mean over ranks of its time and count: ``(name, seconds, calls)``, longest first."""
+    names = sorted({n for calls in per_rank for n in calls})
+    k = max(1, len(per_rank))
+    rows = [(n, sum(c.get(n, [0.0, 0])[0] for c in per_rank) / k, sum(c.get(n, [0.0, 0])[1] for c in per_rank) / k)
+            for n in names]
+    return tuple(sorted(rows, key=lambda r: -r[1]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -13,7 +22,8 @@ class PhaseStats:
     """Measurements of one phase run at one process count (a segment between adaptations).
 
     ``seconds`` is the slowest rank's phase time, ``mpi_seconds`` the mean MPI time and ``mtct``
-    the mean of the per-rank MPI-time / phase-time ratios.
+    the mean of the per-rank MPI-time / phase-time ratios; ``profile`` has, per MPI call made through
+    ``ctx.comm`` (or ``ctx.mpi(name)``), its mean time and call count per rank.
     """
 
     phase: str
@@ -25,6 +35,7 @@ class PhaseStats:
     seconds: float
     mpi_seconds: float
     mtct: float
+    profile: tuple[tuple[str, float, float], ...] = ()
 
     @property
     def iter_seconds(self) -> float:
@@ -32,8 +43,10 @@ class PhaseStats:
         return self.seconds / max(1, self.iterations)
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready form (with ``iter_seconds``)."""
-        return dict(asdict(self), iter_seconds=self.iter_seconds)
+        """JSON-ready form (with ``iter_seconds``; the profile as ``{call: {"seconds", "calls"}}``)."""
+        d = asdict(self)
+        d["profile"] = {n: {"seconds": t, "calls": c} for n, t, c in self.profile}
+        return dict(d, iter_seconds=self.iter_seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +88,14 @@ class RunResult:
     size: int
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready summary (without the data block)."""
+        """JSON-ready summary (without the data block), with the Amdahl model of each elastic phase."""
+        from malleable.runtime._model import fit_amdahl
+
+        models = {}
+        for phase in dict.fromkeys(s.phase for s in self.stats if s.kind == "elastic"):
+            m = fit_amdahl((s.procs, s.iter_seconds) for s in self.stats if s.phase == phase and s.iterations)
+            if m is not None:
+                models[phase] = m.as_dict()
         return {"left": self.left, "seconds": self.seconds, "rank": self.rank, "size": self.size,
                 "stats": [s.as_dict() for s in self.stats],
-                "adaptations": [a.as_dict() for a in self.adaptations]}
+                "adaptations": [a.as_dict() for a in self.adaptations], "models": models}

@@ -27,7 +27,8 @@ from malleable.controller.daemon import _protocol as P
 from malleable.controller.daemon._client import prepare_socket
 from malleable.errors import ConfigError, MalleableError
 from malleable.runtime._layout import Layout
-from malleable.runtime._types import Decision
+from malleable.runtime._requests import AdaptRequest, Refusal
+from malleable.runtime._types import Decision, Pause, Resume
 
 __all__ = ["ControllerSource"]
 
@@ -61,6 +62,8 @@ class ControllerSource:
         self._poll_rid = 0            # id of the outstanding poll (0: none)
         self._poll_at = 0.0
         self._order: P.Order | None = None
+        self._declined: str | None = None  # the controller refused the outstanding request
+        self._pause: Pause | Resume | None = None  # a pause or resume reply not handed out yet
         self._done = 0                # highest order seq handed to the runtime
         self._unacked: dict[int, tuple[P.Message, float]] = {}   # rid -> (message, last sent)
         self._closed = False
@@ -116,6 +119,12 @@ class ControllerSource:
                 self._poll_rid = 0
                 if isinstance(reply, P.Order) and reply.seq > self._done:
                     self._order = reply
+                elif isinstance(reply, P.Declined):
+                    self._declined = reply.reason
+                elif isinstance(reply, P.Pause):
+                    self._pause = Pause(None)
+                elif isinstance(reply, P.Resume):
+                    self._pause = Resume()
                 elif isinstance(reply, P.Error):
                     log.debug("controller: poll refused: %s", reply.msg)
             elif isinstance(reply, P.Error) and rid not in self._unacked:
@@ -128,8 +137,9 @@ class ControllerSource:
                 self._send(msg, reliable=True)
 
     # -- DecisionSource --------------------------------------------------------------------------------------
-    def poll(self, probe: int) -> Decision | None:
-        """The controller's order received so far, if any (asks for the next one; never blocks)."""
+    def poll(self, probe: int) -> Decision | Refusal | Pause | Resume | None:
+        """The controller's order (or refusal of the outstanding request) received so far, if any (asks for the
+        next one; never blocks)."""
         self._drain()
         now = time.monotonic()
         self._resend(now)
@@ -138,7 +148,13 @@ class ControllerSource:
         if not self._poll_rid and now - self._poll_at >= POLL_EVERY:
             self._poll_rid = self._send(P.Poll(self.job_id, probe))
             self._poll_at = now
+        if self._pause is not None:
+            cmd, self._pause = self._pause, None
+            return cmd
         o, self._order = self._order, None
+        if o is None and self._declined is not None:
+            reason, self._declined = self._declined, None
+            return Refusal(reason)
         if o is None or o.seq <= self._done:
             return None
         self._done = o.seq
@@ -162,6 +178,10 @@ class ControllerSource:
     def refused(self, decision: Decision, reason: str) -> None:
         """Tell the controller the current order could not be carried out."""
         self._send(P.Refused(self.job_id, self._done, reason[:1000]), reliable=True)
+
+    def request(self, req: AdaptRequest) -> None:
+        """Forward an application's request (repeated until the controller confirms it)."""
+        self._send(P.Request(self.job_id, req.procs, req.min_procs, req.max_procs), reliable=True)
 
     def progress(self, phase: str, data: dict) -> None:
         """Per-phase data (MTCT, iteration time); dropped if the controller is not reachable."""

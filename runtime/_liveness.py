@@ -14,7 +14,8 @@ import os
 import selectors
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import psutil
 
@@ -107,12 +108,19 @@ class Listener:
         self._pids[key] = (host, int(pid))
         self._ctimes[key] = started
 
+    def gids(self) -> list[int]:
+        """Groups with at least one connected process."""
+        return sorted({k[0] for k in self._conns})
+
     def pids(self, gid: int) -> list[tuple[str, int]]:
         """(host, pid) of the live processes of group ``gid``."""
         return [v for k, v in self._pids.items() if k[0] == gid]
 
-    def wait_gone(self, gids: Iterable[int], timeout: float) -> None:
+    def wait_gone(self, gids: Iterable[int], timeout: float, progress: Callable[[], Any] | None = None) -> None:
         """Return once every process of the groups ``gids`` has exited (its socket hit EOF).
+
+        ``progress`` is called at least every 10 ms meanwhile: leaving processes of some MPIs (Intel MPI) can
+        finalize only while their peers' MPI library makes progress.
 
         Raises:
             AdaptTimeout: some are still alive after ``timeout`` seconds.
@@ -129,7 +137,9 @@ class Listener:
                 if left <= 0:
                     names = ", ".join(f"pid {self._pids[k][1]}@{self._pids[k][0]}" for k in keys)
                     raise AdaptTimeout(f"leaving processes still alive after {timeout:.0f} s: {names}")
-                for key, _ in sel.select(left):
+                if progress is not None:
+                    progress()
+                for key, _ in sel.select(min(left, 0.01) if progress is not None else left):
                     k = key.data
                     try:
                         data = self._conns[k].recv(64)
@@ -143,6 +153,40 @@ class Listener:
                         _reap_wait(pid, self._ctimes.pop(k), deadline)
         finally:
             sel.close()
+
+    def collect_exits(self, timeout: float, progress: Callable[[], Any] | None = None) -> list[int]:
+        """At the job's end: the status each connected process reports (``exit N``) before it finalizes.
+
+        Waits up to ``timeout`` s in all; a process that closes without a report (or never reports) adds nothing.
+        """
+        sel = selectors.DefaultSelector()
+        bufs: dict[tuple[int, int], bytes] = {}
+        for k, conn in self._conns.items():
+            sel.register(conn, selectors.EVENT_READ, k)
+            bufs[k] = b""
+        codes: list[int] = []
+        deadline = time.monotonic() + timeout
+        try:
+            while bufs and time.monotonic() < deadline:
+                if progress is not None:
+                    progress()
+                for key, _ in sel.select(0.01):
+                    k = key.data
+                    try:
+                        data = self._conns[k].recv(64)
+                    except OSError:
+                        data = b""
+                    bufs[k] += data
+                    line, sep, _ = bufs[k].partition(b"\n")
+                    if sep or not data:
+                        sel.unregister(self._conns[k])
+                        del bufs[k]
+                        parts = line.split()
+                        if len(parts) == 2 and parts[0] == b"exit" and parts[1].isdigit():
+                            codes.append(int(parts[1]))
+        finally:
+            sel.close()
+        return codes
 
     def forget(self, gids: Iterable[int]) -> None:
         """Drop (and close) the connections of groups that failed to join."""

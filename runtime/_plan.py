@@ -9,19 +9,23 @@ from typing import Any
 
 from malleable.errors import PlanError
 
-__all__ = ["PlanStep", "parse_plan", "validate_plan"]
+__all__ = ["ANSWERS", "PlanStep", "parse_plan", "validate_plan"]
 
 
 @dataclass(frozen=True, slots=True)
 class PlanStep:
-    """At the job's ``at_probe``-th call of probe_adapt (counted from 1), go to ``procs`` processes."""
+    """At the job's ``at_probe``-th call of probe_adapt (counted from 1), go to ``procs`` processes; or, for an
+    ``answer`` step, answer the job's outstanding ``request_adapt`` (``grant``, ``refuse`` or ``defer``)."""
 
     at_probe: int
-    procs: int
+    procs: int = 0
     hosts: tuple[str, ...] = ()
+    answer: str = ""
+    pause: float = 0.0   # a pause step: the job stops this many seconds at the probe, then resumes
 
 
-_KEYS = {"at_probe", "procs", "hosts"}
+_KEYS = {"at_probe", "procs", "hosts", "answer", "pause"}
+ANSWERS = ("grant", "refuse", "defer")
 
 
 def parse_plan(text: str | None) -> tuple[PlanStep, ...]:
@@ -56,7 +60,24 @@ def _step(i: int, item: Any) -> PlanStep:
         raise PlanError(f"{where} must be an object like {{\"at_probe\": 3, \"procs\": 4}}, got {item!r}")
     unknown = set(item) - _KEYS
     if unknown:
-        raise PlanError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: at_probe, procs, hosts")
+        raise PlanError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: at_probe, procs, hosts, answer, pause")
+    if "pause" in item:
+        sec = item["pause"]
+        if set(item) != {"at_probe", "pause"} or type(sec) not in (int, float) or not 0 < sec <= 86400:
+            raise PlanError(f"{where}: a pause step is {{\"at_probe\": K, \"pause\": SECONDS}} (0 < SECONDS <= 86400), "
+                            f"got {item!r}")
+        at = item["at_probe"]
+        if type(at) is not int or at < 1:
+            raise PlanError(f"{where}: 'at_probe' must be an integer >= 1, got {at!r}")
+        return PlanStep(at, pause=float(sec))
+    if "answer" in item:
+        if set(item) != {"at_probe", "answer"} or item["answer"] not in ANSWERS:
+            raise PlanError(f"{where}: an answer step is {{\"at_probe\": K, \"answer\": \"grant\" | \"refuse\" | "
+                            f"\"defer\"}}, got {item!r}")
+        at = item["at_probe"]
+        if type(at) is not int or at < 1:
+            raise PlanError(f"{where}: 'at_probe' must be an integer >= 1, got {at!r}")
+        return PlanStep(at, answer=item["answer"])
     for key in ("at_probe", "procs"):
         if key not in item:
             raise PlanError(f"{where}: missing {key!r}")
@@ -88,6 +109,8 @@ def validate_plan(
     """
     size = initial
     for i, s in enumerate(steps, 1):
+        if s.answer or s.pause:
+            continue
         where = f"MALLEABLE_PLAN step {i} (at_probe {s.at_probe})"
         if s.procs < base:
             raise PlanError(

@@ -7,7 +7,7 @@ from typing import Any, Protocol
 
 from malleable.runtime._layout import Layout
 from malleable.runtime._plan import PlanStep
-from malleable.runtime._types import Decision
+from malleable.runtime._types import Decision, Pause
 
 __all__ = ["DecisionSource", "NullSource", "PlanSource", "choose_hosts"]
 
@@ -37,6 +37,9 @@ class DecisionSource(Protocol):
     def progress(self, phase: str, data: dict) -> None:
         """Per-phase performance data (MTCT, iteration time) from the EPOP driver."""
 
+    def request(self, req: Any) -> None:
+        """The application asks for a new size (an ``AdaptRequest``); the answer comes from a later ``poll``."""
+
 
 class NullSource:
     """No decisions, ever (ranks other than 0 under a controller)."""
@@ -59,6 +62,9 @@ class NullSource:
     def progress(self, phase: str, data: dict) -> None:
         """Nothing to tell."""
 
+    def request(self, req: Any) -> None:
+        """Nobody to ask (a plan answers at its answer steps, see the runtime)."""
+
 
 class PlanSource(NullSource):
     """Decisions from a MALLEABLE_PLAN: every rank evaluates it locally, so probing costs no communication."""
@@ -68,10 +74,15 @@ class PlanSource(NullSource):
     def __init__(self, steps: Sequence[PlanStep], start: int = 0) -> None:
         self._steps = {s.at_probe: s for s in steps if s.at_probe > start}
 
-    def poll(self, probe: int) -> Decision | None:
-        """The decision due at the job's ``probe``-th probe, if any."""
+    def poll(self, probe: int) -> Decision | PlanStep | Pause | None:
+        """The decision due at the job's ``probe``-th probe, if any; an answer step is returned as it is (the
+        runtime answers the outstanding request with it)."""
         step = self._steps.get(probe)
-        return None if step is None else Decision(step.procs, step.hosts)
+        if step is None:
+            return None
+        if step.pause:
+            return Pause(step.pause)
+        return step if step.answer else Decision(step.procs, step.hosts)
 
 
 def choose_hosts(layout: Layout, job_hosts: Sequence[str], n: int) -> tuple[str, ...]:

@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-__all__ = ["AdaptWindow", "Decision", "ProbeResult", "Status"]
+__all__ = ["AdaptWindow", "Decision", "Pause", "ProbeResult", "Resume", "Status"]
 
 
 class Status(enum.Enum):
@@ -51,3 +51,18 @@ class Decision:
     def as_info(self, probe: int, kind: str) -> dict[str, Any]:
         """The ``info`` dict given to the application by probe_adapt."""
         return {"procs": self.procs, "hosts": list(self.hosts), "probe": probe, "kind": kind}
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """Stop the job at this probe for ``seconds`` (None: until the decision source says :class:`Resume`).
+
+    The job keeps its processes and hosts; its ranks wait without using the CPU (EPOP's pause).
+    """
+
+    seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """End of a pause (from a controller)."""

@@ -10,12 +10,9 @@ if it is split, and finalizes MPI) must return from the application.
 
 from __future__ import annotations
 
-import atexit
-import ctypes
 import logging
 import os
 import socket
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +20,8 @@ from typing import Any
 from mpi4py import MPI
 
 from malleable.errors import AdaptError, AdaptTimeout, ConfigError
-from malleable.runtime import _spawn
+from malleable.runtime import _expand, _lifecycle, _mpi, _registered, _requests, _spawn
+from malleable.runtime._bounds import Slots, check_expand, check_plan, host_resolves, initial_layout, slots_from_env
 from malleable.runtime._layout import (
     ExpandPlan,
     Group,
@@ -34,21 +32,24 @@ from malleable.runtime._layout import (
 )
 from malleable.runtime._liveness import Listener, connect_back
 from malleable.runtime._plan import PlanStep, parse_plan, validate_plan
+from malleable.runtime._requests import AdaptRequest
 from malleable.runtime._sources import NullSource, PlanSource, choose_hosts
-from malleable.runtime._types import AdaptWindow, Decision, ProbeResult, Status
-from malleable.runtime._waits import wait_request
+from malleable.runtime._types import AdaptWindow, Decision, Pause, ProbeResult, Status
 
 __all__ = [
     "AdaptReport",
     "adapt_begin",
     "adapt_commit",
     "base_size",
+    "data",
     "init_adapt",
     "is_initialized",
     "layout",
     "probe_adapt",
     "probe_count",
+    "register",
     "report_progress",
+    "request_adapt",
     "set_source",
     "world",
 ]
@@ -69,6 +70,7 @@ class AdaptReport:
     seconds: float
     freed_hosts: tuple[str, ...] = ()
     idle: int = 0
+    background: float = 0.0   # seconds of an overlapped expansion's preparation, spent while the job computed
 
 
 @dataclass
@@ -83,6 +85,7 @@ class _Window:
     after: Layout
     gone: tuple[int, ...] = ()
     freed: tuple[str, ...] = ()
+    background: float = 0.0
 
 
 @dataclass
@@ -108,6 +111,17 @@ class _Runtime:
     finished: bool = False
     skip_probe: bool = False
     source: Any = field(default=None)
+    slots: Slots = field(default_factory=lambda: Slots(os.cpu_count() or 1))
+    exit_code: int = 0                 # what this process passed to sys.exit (reported to rank 0 at the end)
+    leftovers: _spawn.Leftovers = field(default_factory=_spawn.Leftovers)  # of failed expansions
+    req_comm: Any = None               # a dup of the world carrying request_adapt calls to rank 0
+    outstanding: AdaptRequest | None = None   # rank 0: the request the decision source has not answered yet
+    req_sends: list = field(default_factory=list)   # other ranks: requests on their way to rank 0
+    drained_at: float = 0.0            # rank 0: when it last looked for other ranks' requests
+    registry: dict = field(default_factory=dict)    # registered arrays (see _registered)
+    overlap: bool = False              # prepare expansions in the background (see _expand)
+    background: _expand.Background | None = None   # an expansion being prepared
+    prepared: _expand.Prepared | None = None       # a prepared expansion waiting for adapt_begin
 
 
 _STATE: _Runtime | None = None  # the runtime's world handle
@@ -161,14 +175,6 @@ def _env_timeout(timeout: float | None) -> float:
     return t
 
 
-def _host_ok(host: str) -> bool:
-    try:
-        socket.getaddrinfo(host, None)
-    except OSError:
-        return False
-    return True
-
-
 def _env_int(name: str, default: int) -> int:
     raw = os.environ.get(name)
     if not raw:
@@ -178,12 +184,14 @@ def _env_int(name: str, default: int) -> int:
     return int(raw)
 
 
-def init_adapt(timeout: float | None = None, plan: str | None = None) -> Status:
+def init_adapt(timeout: float | None = None, plan: str | None = None, overlap: bool | None = None) -> Status:
     """Join the malleable runtime; call once per process instead of relying on ``MPI.COMM_WORLD``.
 
     Args:
         timeout: seconds any adaptation step may wait (default ``MALLEABLE_ADAPT_TIMEOUT`` or 60).
         plan: JSON plan text (default ``MALLEABLE_PLAN``); ignored on joiners, which get the job's.
+        overlap: prepare expansions in the background while the job computes (default ``MALLEABLE_OVERLAP=1``):
+            ``probe_adapt`` says pending only once the new processes are ready to merge.
 
     Returns:
         ``Status.NEW`` for processes of the job's start, ``Status.JOINING`` for processes spawned
@@ -207,19 +215,39 @@ def init_adapt(timeout: float | None = None, plan: str | None = None) -> Status:
     steps = parse_plan(text)  # same input on every rank: every rank raises alike
     job_hosts = tuple(h for h in os.environ.get("MALLEABLE_HOSTS", "").split(",") if h)
     initial = max(comm.size, _env_int("MALLEABLE_INITIAL_PROCS", comm.size))
-    validate_plan(steps, initial, comm.size, _host_ok)
-    rt = _Runtime(comm.Dup(), base, 0, comm.rank, t, steps, text, job_hosts)
+    validate_plan(steps, initial, comm.size, host_resolves)
+    slots = slots_from_env()
+    local = hosts[0]
+    try:
+        if initial > comm.size:
+            check_expand(base, plan_expand(base, initial, _initial_hosts(job_hosts, initial, comm.size)), slots,
+                         local, _remote_limit())
+    except AdaptError as e:
+        raise ConfigError(f"cannot start the job with {initial} processes: {e}") from None
+    check_plan(steps, initial_layout(base, initial, job_hosts, local), slots, local,
+               lambda lay, n: choose_hosts(lay, job_hosts, n), _remote_limit())
+    rt = _Runtime(comm.Dup(), base, 0, comm.rank, t, steps, text, job_hosts, slots=slots,
+                  overlap=overlap if overlap is not None else os.environ.get("MALLEABLE_OVERLAP", "0") == "1")
     rt.source = _make_source(steps, comm.rank)
+    rt.req_comm = rt.world.Dup()
     if comm.rank == 0:
         rt.listener = Listener()
     _STATE = rt
-    _install_hooks()
+    _lifecycle.install_hooks(lambda: _STATE)
     if initial > comm.size:
         ihosts = _initial_hosts(job_hosts, initial, comm.size)
         _parent_expand(rt, Decision(initial, ihosts), kind="initial")
     if comm.rank == 0:
         rt.source.started(rt.layout)
     return Status.NEW
+
+
+def _remote_limit() -> str:
+    """Why this MPI cannot spawn onto another host ('' if it can)."""
+    b = _mpi.current()
+    if b.spawn_across_hosts:
+        return ""
+    return f"{b.name} cannot spawn processes onto another host here (see docs/runtime.md)"
 
 
 def _make_source(steps: tuple[PlanStep, ...], rank: int, start: int = 0) -> Any:
@@ -247,11 +275,7 @@ def _initial_hosts(job_hosts: tuple[str, ...], n: int, base: int) -> tuple[str, 
 
 def _joiner_init(timeout: float) -> Status:
     global _STATE
-    try:
-        parent, ctx = _spawn.child_connect(timeout)
-    except AdaptTimeout as e:
-        log.error("joiner gives up: %s", e)  # noqa: TRY400 - the timeout is the whole story
-        os._exit(0)  # a clean give-up; the parents report the failed expansion
+    parent, ctx = _spawn.child_connect(timeout)  # gives up (exits) if the parents do not answer in time
     if ctx.get("kind") == "abort":
         log.warning("expansion was cancelled by the parents; joiner exits")
         parent.Disconnect()
@@ -259,13 +283,17 @@ def _joiner_init(timeout: float) -> Status:
         os._exit(0)
     lay = Layout.from_json(ctx["layout"])
     steps = parse_plan(ctx["plan"])
+    cores, per_host, hostfile = ctx["slots"]
     rt = _Runtime(None, lay, ctx["gids"][ctx["index"]], ctx["member"], ctx["timeout"], steps, ctx["plan"],
-                  tuple(ctx["job_hosts"]), probes=ctx["probes"])
+                  tuple(ctx["job_hosts"]), probes=ctx["probes"],
+                  slots=Slots(cores, per_host, tuple((h, n) for h, n in hostfile)))
     rt.source = PlanSource(steps, start=ctx["probes"]) if ctx.get("local_source", True) else NullSource()
     rt.joiner_ctx = dict(ctx, parent=parent)
+    rt.overlap = bool(ctx.get("job_overlap"))
+    rt.leftovers.stale = bool(ctx.get("stale"))  # the job's processes end alike (see _at_exit)
     rt.alive_fd = connect_back(ctx["liveness"], rt.gid, rt.member, timeout)
     _STATE = rt
-    _install_hooks()
+    _lifecycle.install_hooks(lambda: _STATE)
     if ctx["kind"] == "initial":
         _joiner_merge(rt)
         rt.status = Status.NEW
@@ -298,12 +326,34 @@ def probe_adapt() -> ProbeResult:
         rt.skip_probe = False
         return ProbeResult(False, Status.STAYING, {})
     rt.probes += 1
+    if rt.background is not None:
+        return _probe_background(rt)
+    if rt.world.rank == 0 and rt.world.size > 1:
+        now = time.monotonic()
+        if now - rt.drained_at >= _requests.DRAIN_EVERY:  # a probe stays cheap: look for requests now and then
+            rt.drained_at = now
+            for req in _requests.drain(rt.req_comm):
+                _take_request(rt, req)
     if rt.source.local:
         d = rt.source.poll(rt.probes)
     else:
-        d = rt.world.bcast(rt.source.poll(rt.probes) if rt.world.rank == 0 else None, root=0)
+        d = rt.world.bcast(_poll_rank0(rt) if rt.world.rank == 0 else None, root=0)
+    granted = False
+    if isinstance(d, PlanStep):  # a plan's answer step: every rank learns the outstanding request from rank 0
+        req = rt.world.bcast(rt.outstanding, root=0)
+        if req is None or d.answer == "defer":
+            return ProbeResult(False, Status.STAYING, {})
+        rt.outstanding = None
+        d = _requests.Refusal("refused by the plan") if d.answer == "refuse" else (_requests.grant(req), True)
+    if isinstance(d, tuple):  # (decision, answers the outstanding request)
+        d, granted = d
+    if isinstance(d, Pause):
+        return _lifecycle.pause(rt, d)
+    if isinstance(d, _requests.Refusal):
+        rt.outstanding = None
+        return ProbeResult(False, Status.STAYING, {"request": "refused", "reason": d.reason, "probe": rt.probes})
     if d is None or d.procs == rt.layout.world_size:
-        return ProbeResult(False, Status.STAYING, {})
+        return ProbeResult(False, Status.STAYING, {"request": "granted"} if granted else {})
     size = rt.layout.world_size
     if d.procs < max(1, rt.layout.base_size):
         reason = (f"refusing to shrink to {d.procs} process(es): below the base of "
@@ -313,9 +363,126 @@ def probe_adapt() -> ProbeResult:
             rt.source.refused(d, reason)
         return ProbeResult(False, Status.STAYING, {})
     kind = "expand" if d.procs > size else "shrink"
+    if kind == "expand":
+        try:
+            hosts = d.hosts or choose_hosts(rt.layout, rt.job_hosts, d.procs - size)
+            check_expand(rt.layout, plan_expand(rt.layout, d.procs, hosts), rt.slots, rt.layout.groups[0].hosts[0],
+                         _remote_limit())
+        except AdaptError as e:
+            log.error("refusing the adaptation: %s", e)  # noqa: TRY400 - the reason is the whole story
+            if rt.world.rank == 0:
+                rt.source.refused(d, str(e))
+            return ProbeResult(False, Status.STAYING, {})
+    if kind == "expand" and rt.overlap and _mpi.current().concurrent_spawn:
+        rt.background = _expand.Background(d, rt.world.Dup()).start(rt)
+        return ProbeResult(False, Status.STAYING, {})
     rt.pending, rt.pending_kind = d, kind
     status = Status.LEAVING if kind == "shrink" and rt.world.rank >= d.procs else Status.STAYING
-    return ProbeResult(True, status, d.as_info(rt.probes, kind))
+    info = d.as_info(rt.probes, kind)
+    if granted:
+        info["request"] = "granted"
+    return ProbeResult(True, status, info)
+
+
+def _poll_rank0(rt: _Runtime) -> Any:
+    """A controller's answer on rank 0: a decision (with whether it answers the outstanding request) or a refusal."""
+    d = rt.source.poll(rt.probes)
+    if isinstance(d, Decision):
+        granted, rt.outstanding = rt.outstanding is not None, None
+        return d, granted
+    return d
+
+
+def request_adapt(procs: int | None = None, min: int | None = None, max: int | None = None) -> None:  # noqa: A002
+    """Ask the decision source for a new size, from any rank (no collective; rank 0 delivers it).
+
+    The answer comes through :func:`probe_adapt` at a later probe: a grant is a pending adaptation with
+    ``info["request"] == "granted"``; a refusal is ``pending=False`` with ``info["request"] == "refused"`` and
+    ``info["reason"]``; until then the request is outstanding (a newer one replaces it).
+
+    Args:
+        procs: exactly this many processes.
+        min: at least this many.
+        max: at most this many.
+
+    Raises:
+        ValueError: nothing asked, a count below 1, or inconsistent bounds.
+        AdaptError: the runtime is not initialised, or this process left the job.
+    """
+    rt = _rt()
+    if rt.finished or rt.world is None:
+        raise AdaptError("request_adapt() on a process that is not in the job's world")
+    req = _requests.check_request(procs, min, max, rt.world.rank)
+    if rt.world.rank == 0:
+        _take_request(rt, req)
+    else:
+        rt.req_sends = [r for r in rt.req_sends if not r.Test()]
+        rt.req_sends.append(_requests.send(rt.req_comm, req))
+
+
+def register(name: str, local: Any, dist: str = "block", axis: int = 0, block: int = 1) -> None:
+    """Register (or update) this rank's part of a distributed NumPy array, moved by the runtime at every commit.
+
+    Call it on every owner with the same ``dist``/``axis``/``block``; call it again when the local array object
+    changes (cheap). After ``adapt_commit``, :func:`data` gives the new part (joiners: their part).
+
+    Args:
+        name: the array's name (arrays move in name order).
+        local: this rank's part (the distributed axis is ``axis``).
+        dist: ``"block"`` or ``"block-cyclic"``.
+        axis: the distributed axis.
+        block: block size of ``block-cyclic``.
+
+    Raises:
+        ValueError: unknown distribution, bad axis or block.
+    """
+    rt = _rt()
+    cur = rt.registry.get(name)
+    if cur is not None and (cur.dist, cur.axis, cur.block) == (dist, axis, block):
+        cur.local = local
+        return
+    if dist not in _registered.DISTS:
+        raise ValueError(f"register({name!r}): unknown dist {dist!r}; known: {', '.join(_registered.DISTS)}")
+    if not 0 <= axis < max(1, len(getattr(local, "shape", ()))):
+        raise ValueError(f"register({name!r}): axis {axis} out of range for shape {getattr(local, 'shape', None)}")
+    if not isinstance(block, int) or block < 1:
+        raise ValueError(f"register({name!r}): block must be an int >= 1, got {block!r}")
+    rt.registry[name] = _registered.Registered(local, dist, axis, block)
+
+
+def data(name: str) -> Any:
+    """This rank's current part of the registered array ``name``.
+
+    Raises:
+        KeyError: nothing registered under that name (on a joiner: before its first commit).
+    """
+    try:
+        return _rt().registry[name].local
+    except KeyError:
+        raise KeyError(f"no registered array {name!r}") from None
+
+
+def _take_request(rt: _Runtime, req: AdaptRequest) -> None:
+    rt.outstanding = req
+    log.info("application asks for %s", req.as_dict())
+    rt.source.request(req)
+
+
+def _probe_background(rt: _Runtime) -> ProbeResult:
+    """A probe while an expansion is prepared in the background: pending once every rank's part is done."""
+    bg = rt.background
+    assert bg is not None
+    if not rt.world.allreduce(1 if bg.done() else 0, op=MPI.MIN):
+        return ProbeResult(False, Status.STAYING, {})
+    rt.background = None
+    bg.world.Free()
+    if bg.error is not None or bg.result is None:
+        log.warning("background expansion to %d failed, going on: %s", bg.decision.procs, bg.error)
+        if rt.world.rank == 0:
+            rt.source.refused(bg.decision, str(bg.error))
+        return ProbeResult(False, Status.STAYING, {})
+    rt.prepared, rt.pending, rt.pending_kind = bg.result, bg.decision, "expand"
+    return ProbeResult(True, Status.STAYING, bg.decision.as_info(rt.probes, "expand"))
 
 
 def adapt_begin() -> AdaptWindow:
@@ -356,53 +523,27 @@ def adapt_begin() -> AdaptWindow:
 
 def _parent_expand(rt: _Runtime, d: Decision, kind: str) -> None:
     t0 = time.perf_counter()
-    hosts = d.hosts or choose_hosts(rt.layout, rt.job_hosts, d.procs - rt.layout.world_size)
-    plan = plan_expand(rt.layout, d.procs, hosts)
-    inters = _spawn.parent_spawn(rt.world, plan, rt.timeout)
-    n_old = rt.world.size
-    gids = [plan.first_gid + i for i in range(len(inters))]
-    base_ctx = {
-        "kind": kind, "n_old": n_old, "n_groups": len(inters), "gids": gids, "layout": rt.layout.to_json(),
-        "probes": rt.probes, "plan": rt.plan_text, "timeout": rt.timeout, "job_hosts": list(rt.job_hosts),
-        "liveness": rt.listener.endpoint() if rt.listener else None, "decision": [d.procs, list(d.hosts)],
-        "local_source": bool(getattr(rt.source, "local", True)),
-    }
-    if rt.world.rank == 0 and rt.listener is None:
-        raise AdaptError("internal: rank 0 has no liveness listener")
-    _spawn.parent_send_context(rt.world, inters, [dict(base_ctx, index=i) for i in range(len(inters))])
-    if rt.world.rank == 0:
-        expected = [(g, m) for g, c in zip(gids, plan.counts, strict=True) for m in range(c)]
-        try:
-            rt.listener.accept(expected, rt.timeout)  # type: ignore[union-attr]
-        except AdaptTimeout:
-            rt.listener.forget(gids)  # type: ignore[union-attr]
-            raise
-    merged = _spawn.parent_merge(rt.world, inters)
-    for inter in inters:
-        inter.Disconnect()
-    member_hosts = _gather_members(merged.world, n_old, -1, len(inters))
-    after = apply_expand(rt.layout, plan, member_hosts)
-    rt.window = _Window(kind, d, rt.world, merged.world, merged.intercomm, Status.STAYING, t0, after)
+    prepared, rt.prepared = rt.prepared, None
+    if prepared is None:
+        prepared = _expand.prepare(rt, rt.world, d, kind)
+    merged, after = _expand.finish(rt.world, rt.layout, prepared, rt.probes)
+    rt.window = _Window(kind, d, rt.world, merged.world, merged.intercomm, Status.STAYING, t0, after,
+                        background=prepared.seconds if prepared.overlap else 0.0)
     if kind == "initial":
         _commit(rt)
-
-
-def _gather_members(merged: Any, n_old: int, my_index: int, n_groups: int) -> list[list[str]]:
-    """Hosts of each new group's members, in rank order (one allgather over the merged world)."""
-    rows = merged.allgather((my_index, socket.gethostname()))[n_old:]
-    out: list[list[str]] = [[] for _ in range(n_groups)]
-    for index, host in rows:
-        out[index].append(host)
-    return out
 
 
 def _joiner_merge(rt: _Runtime) -> None:
     ctx = rt.joiner_ctx
     assert ctx is not None
     t0 = time.perf_counter()
+    _spawn.child_ready(ctx["parent"], rt.timeout, None if ctx.get("overlap") else rt.timeout)
     merged = _spawn.child_merge(ctx["parent"], ctx["index"], ctx["n_groups"], ctx["n_old"])
     ctx["parent"].Disconnect()
-    member_hosts = _gather_members(merged.world, ctx["n_old"], ctx["index"], ctx["n_groups"])
+    rt.probes = merged.world.bcast(None, root=0)  # the job's count at the merge (see _expand.finish)
+    if isinstance(rt.source, PlanSource):
+        rt.source = PlanSource(rt.plan, start=rt.probes)
+    member_hosts = _expand.gather_members(merged.world, ctx["n_old"], ctx["index"], ctx["n_groups"])
     before = Layout.from_json(ctx["layout"])
     plan = ExpandPlan(tuple([None] * ctx["n_groups"]), tuple(len(h) for h in member_hosts), ctx["gids"][0])
     after = apply_expand(before, plan, member_hosts)
@@ -429,7 +570,7 @@ def _begin_shrink(rt: _Runtime, d: Decision) -> None:
     new_world = comm.Split(MPI.UNDEFINED if leaving else 0, comm.rank)
     local = comm.Split(1 if leaving else 0, comm.rank)
     inter = local.Create_intercomm(0, comm, 0 if leaving else sp.target, 4710)
-    local.Free()
+    _mpi.current().release(local)  # the leavers' side may span several spawn groups
     status = Status.LEAVING if leaving else Status.STAYING
     rt.window = _Window("shrink", d, comm, new_world, inter, status, t0, sp.after, sp.gone, sp.freed_hosts)
 
@@ -457,25 +598,31 @@ def _commit(rt: _Runtime) -> AdaptReport:
     w = rt.window
     assert w is not None
     old_size = rt.layout.world_size
+    if w.kind != "initial":  # registered arrays move over the communicator spanning old and new owners
+        span, new_size = (w.new_world, w.after.world_size) if w.kind == "expand" else (w.old_world, w.after.world_size)
+        _registered.move_all(rt.registry, old_size, new_size, span)
     w.intercomm.Disconnect()
     if w.kind != "shrink":
         if w.old_world is not None:
-            w.old_world.Free()
+            _mpi.current().release(w.old_world)
         rt.skip_probe = w.status is Status.JOINING and w.kind == "expand"
         rt.world, rt.layout, rt.window, rt.status = w.new_world, w.after, None, Status.STAYING
+        _renew_req_comm(rt)
         return _report(rt, w, old_size, Status.STAYING if w.status is Status.STAYING else Status.JOINING)
-    w.old_world.Disconnect()
+    _mpi.current().release(w.old_world)
     if w.status is Status.LEAVING:
+        _renew_req_comm(rt, leaving=True)
         rt.window, rt.finished, rt.status = None, True, Status.LEAVING
         report = AdaptReport("shrink", old_size, w.after.world_size, Status.LEAVING,
                              time.perf_counter() - w.t0, w.freed, w.after.idle())
-        _leave(rt)
+        _lifecycle.leave()
         return report
     rt.world, rt.window = w.new_world, None
+    _renew_req_comm(rt)
     freed: tuple[str, ...] = ()
     if rt.world.rank == 0 and rt.listener is not None:
         try:
-            rt.listener.wait_gone(w.gone, rt.timeout)
+            rt.listener.wait_gone(w.gone, rt.timeout, progress=_lifecycle.progress)
             freed = w.freed
         except AdaptTimeout as e:
             log.warning("%s; their hosts are not reported free", e)
@@ -484,10 +631,19 @@ def _commit(rt: _Runtime) -> AdaptReport:
     return _report(rt, w, old_size, Status.STAYING, tuple(freed))
 
 
+def _renew_req_comm(rt: _Runtime, leaving: bool = False) -> None:
+    """The request channel follows the world (collective over the new world; leavers only drop theirs)."""
+    old = rt.req_comm
+    if old is not None:
+        rt.req_sends = []  # small messages: sent eagerly, nothing to wait for
+        _mpi.current().release(old)
+    rt.req_comm = None if leaving else rt.world.Dup()
+
+
 def _report(rt: _Runtime, w: _Window, old_size: int, status: Status, freed: tuple[str, ...] = ()) -> AdaptReport:
     kind = "expand" if w.kind == "initial" else w.kind
     rep = AdaptReport(kind, old_size, rt.layout.world_size, status, time.perf_counter() - w.t0, freed,
-                      rt.layout.idle())
+                      rt.layout.idle(), w.background)
     if rt.world.rank == 0:
         log.info("adaptation %s %d -> %d in %.3f s (freed hosts: %s)", kind, old_size, rep.new_size,
                  rep.seconds, ",".join(freed) or "-")
@@ -501,56 +657,6 @@ def report_progress(phase: str, data: dict) -> None:
     rt = _rt()
     if rt.world.rank == 0:
         rt.source.progress(phase, data)
-
-
-def _leave(rt: _Runtime) -> None:
-    """Leaving side of a shrink: wait for the rest of the spawn group, then finalize MPI."""
-    _group_exit_barrier(timeout=None)
-    MPI.Finalize()
-
-
-def _group_exit_barrier(timeout: float | None) -> None:
-    """All members of this process's spawn group (its MPI_COMM_WORLD) meet here before finalizing."""
-    wait_request(MPI.COMM_WORLD.Ibarrier(), timeout, "rest of the spawn group to leave", cap=0.05)
-
-
-def _at_exit() -> None:
-    rt = _STATE
-    if rt is not None and rt.finished:
-        # A leaver: its host is free only once the process is gone, and the interpreter's teardown
-        # (hundreds of ms with numpy loaded, on a busy node) is of no use to anybody: end here with
-        # the C library's exit(), which still runs the MPI library's own exit handlers (os._exit
-        # would skip them, and hydra then takes the process for a crashed one).
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        ctypes.CDLL(None).exit(0)
-    if rt is None or MPI.Is_finalized():
-        return
-    try:
-        _group_exit_barrier(timeout=rt.timeout * 10)
-    except AdaptTimeout:
-        log.warning("members of this process's spawn group never reached the end; finalizing anyway")
-    if rt.listener is not None:
-        rt.listener.close()
-
-
-def _excepthook(etype: type[BaseException], value: BaseException, tb: Any) -> None:
-    sys.__excepthook__(etype, value, tb)
-    rt = _STATE
-    if rt is not None and not rt.finished and not MPI.Is_finalized() and etype is not KeyboardInterrupt:
-        comm = rt.world if rt.world is not None else MPI.COMM_WORLD
-        sys.stderr.write(f"malleable: unhandled {etype.__name__} on rank {comm.rank}; aborting the job\n")
-        sys.stderr.flush()
-        comm.Abort(1)
-
-
-def _install_hooks() -> None:
-    atexit.register(_at_exit)
-    if os.environ.get("MALLEABLE_ABORT_ON_ERROR", "1") != "0":
-        sys.excepthook = _excepthook
 
 
 def _reset_for_tests() -> None:

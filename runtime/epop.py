@@ -43,7 +43,8 @@ from typing import Any
 from mpi4py import MPI
 
 from malleable.errors import AdaptError
-from malleable.runtime._epop_records import AdaptRecord, PhaseStats, RunResult
+from malleable.runtime._epop_records import AdaptRecord, PhaseStats, RunResult, mean_profile
+from malleable.runtime._model import fit_amdahl
 from malleable.runtime._types import AdaptWindow, Status
 
 __all__ = [
@@ -269,7 +270,7 @@ class TimedComm:
         ctx = self._ctx
 
         def timed(*args: Any, **kwargs: Any) -> Any:
-            with ctx.mpi():
+            with ctx.mpi(name):
                 result = attr(*args, **kwargs)
             return ctx._adopt(result)
 
@@ -299,6 +300,7 @@ class Context:
         self._rt = rt
         self._clock = clock
         self._mpi = 0.0
+        self._calls: dict[str, list[float]] = {}  # per MPI call of the current segment: [seconds, count]
         self._depth = 0
         self._owned: list[Any] = []
         self._comm: TimedComm | None = None
@@ -325,8 +327,8 @@ class Context:
         return int(self.comm.raw.Get_size())
 
     @contextlib.contextmanager
-    def mpi(self) -> Iterator[None]:
-        """Count the time spent inside the block as MPI time (e.g. around ``Request.Waitall``)."""
+    def mpi(self, name: str = "ctx.mpi") -> Iterator[None]:
+        """Count the time spent inside the block as MPI time (e.g. around ``Request.Waitall``), profiled as ``name``."""
         if self._depth:
             yield
             return
@@ -335,7 +337,11 @@ class Context:
         try:
             yield
         finally:
-            self._mpi += self._clock() - t0
+            dt = self._clock() - t0
+            self._mpi += dt
+            entry = self._calls.setdefault(name, [0.0, 0])
+            entry[0] += dt
+            entry[1] += 1
             self._depth = 0
 
     @property
@@ -362,9 +368,11 @@ class Context:
         return result
 
     def _free_owned(self) -> None:
+        from malleable.runtime._mpi import current
+
         for comm in reversed(self._owned):
             if not MPI.Is_finalized() and comm != MPI.COMM_NULL:
-                comm.Free()
+                current().release(comm)  # it may span spawn groups
         self._owned.clear()
 
     def _set_world(self, world: Any) -> None:
@@ -387,24 +395,30 @@ class _Driver:
         """Collective over the world: turn this segment's times into a PhaseStats on every rank."""
         ctx = self.ctx
         mpi, ctx._mpi = ctx._mpi, 0.0
+        calls, ctx._calls = ctx._calls, {}
         if iterations == 0 and kind == "elastic":
             return
-        rows = ctx.comm.raw.allgather((seconds, mpi))
-        ratios = [m / s if s > 0 else 0.0 for s, m in rows]
-        stats = PhaseStats(phase, kind, visit, len(rows), first, iterations, max(s for s, _ in rows),
-                           sum(m for _, m in rows) / len(rows), sum(ratios) / len(ratios))
+        rows = ctx.comm.raw.allgather((seconds, mpi, calls))
+        ratios = [m / s if s > 0 else 0.0 for s, m, _ in rows]
+        stats = PhaseStats(phase, kind, visit, len(rows), first, iterations, max(s for s, _, _ in rows),
+                           sum(m for _, m, _ in rows) / len(rows), sum(ratios) / len(ratios),
+                           mean_profile([c for _, _, c in rows]))
         ctx.stats.append(stats)
         if ctx.comm.raw.Get_rank() == 0:
             log.info("phase %s (%s) on %d procs: %d iteration(s) in %.4f s, MTCT %.3f", phase, kind,
                      stats.procs, iterations, stats.seconds, stats.mtct)
-            self.rt.report_progress(phase, stats.as_dict())
+            report = stats.as_dict()
+            model = fit_amdahl((s.procs, s.iter_seconds) for s in ctx.stats if s.phase == phase and s.iterations)
+            if kind == "elastic" and model is not None:
+                report.update(serial_fraction=model.serial, t1=model.t1, speedup=model.speedup(stats.procs))
+            self.rt.report_progress(phase, report)
 
     # --- phases ------------------------------------------------------------------------------
 
     def run_once(self, ph: Init | Rigid, kind: str) -> None:
         ctx = self.ctx
         visit = self._visit(ph.name)
-        ctx._mpi = 0.0
+        ctx._mpi, ctx._calls = 0.0, {}
         t0 = self.clock()
         ph.fn(ctx)
         self.flush(ph.name, kind, visit, 0, 1, self.clock() - t0)
@@ -420,7 +434,7 @@ class _Driver:
                 ph.setup(ctx)
         else:
             visit, total, start = resume["visit"], resume["total"], resume["iter"]
-        ctx._mpi = 0.0
+        ctx._mpi, ctx._calls = 0.0, {}
         first, busy, i = start, 0.0, start
         while i < total:
             # a joiner enters at the boundary its parents just probed: its first probe_adapt() is
@@ -432,7 +446,7 @@ class _Driver:
                     if not self.adapt(ph, visit, i, total, status, info):
                         return False
                     first, busy = i, 0.0
-                    ctx._mpi = 0.0
+                    ctx._mpi, ctx._calls = 0.0, {}
             ctx.iteration = i
             t0 = self.clock()
             done = ph.body(ctx, i)

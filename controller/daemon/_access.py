@@ -7,7 +7,8 @@ Three kinds of requester:
 * a **user** (a key made by ``malleable controller add-user NAME``): submit jobs as NAME, read the queue, the
   nodes, the history and any job's record, cancel NAME's own jobs;
 * a **job** (the key the controller puts in a job's environment): speak for that job only (register, poll,
-  acknowledge resizes, report progress, cancel itself) and read the queue, the nodes, the history and records.
+  acknowledge resizes, ask for a size, report progress, cancel itself) and read the queue, the nodes, the
+  history and records.
 
 Nobody but the operator shuts the daemon down or manages users; nobody but a job itself (or the operator) speaks
 its runtime link, so a user cannot forge a resize acknowledgement either.
@@ -70,7 +71,7 @@ def secret_looking(name: str) -> bool:
 
 
 _READ = (P.Queue, P.Nodes, P.History, P.Info, P.Status)
-_LINK = (P.Register, P.Poll, P.Committed, P.Refused, P.Progress)
+_LINK = (P.Register, P.Poll, P.Committed, P.Refused, P.Request, P.Progress)
 _ADMIN = (P.Shutdown, P.AddUser, P.RemoveUser, P.Users)
 
 

@@ -26,6 +26,7 @@ def linked(core: Core, job_id: int) -> JobRec:
         raise UnknownJob(f"no running malleable job {job_id}")
     return j
 
+
 def register(core: Core, m: P.Register, now: float) -> None:
     j = linked(core, m.job_id)
     j.registered, j.link_pid = True, m.pid
@@ -33,6 +34,7 @@ def register(core: Core, m: P.Register, now: float) -> None:
     core.log_event(j.id, "register", f"rank 0 pid {m.pid} on {m.host}, {m.size} processes on "
                 f"{','.join(sorted(set(m.hosts)))}", now)
     core.emit(Reply(P.Ok()))
+
 
 def poll(core: Core, m: P.Poll, now: float) -> None:
     j = linked(core, m.job_id)
@@ -47,6 +49,7 @@ def poll(core: Core, m: P.Poll, now: float) -> None:
         j.order = dataclasses.replace(o, sent=now)
         core.save(j)
     core.emit(Reply(P.Order(o.seq, o.procs, list(o.added))))
+
 
 def committed(core: Core, m: P.Committed, now: float) -> None:
     j = linked(core, m.job_id)
@@ -70,6 +73,7 @@ def committed(core: Core, m: P.Committed, now: float) -> None:
                 f"{m.seconds:.3f} s (decided {now - o.decided:.3f} s ago){note}", now)
     core.emit(Reply(P.Ok()))
     core.launch_ready(now)
+
 
 def refused(core: Core, m: P.Refused, now: float) -> None:
     j = linked(core, m.job_id)
@@ -98,6 +102,7 @@ def refused(core: Core, m: P.Refused, now: float) -> None:
     core.emit(Reply(P.Ok()))
     core.launch_ready(now)
 
+
 def unstart(core: Core, j: JobRec, now: float) -> None:
     """Put a job that was waiting for hosts back in the queue (its hosts are not coming)."""
     for name in j.hosts:
@@ -107,6 +112,7 @@ def unstart(core: Core, j: JobRec, now: float) -> None:
     j.state, j.hosts, j.reason, j.view = JobState.PENDING, [], "Resources", None
     core.save(j)
     core.log_event(j.id, "unstart", "a host it was waiting for stays with its job; back in the queue", now)
+
 
 def progress(core: Core, m: P.Progress, now: float) -> None:
     j = linked(core, m.job_id)

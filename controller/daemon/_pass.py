@@ -5,10 +5,10 @@ functions over the :class:`~._core.Core` they are given."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from malleable.controller.sched._ledger import Effect
-from malleable.controller.sched._model import ResizeJob, RunningJob, Snapshot, StartJob
+from malleable.controller.sched._model import NodeId, ResizeJob, RunningJob, Snapshot, StartJob
 
 from ._events import JobState, ResizeOrder, Schedule
 from ._store import JobRec
@@ -39,6 +39,7 @@ def refresh_busy(core: Core, now: float) -> None:
         elif core.backoff.get(j.id, 0.0) > now:
             busy[j.id] = "backing off after a refused order"
 
+
 def schedule(core: Core, e: Schedule) -> None:
     now = e.now
     core.passes += 1
@@ -61,10 +62,12 @@ def schedule(core: Core, e: Schedule) -> None:
     core.holding.clear()
     core.launch_ready(now)
 
+
 def reject(core: Core, text: str, now: float) -> None:
     core.policy_errors += 1
     core.last_error = f"t={now:.3f}: {text}"[:500]
     log.error("policy %s: decision rejected at %.3f: %s", core.policy_name, now, text)
+
 
 def effect(core: Core, ef: Effect, now: float) -> None:
     kind = ef[0]
@@ -78,36 +81,45 @@ def effect(core: Core, ef: Effect, now: float) -> None:
     else:
         core.wakes.append(ef[1])
 
+
+def _hosts(nodes: tuple[NodeId, ...]) -> tuple[str, ...]:
+    """Node ids of the live ledger are host names."""
+    return cast("tuple[str, ...]", nodes)
+
+
 def started(core: Core, v: RunningJob, now: float) -> None:
     j = core.jobs[v.job.id]
-    for n in v.nodes:
+    for n in _hosts(v.nodes):
         core.set_host(n, owner=j.id)
-    j.state, j.hosts, j.launched, j.reason = JobState.STARTING, list(v.nodes), False, ""
+    j.state, j.hosts, j.launched, j.reason = JobState.STARTING, list(_hosts(v.nodes)), False, ""
     core.keep_view(j)
     core.save(j)
+
 
 def ordered(core: Core, old: RunningJob, new: RunningJob, now: float) -> None:
     j = core.jobs[new.job.id]
     cur = list(j.hosts)
+    old_nodes, new_nodes = _hosts(old.nodes), _hosts(new.nodes)
     if new.size < old.size:
-        gone = tuple(n for n in old.nodes if n not in set(new.nodes))
+        gone = tuple(n for n in old_nodes if n not in set(new_nodes))
         for n in gone:
             core.set_host(n, owner=None, drain=j.id, drain_since=0.0)
         added: tuple[str, ...] = ()
         kind = "shrink"
     else:
         gone = ()
-        added = tuple(n for n in new.nodes if n not in set(old.nodes))
+        added = tuple(n for n in new_nodes if n not in set(old_nodes))
         for n in added:
             core.set_host(n, owner=j.id)
         kind = "expand"
     j.seq += 1
-    j.order = ResizeOrder(j.seq, kind, tuple(new.nodes), added, gone, new.size * core.config.slots, now,
+    j.order = ResizeOrder(j.seq, kind, new_nodes, added, gone, new.size * core.config.slots, now,
                           0.0, (old.since, old.progress, old.end_estimate, old.resizes))
     core.keep_view(j)
     core.save(j)
     core.log_event(j.id, "order", f"order {j.seq}: {kind} {len(cur)} -> {new.size} nodes "
                 f"({'+' + ','.join(added) if added else '-' + ','.join(gone)})", now)
+
 
 def interrupted(core: Core, j: JobRec, priority: int, now: float, why: str, in_pass: bool = True) -> None:
     """The ledger stopped and re-queued job ``j``: stop its processes. Until they are gone and its hosts checked

@@ -30,9 +30,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar, dataclass_transform
 
 from malleable._secret import Credential
 from malleable._wire import Keyring, MessageTypes, Wire, check_fields, pack, unpack
@@ -105,7 +105,13 @@ class Message:
     TYPE: ClassVar[str] = ""
 
 
-_msg = _TYPES.message
+_M = TypeVar("_M")
+
+
+@dataclass_transform(frozen_default=True)
+def _msg(type_: str) -> Callable[[type[_M]], type[_M]]:
+    """Register a message class under its wire type name (it becomes a frozen, slotted dataclass)."""
+    return _TYPES.message(type_)
 
 
 # ------------------------------------------------------------------------------------------- replies
@@ -304,6 +310,35 @@ class Refused(Message):
     reason: str
 
 
+@_msg("request")
+class Request(Message):
+    """The application asks for a new size (``request_adapt``): exactly ``procs``, or within ``[min_procs,
+    max_procs]`` (0: not given). A newer request of the job replaces an older one. The policy answers at any later
+    time: a grant is an ordinary ``order`` (the reply to a later ``poll``), a refusal a ``declined`` reply."""
+
+    job_id: int
+    procs: int
+    min_procs: int
+    max_procs: int
+
+
+@_msg("declined")
+class Declined(Message):
+    """Reply to a ``poll``: the policy refused the job's outstanding request (the job goes on at its size)."""
+
+    reason: str
+
+
+@_msg("pause")
+class Pause(Message):
+    """Reply to a ``poll``: stop the job at this safe point, keeping its hosts, until a ``resume`` reply."""
+
+
+@_msg("resume")
+class Resume(Message):
+    """Reply to a ``poll`` of a paused job: go on."""
+
+
 @_msg("progress")
 class Progress(Message):
     """Per-phase performance data (MTCT, iteration time) from the EPOP driver."""
@@ -346,9 +381,9 @@ def _check_value(where: str, name: str, typ: str, val: Any) -> None:
         for x in val:
             if not isinstance(x, want) or isinstance(x, bool):
                 raise ProtocolError(f"{where}: field {name!r} must hold only {want.__name__}s")
-            if want is str:
+            if isinstance(x, str):
                 _check_str(where, name, x)
-            elif want is int and not 0 <= x <= MAX_INT:
+            elif isinstance(x, int) and not 0 <= x <= MAX_INT:
                 raise ProtocolError(f"{where}: field {name!r} must hold ints in 0..{MAX_INT}")
     elif typ == "dict" and len(val) > MAX_ENV:
         raise ProtocolError(f"{where}: field {name!r} has more than {MAX_ENV} entries")

@@ -108,13 +108,14 @@ class EBSConfig:
                 raise ValueError(f"EBS: unknown node constraint {c!r}; known: {CONSTRAINTS}")
 
     def constraint_of(self, job: Job) -> str | None:
-        """The node constraint of ``job`` (None for EGS, which ignores constraints)."""
+        """The node constraint of ``job``: a per-job override of the config, else the job's own declaration
+        (``malleable submit --constraint``), else the config's (None for EGS, which ignores constraints)."""
         if self.strategy == "egs":
             return None
         for jid, c in self.constraints:
             if jid == job.id:
                 return c
-        return self.constraint
+        return job.constraint or self.constraint
 
 
 def _can_adapt(cfg: EBSConfig, r: RunningJob, now: float) -> bool:

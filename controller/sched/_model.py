@@ -11,7 +11,7 @@ Decisions always name node ids, never only counts, so the same policy drives bot
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -248,7 +248,7 @@ class Snapshot:
     queue: Sequence[Job]
     changed: bool = True
     arrived: int = -1
-    reservations: dict[int, Reserve] | None = None
+    reservations: Mapping[int, Reserve] | None = None
     memo: Any = None
     down: tuple[tuple[NodeId, float], ...] = ()
 

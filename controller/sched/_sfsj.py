@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from ._conservative import conservative
 from ._down import with_down
-from ._model import FAILED_PRIORITY, Decision, Interrupt, Job, RunningJob, Snapshot
+from ._model import FAILED_PRIORITY, Decision, Interrupt, Job, Remember, RunningJob, Snapshot
 
 __all__ = ["MEDIUM_PRIORITY", "baseline", "pick_victim", "sfsj"]
 
@@ -103,6 +103,6 @@ def sfsj(snapshot: Snapshot, now: float) -> list[Decision]:
                     queue=tuple(q), changed=True)
     inner_out = conservative(with_down(s), now)
     for i, d in enumerate(inner_out):
-        if type(d).__name__ == "Remember":
-            inner_out[i] = type(d)(_Memo(d.value, seen))
+        if isinstance(d, Remember):
+            inner_out[i] = Remember(_Memo(d.value, seen))
     return out + inner_out

@@ -28,7 +28,7 @@ def bounded_slowdown(result: SimResult, tau: float = 10.0) -> np.ndarray:
 
 
 def summary(result: SimResult, tau: float = 10.0) -> dict[str, Any]:
-    """The run summary with the keys of issue 6's JSON.
+    """The run summary with the keys of ``malleable simulate --json``.
 
     Returns:
         ``policy, jobs, skipped, mean_wait, max_wait, mean_bsld, tau, makespan, utilization, sim_seconds``;

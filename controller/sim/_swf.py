@@ -1,7 +1,7 @@
 """Standard Workload Format (SWF) reader and writer (Parallel Workloads Archive, format v2.2).
 
 18 whitespace-separated fields per job; header lines start with ``;`` (``; MaxProcs: 240``); -1 marks a missing
-value; times may be fractional. Rules (issue 6):
+value; times may be fractional. Rules:
 
 * procs = field 8 (requested processors) if > 0, else field 5 (allocated processors);
 * run time = field 4; estimate = field 9 (requested time) if > 0, else the run time; raised to the run time

@@ -5,7 +5,7 @@ from __future__ import annotations
 import zmq
 
 from malleable.adhocfs import _protocol as P
-from malleable.adhocfs._placement import Layout
+from malleable.adhocfs._placement import FileLayout
 from malleable.adhocfs._rpc import Peer
 
 
@@ -29,7 +29,7 @@ def expected_owners(fs, path) -> dict[int, int]:
     """``{block: sid}`` by the file's current layout, for its existing blocks."""
     st = fs.stat(path)
     info = fs.call(P.GetLayout(st.fid))
-    lay = Layout.from_pairs(info.layout)
+    lay = FileLayout.from_pairs(info.layout)
     epochs = {int(k): tuple(v) for k, v in info.epochs.items()}
     return {b: lay.server(epochs, st.fid, b) for b in range(st.nblocks) if lay.allocated(b)}
 

@@ -61,9 +61,9 @@ class Raw:
 def _target(fs, path):
     """(data server address, fid, version) of block 0 of ``path``."""
     info = fs.call(P.GetLayout(fs.stat(path).fid))
-    from malleable.adhocfs._placement import Layout
+    from malleable.adhocfs._placement import FileLayout
 
-    lay = Layout.from_pairs(info.layout)
+    lay = FileLayout.from_pairs(info.layout)
     sid = lay.server({int(k): tuple(v) for k, v in info.epochs.items()}, info.fid, 0)
     return info.servers[str(sid)], info.fid, info.version
 

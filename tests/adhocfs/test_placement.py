@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from malleable.adhocfs._placement import Interval, Layout, block_range, intern_epoch, owner
+from malleable.adhocfs._placement import FileLayout, Interval, block_range, intern_epoch, owner
 from malleable.errors import PlacementError
 
 N_BLOCKS = 100_000
@@ -74,7 +74,7 @@ def test_intern_epoch_reuses_lists():
 def test_layout_extend_keeps_old_blocks():
     """Blocks written before an expansion keep their servers; later ones use the enlarged list."""
     epochs = {0: (0, 1, 2, 3), 1: (0, 1, 2, 3, 4, 5)}
-    lay = Layout.single(0)
+    lay = FileLayout.single(0)
     before = [lay.server(epochs, 9, b) for b in range(8)]
     lay2 = lay.extend(8, 1)
     assert lay2.intervals == (Interval(0, 0), Interval(8, 1))
@@ -88,18 +88,18 @@ def test_layout_extend_keeps_old_blocks():
 
 def test_layout_invariants_and_pairs():
     with pytest.raises(PlacementError):
-        Layout((Interval(1, 0),))
+        FileLayout((Interval(1, 0),))
     with pytest.raises(PlacementError):
-        Layout((Interval(0, 0), Interval(0, 1)))
-    lay = Layout.from_pairs([[0, 0], [4, 0], [8, 1]])
+        FileLayout((Interval(0, 0), Interval(0, 1)))
+    lay = FileLayout.from_pairs([[0, 0], [4, 0], [8, 1]])
     assert lay.to_pairs() == [[0, 0], [8, 1]]
     with pytest.raises(PlacementError):
         lay.server({0: (1,)}, 1, 9)
     with pytest.raises(PlacementError):
         lay.epoch_of(-1)
     # extending at or below the last start replaces the tail
-    assert Layout.from_pairs([[0, 0], [8, 1]]).extend(8, 2).to_pairs() == [[0, 0], [8, 2]]
-    assert Layout.single(0).extend(0, 3).to_pairs() == [[0, 3]]
+    assert FileLayout.from_pairs([[0, 0], [8, 1]]).extend(8, 2).to_pairs() == [[0, 0], [8, 2]]
+    assert FileLayout.single(0).extend(0, 3).to_pairs() == [[0, 3]]
 
 
 @given(st.integers(0, 10**7), st.integers(0, 10**5), st.integers(64, 1 << 20))
@@ -121,7 +121,7 @@ def test_block_range_rejects_bad_arguments():
 def test_allocate_fills_only_gaps():
     from malleable.adhocfs._placement import UNALLOCATED
 
-    lay = Layout.empty()
+    lay = FileLayout.empty()
     assert not lay.allocated(0) and lay.any_unallocated(0, 1) and lay.servers({}) == set()
     lay = lay.allocate(5, 8, 0)
     assert lay.to_pairs() == [[0, UNALLOCATED], [5, 0], [8, UNALLOCATED]]

@@ -6,14 +6,14 @@ import collections
 
 import pytest
 
-from malleable.adhocfs._placement import Layout, intern_epoch
+from malleable.adhocfs._placement import FileLayout, intern_epoch
 from malleable.adhocfs._redistribute import FileState, plan_rebalance, plan_shrink
 from malleable.errors import PlacementError
 
 
 def _setup(n_servers=4, nfiles=20, nblocks=200):
     eid, epochs = intern_epoch({}, range(1, n_servers + 1))
-    files = [FileState(fid, Layout.single(eid), nblocks) for fid in range(1, nfiles + 1)]
+    files = [FileState(fid, FileLayout.single(eid), nblocks) for fid in range(1, nfiles + 1)]
     inv: dict[int, dict[int, list[int]]] = collections.defaultdict(lambda: collections.defaultdict(list))
     for f in files:
         for b in range(nblocks):
@@ -48,7 +48,7 @@ def test_total_after_expansion_moves_old_blocks_too():
     """A file with two intervals: total re-places both over the new list, partial only the leaver's."""
     e0, epochs = intern_epoch({}, [1, 2])
     e1, epochs = intern_epoch(epochs, [1, 2, 3, 4])
-    lay = Layout.from_pairs([[0, e0], [100, e1]])
+    lay = FileLayout.from_pairs([[0, e0], [100, e1]])
     f = FileState(1, lay, 200)
     inv: dict = collections.defaultdict(lambda: collections.defaultdict(list))
     for b in range(200):
@@ -63,7 +63,7 @@ def test_total_after_expansion_moves_old_blocks_too():
 
 def test_unaffected_files_get_new_layout_without_moves():
     eid, epochs = intern_epoch({}, [1, 2, 3])
-    f = FileState(9, Layout.single(eid), 16)  # reserved 16 blocks, wrote none
+    f = FileState(9, FileLayout.single(eid), 16)  # reserved 16 blocks, wrote none
     plan = plan_shrink([f], epochs, eid, [3], {}, "total")
     fp = plan.files[9]
     assert not fp.affected and fp.moves == () and 3 not in fp.layout.servers(plan.epochs)
@@ -95,12 +95,12 @@ def test_rebalance_moves_about_the_new_share_onto_new_servers():
     moves = plan.moves
     assert all(m.dst == 4 for m in moves)
     assert abs(len(moves) / 3000 - 0.25) < 0.03
-    assert plan_rebalance([FileState(1, Layout.single(new), 5)], epochs2, new, {}).files == {}
+    assert plan_rebalance([FileState(1, FileLayout.single(new), 5)], epochs2, new, {}).files == {}
 
 
 def _replicated(n_servers=4, nblocks=200, r=2):
     eid, epochs = intern_epoch({}, range(1, n_servers + 1))
-    f = FileState(1, Layout.single(eid), nblocks, ((0, nblocks),))
+    f = FileState(1, FileLayout.single(eid), nblocks, ((0, nblocks),))
     inv: dict = collections.defaultdict(lambda: collections.defaultdict(list))
     for b in range(nblocks):
         for s in f.layout.replicas(epochs, 1, b, r):

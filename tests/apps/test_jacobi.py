@@ -7,7 +7,6 @@ import pytest
 
 from malleable.apps import jacobi
 from tests.apps._helpers import MPI_ENV, app_cmd, load_stats, malleable_run, sizes
-from tests.conftest import run_mpi
 
 
 def naive(n: int, iters: int) -> np.ndarray:
@@ -42,19 +41,20 @@ def test_reference_tolerance_stops_early():
 
 
 @pytest.mark.parametrize("procs", [1, 2, 3])
-def test_fixed_process_counts_match_serial_exactly(tmp_path, procs):
+def test_fixed_process_counts_match_serial_exactly(mpi, tmp_path, procs):
     out = tmp_path / "u.npy"
-    cmd = app_cmd("jacobi", "--n", "37", "--iters", "60", "--check-every", "7", "--out", str(out))
-    proc = run_mpi(procs, *cmd, env=MPI_ENV, timeout=120)
+    cmd = app_cmd("jacobi", "--n", "37", "--iters", "60", "--check-every", "7", "--out", str(out), python=mpi.python)
+    proc = mpi.run(procs, *cmd, env=MPI_ENV, timeout=120)
     assert np.array_equal(np.load(out), jacobi.reference(37, 60))
     assert f"procs={procs}" in proc.stdout and "iterations=60" in proc.stdout
 
 
-def test_uneven_3_to_5_to_2(tmp_path):
+@pytest.mark.parametrize("flags", [[], ["--registered"]])
+def test_uneven_3_to_5_to_2(mpi, tmp_path, flags):
     out, stats = tmp_path / "u.npy", tmp_path / "s.json"
     plan = [{"at_probe": 10, "procs": 5}, {"at_probe": 30, "procs": 2}]
     malleable_run(3, app_cmd("jacobi", "--n", "37", "--iters", "50", "--check-every", "9",
-                             "--out", str(out), "--stats", str(stats)), plan)
+                             "--out", str(out), "--stats", str(stats), *flags, python=mpi.python), plan, mpi=mpi)
     assert np.array_equal(np.load(out), jacobi.reference(37, 50))
     s = load_stats(stats)
     assert sizes(s, "solve") == [3, 5, 2]
@@ -62,11 +62,13 @@ def test_uneven_3_to_5_to_2(tmp_path):
     assert got == [(3, 5, 9), (5, 2, 29)]
 
 
-def test_anchor_grows_1_2_4_and_shrinks_to_2(tmp_path):
+@pytest.mark.parametrize("flags", [[], ["--registered"]])
+def test_anchor_grows_1_2_4_and_shrinks_to_2(mpi, tmp_path, flags):
     out, stats = tmp_path / "u.npy", tmp_path / "s.json"
     plan = [{"at_probe": 5, "procs": 2}, {"at_probe": 15, "procs": 4}, {"at_probe": 30, "procs": 2}]
-    cmd = app_cmd("jacobi", "--n", "45", "--iters", "40", "--out", str(out), "--stats", str(stats))
-    malleable_run(1, cmd, plan)
+    cmd = app_cmd("jacobi", "--n", "45", "--iters", "40", "--out", str(out), "--stats", str(stats), *flags,
+                  python=mpi.python)
+    malleable_run(1, cmd, plan, mpi=mpi)
     assert np.array_equal(np.load(out), jacobi.reference(45, 40))
     s = load_stats(stats)
     assert sizes(s, "solve") == [1, 2, 4, 2]
@@ -74,12 +76,13 @@ def test_anchor_grows_1_2_4_and_shrinks_to_2(tmp_path):
     assert all(0.0 <= x["mtct"] <= 1.0 for x in s["stats"])
 
 
-def test_more_processes_than_rows_under_mpiexec_plan(tmp_path):
+@pytest.mark.parametrize("flags", [[], ["--registered"]])
+def test_more_processes_than_rows_under_mpiexec_plan(mpi, tmp_path, flags):
     # n=5 has 3 interior rows: at 5 processes two ranks own nothing; mpiexec -n 2 is the job's base
     out = tmp_path / "u.npy"
     env = dict(MPI_ENV, MALLEABLE_PLAN='[{"at_probe": 3, "procs": 5}, {"at_probe": 8, "procs": 2}]')
-    run_mpi(2, *app_cmd("jacobi", "--n", "5", "--iters", "12", "--check-every", "5", "--out", str(out)),
-            env=env, timeout=120)
+    mpi.run(2, *app_cmd("jacobi", "--n", "5", "--iters", "12", "--check-every", "5", "--out", str(out), *flags,
+                        python=mpi.python), env=env, timeout=120)
     assert np.array_equal(np.load(out), jacobi.reference(5, 12))
 
 

@@ -7,7 +7,6 @@ import pytest
 
 from malleable.apps import matmul
 from tests.apps._helpers import MPI_ENV, app_cmd, load_stats, malleable_run, sizes
-from tests.conftest import run_mpi
 
 
 def rel_err(a: np.ndarray, b: np.ndarray) -> float:
@@ -26,28 +25,29 @@ def test_reference_is_scaled_and_seeded():
 
 
 @pytest.mark.parametrize("procs", [1, 2, 3])
-def test_fixed_process_counts_match_numpy(tmp_path, procs):
+def test_fixed_process_counts_match_numpy(mpi, tmp_path, procs):
     out = tmp_path / "c.npy"
-    proc = run_mpi(procs, *app_cmd("matmul", "--n", "61", "--reps", "5", "--seed", "3", "--out", str(out)),
-                   env=MPI_ENV, timeout=120)
+    proc = mpi.run(procs, *app_cmd("matmul", "--n", "61", "--reps", "5", "--seed", "3", "--out", str(out),
+                                   python=mpi.python), env=MPI_ENV, timeout=120)
     assert rel_err(np.load(out), matmul.reference(61, 5, 3)) < 1e-10
     assert f"procs={procs}" in proc.stdout
 
 
-def test_uneven_3_to_5_to_2(tmp_path):
+def test_uneven_3_to_5_to_2(mpi, tmp_path):
     out, stats = tmp_path / "c.npy", tmp_path / "s.json"
     plan = [{"at_probe": 3, "procs": 5}, {"at_probe": 6, "procs": 2}]
-    cmd = app_cmd("matmul", "--n", "67", "--reps", "8", "--out", str(out), "--stats", str(stats))
-    malleable_run(3, cmd, plan)
+    cmd = app_cmd("matmul", "--n", "67", "--reps", "8", "--out", str(out), "--stats", str(stats), python=mpi.python)
+    malleable_run(3, cmd, plan, mpi=mpi)
     assert rel_err(np.load(out), matmul.reference(67, 8, 0)) < 1e-10
     s = load_stats(stats)
     assert sizes(s, "multiply") == [3, 5, 2] and len(s["adaptations"]) == 2
 
 
-def test_anchor_1_to_4_to_1(tmp_path):
+def test_anchor_1_to_4_to_1(mpi, tmp_path):
     out = tmp_path / "c.npy"
     plan = [{"at_probe": 2, "procs": 4}, {"at_probe": 4, "procs": 1}]
-    malleable_run(1, app_cmd("matmul", "--n", "50", "--reps", "5", "--seed", "9", "--out", str(out)), plan)
+    malleable_run(1, app_cmd("matmul", "--n", "50", "--reps", "5", "--seed", "9", "--out", str(out),
+                             python=mpi.python), plan, mpi=mpi)
     assert rel_err(np.load(out), matmul.reference(50, 5, 9)) < 1e-10
 
 

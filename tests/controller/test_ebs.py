@@ -147,3 +147,18 @@ def test_w1_egs_pwma_timeline():
     assert (t3, "R", 4, 8) in ev and (t3, "S", 5, 8) in ev           # job 5 starts after job 4 reduced to 8
     assert r.start[4] == t3
     assert summary(r)["makespan"] == pytest.approx(1500, rel=0.05)
+
+
+def test_a_job_declared_constraint_is_honoured():
+    """A job submitted with --constraint pof2 grows only to powers of two under FPSMA, whatever the config."""
+    from malleable.controller.sched import EBS, EBSConfig, Job, JobKind, RunningJob, Snapshot
+
+    job = Job(1, 0.0, 2, 1000.0, JobKind.MALLEABLE, 1, 8, constraint="pof2")
+    r = RunningJob(job, (0, 1), 2, 0.0, 0.0, 0.0, 1000.0)
+    snap = Snapshot(0.0, tuple(range(8)), (2, 3, 4, 5, 6), (r,), ())
+    out = EBS(EBSConfig(management="prma", strategy="fpsma"))(snap, 0.0)
+    assert [len(d.nodes) for d in out] == [4]                    # 2 + 5 idle = 7 is not a power of two: 4
+    free = EBS(EBSConfig(management="prma", strategy="fpsma"))(
+        Snapshot(0.0, tuple(range(8)), (2, 3, 4, 5, 6), (RunningJob(Job(1, 0.0, 2, 1000.0, JobKind.MALLEABLE, 1, 8),
+                                                                    (0, 1), 2, 0.0, 0.0, 0.0, 1000.0),), ()), 0.0)
+    assert [len(d.nodes) for d in free] == [7]                   # without the declaration: all it can get

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
@@ -17,7 +16,8 @@ def test_dry_run_builds_one_anchor_with_the_job_in_its_environment(capsys, tmp_p
     hf = tmp_path / "hosts"
     hf.write_text("# cluster\nnode1:2\nnode2\n")
     assert main(["run", "-n", "4", "--hostfile", str(hf), "--plan", '[{"at_probe": 2, "procs": 2}]',
-                 "--timeout", "9", "--launcher-exec", "/x/netns-launch", "--dry-run", "--", "python", "app.py"]) == 0
+                 "--timeout", "9", "--launcher-exec", "/x/netns-launch", "--max-procs-per-host", "4", "--dry-run",
+                 "--", "python", "app.py"]) == 0
     out = capsys.readouterr().out.split()
     assert out[out.index("-n") + 1] == "1" and out[-2:] == ["python", "app.py"]
     assert out[out.index("-hosts") + 1] == "node1"
@@ -39,11 +39,11 @@ def test_refusals_are_clear(args, message, capsys):
     assert message in capsys.readouterr().err
 
 
-def test_run_starts_anchor_and_spawns_the_rest_locally():
+def test_run_starts_anchor_and_spawns_the_rest_locally(mpi):
     plan = [{"at_probe": 2, "procs": 1}]
     env = dict(os.environ, **MPI_ENV, PROG_ITERS="3")
-    proc = subprocess.run([sys.executable, "-m", "malleable", "run", "-n", "3", "--plan", json.dumps(plan), "--",
-                           sys.executable, str(PROG)], capture_output=True, text=True, timeout=120, env=env)
+    proc = subprocess.run([mpi.python, "-m", "malleable", "run", "-n", "3", "--plan", json.dumps(plan), "--",
+                           mpi.python, str(PROG)], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
     rows = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith('{"probe"')]
     assert [r["size"] for r in rows] == [3, 1, 1] and all(r["ok"] for r in rows)

@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_mpi
 from tests.runtime._helpers import MPI_ENV
 
 PROG = Path(__file__).parent / "progs" / "epop_prog.py"
 
 
-def test_synthetic_program_expand_then_shrink():
+def test_synthetic_program_expand_then_shrink(mpi):
     # work runs 4 iterations twice (probes 1-8): 2 -> 3 before iteration 2 of the first visit,
     # 3 -> 2 before iteration 1 of the second; the joiner crosses the branch, then leaves.
     plan = [{"at_probe": 3, "procs": 3}, {"at_probe": 6, "procs": 2}]
-    proc = run_mpi(2, sys.executable, str(PROG), env=dict(MPI_ENV, MALLEABLE_PLAN=json.dumps(plan)), timeout=150)
+    proc = mpi.run(2, mpi.python, str(PROG), env=dict(MPI_ENV, MALLEABLE_PLAN=json.dumps(plan)), timeout=150)
     lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
     assert len(lines) == 3
     base = [x for x in lines if not x["left"]]

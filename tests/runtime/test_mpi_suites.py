@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, run_mpi
+from tests.conftest import REPO
 
 SUITE = Path(__file__).parent / "mpi"
 
 
 @pytest.mark.parametrize("n", [2, 5])
-def test_redistribution_suite_under_mpiexec(n):
-    proc = run_mpi(n, sys.executable, "-m", "pytest", "--with-mpi", "-q", "-p", "no:cacheprovider", str(SUITE),
-                   env={"MPIR_CVAR_CH4_NETMOD": "ofi"}, timeout=240, cwd=str(REPO), check=False)
+def test_redistribution_suite_under_mpiexec(mpi, n):
+    proc = mpi.run(n, mpi.python, "-m", "pytest", "--with-mpi", "-q", "-p", "no:cacheprovider", str(SUITE),
+                   timeout=240, cwd=str(REPO), check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     passed = [int(m) for m in re.findall(r"(\d+) passed", proc.stdout)]

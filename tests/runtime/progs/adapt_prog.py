@@ -3,20 +3,32 @@
 Rank 0 prints one line per iteration: {"probe", "size", "hosts", "pids", "fds", "ok"} and one line per
 adaptation {"report": ...,"left_pids": [...], "left_alive": [...]}. ``ok`` says the distributed array
 still equals the reference. Env: PROG_ITERS (default 12), PROG_DIE_JOINER=1 kills the first joiner of
-the first expansion before it reports in, PROG_COLS (array columns, default 5).
+the first expansion before it reports in, PROG_COLS (array columns, default 5). Faults: PROG_KILL_JOINER (SIGKILL
+before reporting in), PROG_STOP_JOINER (SIGSTOP after the handshake), PROG_SLOW_JOINER (sleep before MPI_Init),
+PROG_EXIT_RANK/PROG_EXIT_CODE (that rank ends with sys.exit(code)).
 """
 
 import json
 import os
+import signal
 import socket
 import sys
+import time
 
-import numpy as np
-import psutil
-from mpi4py import MPI
+_slow = os.environ.get("PROG_SLOW_JOINER")  # "marker:seconds": joiners sleep before MPI_Init (a slow spawn)
+if _slow:
+    _path, _secs = _slow.rsplit(":", 1)
+    try:
+        os.close(os.open(_path, os.O_CREAT | os.O_EXCL))  # the first process (the anchor) makes the marker
+    except FileExistsError:
+        time.sleep(float(_secs))
 
-from malleable import runtime as mr
-from malleable.errors import AdaptError
+import numpy as np  # noqa: E402
+import psutil  # noqa: E402
+from mpi4py import MPI  # noqa: E402
+
+from malleable import runtime as mr  # noqa: E402
+from malleable.errors import AdaptError  # noqa: E402
 
 ITERS = int(os.environ.get("PROG_ITERS", "12"))
 N, COLS = 37, int(os.environ.get("PROG_COLS", "5"))
@@ -44,7 +56,7 @@ def _netns_pids(host, freed):
 def _of_this_job(pid):
     """Whether ``pid`` descends from this job's mpiexec (other test sessions may use the same hosts)."""
     me = psutil.Process()
-    launcher = next((p.pid for p in me.parents() if p.name().startswith("mpiexec")), None)
+    launcher = next((p.pid for p in me.parents() if p.name().startswith(("mpiexec", "prterun"))), None)
     try:
         return launcher is None or launcher in {p.pid for p in psutil.Process(pid).parents()}
     except psutil.NoSuchProcess:
@@ -65,8 +77,50 @@ if _marker and MPI.Comm.Get_parent() != MPI.COMM_NULL and MPI.COMM_WORLD.rank ==
         os._exit(1)
     except FileExistsError:
         pass
+_kill = os.environ.get("PROG_KILL_JOINER")  # the first joiner dies by SIGKILL before it reports in
+if _kill and MPI.Comm.Get_parent() != MPI.COMM_NULL and MPI.COMM_WORLD.rank == 0:
+    try:
+        os.close(os.open(_kill, os.O_CREAT | os.O_EXCL))
+        os.kill(os.getpid(), signal.SIGKILL)
+    except FileExistsError:
+        pass
+
+class Decisions:
+    """A decision source that is not a plan (like a controller's): its sizes are not checked at init_adapt."""
+
+    local = True
+
+    def __init__(self, steps):
+        self.steps = {s["at_probe"]: mr.Decision(s["procs"], tuple(s.get("hosts", ()))) for s in steps}
+
+    def poll(self, probe):
+        return self.steps.get(probe)
+
+    def refused(self, decision, reason):
+        emit({"refused": reason, "procs": decision.procs})  # called on world rank 0
+
+    def started(self, layout):
+        pass
+
+    def committed(self, report, layout):
+        pass
+
+    def progress(self, phase, data):
+        pass
+
 
 status = mr.init_adapt()
+if os.environ.get("PROG_DECISIONS"):
+    mr.set_source(Decisions(json.loads(os.environ["PROG_DECISIONS"])))
+_stop = os.environ.get("PROG_STOP_JOINER")  # the first joiner stops (SIGSTOP) after its handshake; pid in the file
+if _stop and status is mr.Status.JOINING:
+    try:
+        fd = os.open(_stop, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        os.kill(os.getpid(), signal.SIGSTOP)
+    except FileExistsError:
+        pass
 local = None
 if status is mr.Status.NEW:
     w = mr.world()
@@ -77,17 +131,26 @@ if status is mr.Status.JOINING:
     old = win.staying + win.leaving
     local = mr.redistribute(None, REF.shape, REF.dtype, old, win.staying + win.joining, win.new_world)
     mr.adapt_commit()
+_req = os.environ.get("PROG_REQUEST")  # "rank:probe:procs:min:max" (0: not given): that rank asks at that probe
 while True:
+    if _req:
+        r_rank, r_probe, r_procs, r_min, r_max = (int(x) for x in _req.split(":"))
+        if mr.world().rank == r_rank and mr.probe_count() == r_probe:
+            mr.request_adapt(procs=r_procs or None, min=r_min or None, max=r_max or None)
     # a joiner's first probe stands for the one its parents made (the runtime makes it a no-op)
     pending, st, info = mr.probe_adapt()
+    if "request" in info and mr.world().rank == 0:
+        emit({"answer": info["request"], "at": mr.probe_count(), "reason": info.get("reason", ""),
+              "procs": info.get("procs")})
     if pending:
         w0 = mr.world()
         pids_before = w0.gather(os.getpid())
+        t_begin = time.monotonic()
         try:
             win = mr.adapt_begin()
         except AdaptError as e:
             if w0.rank == 0:
-                emit({"adapt_error": str(e), "type": type(e).__name__})
+                emit({"adapt_error": str(e), "type": type(e).__name__, "seconds": time.monotonic() - t_begin})
             win = None
         if win is not None:
             span = mr.span_comm(win)
@@ -105,10 +168,14 @@ while True:
                 on_hosts = {h: _netns_pids(h, rep.freed_hosts)
                             for h in os.environ.get("PROG_CHECK_HOSTS", "").split(",") if h}
                 emit({"report": {"kind": rep.kind, "old": rep.old_size, "new": rep.new_size,
-                                 "seconds": rep.seconds, "freed": list(rep.freed_hosts), "idle": rep.idle},
+                                 "seconds": rep.seconds, "freed": list(rep.freed_hosts), "idle": rep.idle,
+                                 "background": rep.background, "probe": mr.probe_count()},
                       "left_pids": left, "left_alive": alive, "host_pids": on_hosts})
+    time.sleep(float(os.environ.get("PROG_SLEEP", "0")))
     it = mr.probe_count()
     if it > ITERS:
+        if mr.world().rank == int(os.environ.get("PROG_EXIT_RANK", "-1")):
+            sys.exit(int(os.environ.get("PROG_EXIT_CODE", "3")))
         break
     w = mr.world()
     total = w.allreduce(1)

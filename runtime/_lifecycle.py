@@ -1,0 +1,165 @@
+"""The ends of a process's time in the job: leaving after a shrink, the job's end, unhandled errors, and pauses.
+
+``at_exit`` runs at interpreter exit: a spawned process reports its ``sys.exit`` status to rank 0 (the job ends with
+the first non-zero one, whichever rank it came from), the spawn group meets, what failed expansions left behind is
+settled (no thread may be inside MPI at ``MPI_Finalize``), and the process ends with the job's status.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import functools
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from mpi4py import MPI
+
+from malleable.errors import AdaptTimeout
+from malleable.runtime import _mpi, _spawn
+from malleable.runtime._types import Pause, ProbeResult, Resume, Status
+from malleable.runtime._waits import wait_request
+
+__all__ = ["at_exit", "exit_status", "group_exit_barrier", "install_hooks", "leave", "pause", "progress"]
+
+log = logging.getLogger(__name__)
+
+
+def progress() -> None:
+    """Let the MPI library move pending traffic (a nonblocking probe runs its progress engine)."""
+    MPI.COMM_WORLD.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)
+
+
+def leave() -> None:
+    """Leaving side of a shrink: wait for the rest of the spawn group, then finalize MPI."""
+    group_exit_barrier(timeout=None)
+    MPI.Finalize()
+
+
+def group_exit_barrier(timeout: float | None) -> None:
+    """All members of this process's spawn group (its MPI_COMM_WORLD) meet here before finalizing."""
+    wait_request(MPI.COMM_WORLD.Ibarrier(), timeout, "rest of the spawn group to leave", cap=0.05)
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def at_exit(rt: Any) -> None:
+    """The job's end on this process (an ``atexit`` handler): report the exit status to rank 0, meet the spawn
+    group, settle what failed expansions left, and end with the job's status."""
+    if rt is not None and rt.finished:
+        # A leaver: its host is free only once the process is gone, and the interpreter's teardown
+        # (hundreds of ms with numpy loaded, on a busy node) is of no use to anybody: end here with
+        # the C library's exit(), which still runs the MPI library's own exit handlers (os._exit
+        # would skip them, and hydra then takes the process for a crashed one).
+        _flush()
+        ctypes.CDLL(None).exit(0)
+    if rt is None or MPI.Is_finalized():
+        return
+    code = rt.exit_code
+    if rt.background is not None:  # an expansion still being prepared: its joiners must exit
+        rt.background.abandon()
+    elif rt.prepared is not None:
+        _spawn.parent_go(rt.world, rt.prepared.inters, False)
+    if rt.alive_fd is not None:  # a spawned process: rank 0 gives the job this status if it is the first error
+        try:
+            os.write(rt.alive_fd, f"exit {code}\n".encode())
+        except OSError:
+            pass
+    try:
+        group_exit_barrier(timeout=rt.timeout * 10)
+    except AdaptTimeout:
+        log.warning("members of this process's spawn group never reached the end; finalizing anyway")
+    if rt.listener is not None:
+        bad = [c for c in rt.listener.collect_exits(rt.timeout, progress=progress) if c]
+        if bad and not code:
+            log.error("a spawned process of the job exited with status %d; so does the job", bad[0])
+            code = bad[0]
+    if not rt.leftovers.settle(rt.timeout):
+        log.error("a spawn of a failed expansion is still inside MPI; ending without MPI_Finalize")
+        _flush()
+        os._exit(code or 1)
+    if rt.leftovers.stale and not _mpi.current().finalize_after_failed_spawn:
+        _flush()
+        os._exit(code)  # finalizing would wait for the dead or stopped joiners forever
+    if rt.alive_fd is not None:
+        code = 0  # a spawned process: rank 0 ends the job with its status (launchers differ on spawned ones)
+    if code and rt.listener is not None:
+        # a failing job's status must not reach the launcher while spawned processes still run (some launchers
+        # then kill them and report their own status): finalize, wait until they are gone, then exit
+        MPI.Finalize()
+        try:
+            rt.listener.wait_gone(rt.listener.gids(), rt.timeout)
+        except AdaptTimeout as e:
+            log.warning("%s", e)
+    if rt.listener is not None:
+        rt.listener.close()
+    if code != rt.exit_code or MPI.Is_finalized():  # end with another status than sys.exit's
+        if not MPI.Is_finalized():
+            MPI.Finalize()
+        _flush()
+        ctypes.CDLL(None).exit(code)
+
+
+def exit_status(arg: Any) -> int:
+    """The process status ``sys.exit(arg)`` gives."""
+    if arg is None:
+        return 0
+    if isinstance(arg, int):
+        return arg & 0xFF
+    return 1
+
+
+def _excepthook(state: Callable[[], Any], etype: type[BaseException], value: BaseException, tb: Any) -> None:
+    sys.__excepthook__(etype, value, tb)
+    rt = state()
+    if rt is not None and not rt.finished and not MPI.Is_finalized() and etype is not KeyboardInterrupt:
+        comm = rt.world if rt.world is not None else MPI.COMM_WORLD
+        sys.stderr.write(f"malleable: unhandled {etype.__name__} on rank {comm.rank}; aborting the job\n")
+        sys.stderr.flush()
+        comm.Abort(1)
+
+
+def install_hooks(state: Callable[[], Any]) -> None:
+    """Install the process-wide hooks once per process; ``state()`` gives the runtime's state (or None)."""
+    atexit.register(lambda: at_exit(state()))
+    plain_exit = sys.exit
+
+    def recording_exit(arg: Any = None) -> None:
+        """``sys.exit`` that records the status, so rank 0 can make it the job's (see at_exit)."""
+        rt = state()
+        if rt is not None:
+            rt.exit_code = exit_status(arg)
+        plain_exit(arg)
+
+    sys.exit = recording_exit
+    if os.environ.get("MALLEABLE_ABORT_ON_ERROR", "1") != "0":
+        sys.excepthook = functools.partial(_excepthook, state)
+
+
+def pause(rt: Any, p: Pause) -> ProbeResult:
+    """Every rank waits here without using the CPU until the pause ends (rank 0 decides when; the others sleep in
+    a barrier polled every 50 ms)."""
+    t0 = time.monotonic()
+    if rt.world.rank == 0:
+        log.info("job paused at probe %d (%s)", rt.probes, f"{p.seconds:g} s" if p.seconds else "until resumed")
+        deadline = None if p.seconds is None else t0 + p.seconds
+        while deadline is None or time.monotonic() < deadline:
+            if not rt.source.local and isinstance(rt.source.poll(rt.probes), Resume):
+                break
+            time.sleep(0.05 if deadline is None else min(0.05, max(0.0, deadline - time.monotonic())))
+    wait_request(rt.world.Ibarrier(), None, "the end of the pause", cap=0.05)
+    paused = time.monotonic() - t0
+    if rt.world.rank == 0:
+        log.info("job resumed after %.2f s", paused)
+        rt.source.progress("pause", {"paused_seconds": paused, "probe": rt.probes})
+    return ProbeResult(False, Status.STAYING, {"paused": paused, "probe": rt.probes})

@@ -1,0 +1,161 @@
+"""The MPI implementation under the runtime: one small backend module per implementation, one registry.
+
+What differs between MPICH, Open MPI and Intel MPI (launcher flags, the environment a job needs, spawn
+info keys, how communicators spanning spawn groups are released, what a dying joiner does to the job) lives
+in ``_mpi_mpich``, ``_mpi_openmpi`` and ``_mpi_impi``. Inside a job the backend is chosen from
+``MPI.Get_library_version()``; a launcher (``malleable run``, tests, benchmarks) chooses it from the
+``mpiexec --version`` banner, without initialising MPI. ``MALLEABLE_MPI`` (``mpich``, ``openmpi``,
+``impi``) overrides both.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from malleable.errors import ConfigError
+
+__all__ = ["Backend", "LaunchSpec", "backend_named", "current", "detect", "for_mpiexec", "names"]
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSpec:
+    """What to start: ``n`` copies of ``cmd`` on ``hosts`` (round robin; empty: this host), with ``env``."""
+
+    n: int
+    cmd: tuple[str, ...]
+    hosts: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    launcher_exec: str | None = None
+    keep_going: bool = False   # a spawned process that dies must not end the job
+    extra: tuple[str, ...] = ()
+
+
+class Backend:
+    """Behaviour of one MPI implementation; subclasses override what differs. Stateless.
+
+    Attributes:
+        name: registry name (``mpich``, ``openmpi``, ``impi``).
+        banner: text identifying the implementation in ``MPI.Get_library_version()`` and ``mpiexec --version``.
+        survives_joiner_signal: whether a joiner killed by a signal leaves the rest of the job running.
+        finalize_after_failed_spawn: whether ``MPI_Finalize`` returns after an expansion abandoned dead or stopped
+            joiners (else the process ends without it).
+        finalize_on_give_up: whether a joiner whose expansion failed calls ``MPI_Finalize`` before exiting (the
+            launchers take a process that exits without it for a failed one), or must exit without it.
+        spawn_across_hosts: whether ``MPI_Comm_spawn`` can place processes on another host than the spawning one.
+        concurrent_spawn: whether other threads' MPI calls go on while one thread is inside ``MPI_Comm_spawn``
+            (else a spawn that hangs delays the failure past the timeout by its own length, and an expansion
+            cannot overlap computation).
+    """
+
+    name = ""
+    banner = ""
+    survives_joiner_signal = False
+    finalize_after_failed_spawn = True
+    finalize_on_give_up = True
+    concurrent_spawn = True
+    spawn_across_hosts = True
+
+    def matches(self, text: str) -> bool:
+        """Whether a library-version or launcher banner names this implementation."""
+        return self.banner in text
+
+    def job_env(self, hosts: Sequence[str] = ()) -> dict[str, str]:
+        """Variables every process of a malleable job needs (a user's own setting of them wins)."""
+        return {}
+
+    def launch_argv(self, mpiexec: str, spec: LaunchSpec) -> list[str]:
+        """argv of the launcher for ``spec``."""
+        raise NotImplementedError
+
+    def spawn_info(self, host: str | None) -> dict[str, str]:
+        """MPI info keys placing one spawn group on ``host`` (None: wherever the launcher wants)."""
+        return {"host": host} if host else {}
+
+    def release(self, comm: Any) -> None:
+        """Release a communicator that spans several spawn groups, so each group can finalize alone."""
+        comm.Disconnect()
+
+
+def _registry() -> dict[str, Backend]:
+    from malleable.runtime._mpi_impi import IntelMPI
+    from malleable.runtime._mpi_mpich import MPICH
+    from malleable.runtime._mpi_openmpi import OpenMPI
+
+    return {b.name: b for b in (MPICH(), OpenMPI(), IntelMPI())}
+
+
+@functools.cache
+def _backends() -> dict[str, Backend]:
+    return _registry()
+
+
+def names() -> list[str]:
+    """Registered backend names."""
+    return list(_backends())
+
+
+def backend_named(name: str) -> Backend:
+    """The backend called ``name``.
+
+    Raises:
+        ConfigError: no such backend.
+    """
+    try:
+        return _backends()[name]
+    except KeyError:
+        raise ConfigError(f"unknown MPI implementation {name!r}; known: {', '.join(names())}") from None
+
+
+def detect(text: str) -> Backend:
+    """The backend whose banner appears in ``text`` (Intel MPI is tested before MPICH, whose ABI it shares).
+
+    Raises:
+        ConfigError: no backend recognises the text.
+    """
+    forced = os.environ.get("MALLEABLE_MPI")
+    if forced:
+        return backend_named(forced)
+    for b in _backends().values():
+        if b.name != "mpich" and b.matches(text):
+            return b
+    if _backends()["mpich"].matches(text):
+        return _backends()["mpich"]
+    raise ConfigError(f"unsupported MPI implementation: {text.strip().splitlines()[0] if text.strip() else '?'!r}")
+
+
+def current() -> Backend:
+    """The backend of the MPI library loaded in this process (imports ``mpi4py.MPI``)."""
+    from mpi4py import MPI
+
+    return _by_library(MPI.Get_library_version())
+
+
+@functools.cache
+def _by_library(version: str) -> Backend:
+    return detect(version)
+
+
+def for_mpiexec(mpiexec: str) -> Backend:
+    """The backend of a launcher, from its ``--version`` banner (cached per path; MPI is not initialised).
+
+    Raises:
+        ConfigError: the launcher cannot run or is not recognised.
+    """
+    forced = os.environ.get("MALLEABLE_MPI")
+    if forced:
+        return backend_named(forced)
+    return detect(_banner(mpiexec))
+
+
+@functools.cache
+def _banner(mpiexec: str) -> str:
+    try:
+        out = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ConfigError(f"cannot run {mpiexec} --version: {e}") from None
+    return out.stdout + out.stderr

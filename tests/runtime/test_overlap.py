@@ -1,0 +1,58 @@
+"""Expansion that overlaps computation: the job keeps iterating while the new processes start, results stay exact."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import numpy as np
+
+from malleable.apps import jacobi
+from malleable.runtime._mpi import backend_named
+from tests.runtime._helpers import MPI_ENV, run_prog
+
+OVERLAP = {"MALLEABLE_OVERLAP": "1", "PROG_SLEEP": "0.05"}
+
+
+def test_job_computes_while_the_expansion_is_prepared(mpi):
+    plan = [{"at_probe": 2, "procs": 3}, {"at_probe": 80, "procs": 1}]
+    rows, reports, errors, _ = run_prog(mpi, 1, plan, iters=84, env=OVERLAP)
+    assert not errors and all(r["ok"] for r in rows)  # the distributed array equals the reference throughout
+    assert len(reports) == 2, reports
+    expand, shrink = (r["report"] for r in reports)
+    assert (expand["kind"], expand["old"], expand["new"]) == ("expand", 1, 3)
+    if backend_named(mpi.name).concurrent_spawn:
+        # the decision came at probe 2; the processes joined later, after iterations done in the meantime
+        assert expand["probe"] > 3, expand
+        assert expand["background"] > 0 and expand["seconds"] < expand["background"], expand
+        assert [r["size"] for r in rows if r["probe"] < expand["probe"]] == [1] * (expand["probe"] - 1)
+    else:  # a spawn holds the MPI library's lock (Intel MPI): the expansion is synchronous
+        assert expand["probe"] == 2 and expand["background"] == 0
+    assert [r["size"] for r in rows if expand["probe"] <= r["probe"] < 80] == [3] * (80 - expand["probe"])
+    assert shrink["new"] == 1 and reports[1]["left_alive"] == [] and len(reports[1]["left_pids"]) == 2
+
+
+def test_failed_background_expansion_leaves_the_job_going(mpi, tmp_path):
+    plan = [{"at_probe": 2, "procs": 3}]
+    env = dict(OVERLAP, PROG_DIE_JOINER=str(tmp_path / "died"), MALLEABLE_ADAPT_TIMEOUT="4")
+    rows, reports, errors, proc = run_prog(mpi, 1, plan, iters=120, env=env, check=False, keep_going=True)
+    assert [r["size"] for r in rows] == [1] * 120 and all(r["ok"] for r in rows)
+    assert reports == [] and (errors or backend_named(mpi.name).concurrent_spawn)
+
+
+def test_jacobi_overlapped_is_bit_exact(mpi, tmp_path):
+    out, stats = tmp_path / "u.npy", tmp_path / "s.json"
+    plan = [{"at_probe": 3, "procs": 3}, {"at_probe": 4900, "procs": 2}]  # seconds after the spawn
+    env = dict(os.environ, **MPI_ENV, MALLEABLE_OVERLAP="1")
+    proc = subprocess.run([mpi.python, "-m", "malleable", "run", "-n", "1", "--plan", json.dumps(plan), "--",
+                           mpi.python, "-m", "malleable.apps.jacobi", "--n", "256", "--iters", "5000",
+                           "--out", str(out), "--stats", str(stats)],
+                          capture_output=True, text=True, timeout=180, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert np.array_equal(np.load(out), jacobi.reference(256, 5000))
+    s = json.loads(stats.read_text())
+    kinds = [(a["kind"], a["old_size"], a["new_size"]) for a in s["adaptations"]]
+    assert kinds == [("expand", 1, 3), ("shrink", 3, 2)]
+    if backend_named(mpi.name).concurrent_spawn:
+        assert s["adaptations"][0]["iteration"] > 2  # iterations went on while the processes started
