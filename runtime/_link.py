@@ -24,7 +24,6 @@ import zmq
 
 from malleable._secret import load_credential
 from malleable.controller.daemon import _protocol as P
-from malleable.controller.daemon._client import prepare_socket
 from malleable.errors import ConfigError, MalleableError
 from malleable.runtime._layout import Layout
 from malleable.runtime._requests import AdaptRequest, Refusal
@@ -56,7 +55,7 @@ class ControllerSource:
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.SNDHWM, 100)
         self.sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
-        prepare_socket(self.sock, token)  # frame limit; CURVE when MALLEABLE_ENCRYPT is on
+        P.prepare_socket(self.sock, token)  # frame limit; CURVE when MALLEABLE_ENCRYPT is on
         self.sock.connect(address)
         self._ids = itertools.count(1)
         self._poll_rid = 0            # id of the outstanding poll (0: none)

@@ -13,14 +13,14 @@ from typing import Any
 import zmq
 
 from malleable._secret import Credential, load_credential, user_key_path
-from malleable._wire import encryption_wanted, limit_frames, secure_socket
 from malleable.errors import AuthError, ConfigError, MalleableError, ProtocolError, Refusal, ReplayError, UnknownJob
 
 from . import _protocol as P
 from ._access import secret_looking
 from ._paths import addr_file, default_state
+from ._protocol import SERVER_KEY_ENV, prepare_socket
 
-__all__ = ["MAX_FRAME", "SERVER_KEY_ENV", "Client", "ControllerUnavailable", "find_address", "prepare_socket"]
+__all__ = ["Client", "ControllerUnavailable", "find_address"]
 
 _ERRORS: dict[str, type[MalleableError]] = {
     "UnknownJob": UnknownJob,
@@ -29,14 +29,6 @@ _ERRORS: dict[str, type[MalleableError]] = {
     "ReplayError": ReplayError,
     "ProtocolError": ProtocolError,
 }
-
-SERVER_KEY_ENV = "MALLEABLE_CONTROLLER_CURVE"
-"""The daemon's CURVE public key (Z85), for clients without the operator's secret when encryption is on."""
-
-MAX_FRAME = 4 << 20
-"""Largest frame a controller socket accepts (zmq ``MAXMSGSIZE``, before authentication): a header is at most
-1 MiB (``malleable._wire.MAX_HEADER``), so 4 MiB leaves slack and stops a peer from making a socket buffer more."""
-
 
 class ControllerUnavailable(MalleableError):
     """No controller answered (not started, wrong address, or stopped)."""
@@ -66,26 +58,6 @@ def _locate(address: str | None, state: str | None) -> tuple[str, dict[str, Any]
     except (OSError, ValueError, KeyError, TypeError):
         raise ControllerUnavailable(f"no controller running for state {st} (start one with 'malleable "
                                     "controller start', or give --controller ADDR)") from None
-
-
-def prepare_socket(sock: zmq.Socket[Any], key: Credential | bytes, server_key: str | None = None) -> None:
-    """Set up a client socket to the daemon before it connects: the frame limit, and CURVE encryption when
-    ``MALLEABLE_ENCRYPT`` is on (the daemon's public key: ``server_key``, else ``MALLEABLE_CONTROLLER_CURVE``,
-    else derived from the operator's secret).
-
-    Raises:
-        ConfigError: encryption is on and a user's or job's key does not know the daemon's public key.
-    """
-    if isinstance(key, bytes):
-        key = Credential("", key)
-    limit_frames(sock, MAX_FRAME)
-    if not encryption_wanted():
-        return
-    server_key = server_key or os.environ.get(SERVER_KEY_ENV) or None
-    if server_key is None and key.key_id:
-        raise ConfigError(f"encryption is on (MALLEABLE_ENCRYPT) but the controller's public key is unknown: set "
-                          f"{SERVER_KEY_ENV} (shown by 'malleable controller status' as 'curve')")
-    secure_socket(sock, None if key.key_id else key.secret, server=False, encrypt=True, server_key=server_key)
 
 
 class Client:

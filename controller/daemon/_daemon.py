@@ -47,7 +47,6 @@ from malleable.errors import AuthError, ConfigError, MalleableError, ProtocolErr
 from . import _protocol as P
 from ._access import authorize, principal_of
 from ._cgroup import JobCgroups
-from ._client import MAX_FRAME
 from ._core import Core, CoreConfig
 from ._events import (
     PERSIST,
@@ -197,7 +196,7 @@ class Daemon(DaemonViews):
         s = self.ctx.socket(zmq.ROUTER)
         s.setsockopt(zmq.LINGER, 0)
         s.setsockopt(zmq.ROUTER_HANDOVER, 1)
-        limit_frames(s, MAX_FRAME)
+        limit_frames(s, P.MAX_FRAME)
         secure_socket(s, self.token, server=True)
         try:
             if port:

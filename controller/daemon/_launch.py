@@ -23,8 +23,8 @@ from malleable._secret import KEY_ENV, Credential
 from malleable.launch import find_mpiexec
 
 from ._access import secret_looking
-from ._client import SERVER_KEY_ENV
 from ._hostpool import TAG_VAR, HostPool
+from ._protocol import SERVER_KEY_ENV
 from ._store import JobRec
 
 __all__ = ["SHEPHERD", "job_argv", "job_env", "rc_path", "read_rc", "start_job", "stop_job"]

@@ -29,18 +29,33 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar, dataclass_transform
 
+import zmq
+
 from malleable._secret import Credential
-from malleable._wire import Keyring, MessageTypes, Wire, check_fields, pack, unpack
+from malleable._wire import (
+    Keyring,
+    MessageTypes,
+    Wire,
+    check_fields,
+    encryption_wanted,
+    limit_frames,
+    pack,
+    secure_socket,
+    unpack,
+)
 from malleable.controller.sched._speedup import SPEEDUP_MODELS, parse_speedup
-from malleable.errors import ProtocolError
+from malleable.errors import ConfigError, ProtocolError
 
 __all__ = [
     "CONSTRAINTS",
+    "MAX_FRAME",
+    "SERVER_KEY_ENV",
     "SPEEDUP_MODELS",
     "STATES",
     "VERSION",
@@ -74,6 +89,7 @@ __all__ = [
     "encode_keyed",
     "encode",
     "parse_speedup",
+    "prepare_socket",
 ]
 
 VERSION = 2             # 2: submit carries speedup, constraint and user; history carries filters
@@ -346,6 +362,35 @@ class Progress(Message):
     job_id: int
     phase: str
     data: dict
+
+
+# ------------------------------------------------------------------------------------------- sockets
+SERVER_KEY_ENV = "MALLEABLE_CONTROLLER_CURVE"
+"""The daemon's CURVE public key (Z85), for clients without the operator's secret when encryption is on."""
+
+MAX_FRAME = 4 << 20
+"""Largest frame a controller socket accepts (zmq ``MAXMSGSIZE``, before authentication): a header is at most
+1 MiB (``malleable._wire.MAX_HEADER``), so 4 MiB leaves slack and stops a peer from making a socket buffer more."""
+
+
+def prepare_socket(sock: zmq.Socket[Any], key: Credential | bytes, server_key: str | None = None) -> None:
+    """Set up a client socket to the daemon before it connects: the frame limit, and CURVE encryption when
+    ``MALLEABLE_ENCRYPT`` is on (the daemon's public key: ``server_key``, else ``MALLEABLE_CONTROLLER_CURVE``,
+    else derived from the operator's secret).
+
+    Raises:
+        ConfigError: encryption is on and a user's or job's key does not know the daemon's public key.
+    """
+    if isinstance(key, bytes):
+        key = Credential("", key)
+    limit_frames(sock, MAX_FRAME)
+    if not encryption_wanted():
+        return
+    server_key = server_key or os.environ.get(SERVER_KEY_ENV) or None
+    if server_key is None and key.key_id:
+        raise ConfigError(f"encryption is on (MALLEABLE_ENCRYPT) but the controller's public key is unknown: set "
+                          f"{SERVER_KEY_ENV} (shown by 'malleable controller status' as 'curve')")
+    secure_socket(sock, None if key.key_id else key.secret, server=False, encrypt=True, server_key=server_key)
 
 
 # ------------------------------------------------------------------------------------------- codec
