@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from malleable.runtime._types import Decision
+from malleable.runtime._types import Resize
 
 __all__ = ["AdaptRequest", "Refusal", "check_request", "drain", "grant", "send"]
 
@@ -65,9 +65,9 @@ def check_request(procs: int | None, min_procs: int | None, max_procs: int | Non
     return AdaptRequest(procs or 0, min_procs or 0, max_procs or 0, rank)
 
 
-def grant(req: AdaptRequest) -> Decision:
+def grant(req: AdaptRequest) -> Resize:
     """What a plan grants: ``procs``, else the largest size the request accepts (``max``, else ``min``)."""
-    return Decision(req.procs or req.max_procs or req.min_procs)
+    return Resize(req.procs or req.max_procs or req.min_procs)
 
 
 def send(comm: Any, req: AdaptRequest) -> Any:
