@@ -37,6 +37,7 @@ def request_adapt(procs: int | None = None, min: int | None = None, max: int | N
     else:
         rt.req_sends = [r for r in rt.req_sends if not r.Test()]
         rt.req_sends.append(_requests.send(rt.req_comm, req))
+        rt.req_sent += 1
 
 
 def register(name: str, local: Any, dist: str = "block", axis: int = 0, block: int = 1) -> None:

@@ -75,12 +75,13 @@ def send(comm: Any, req: AdaptRequest) -> Any:
     return comm.isend(req.as_dict(), dest=0, tag=_TAG)
 
 
-def drain(comm: Any) -> list[AdaptRequest]:
-    """On rank 0: every request other ranks have sent so far (never waits)."""
+def drain(comm: Any, at_least: int = 0) -> list[AdaptRequest]:
+    """On rank 0: every request other ranks have sent so far, and at least ``at_least`` of them (waiting for
+    those: the count of requests known to be on their way)."""
     from mpi4py import MPI
 
     out = []
-    while comm.iprobe(source=MPI.ANY_SOURCE, tag=_TAG):
+    while len(out) < at_least or comm.iprobe(source=MPI.ANY_SOURCE, tag=_TAG):
         d = comm.recv(source=MPI.ANY_SOURCE, tag=_TAG)
         out.append(AdaptRequest(d["procs"], d["min"], d["max"], d["rank"]))
     return out

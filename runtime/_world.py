@@ -114,6 +114,8 @@ class _Runtime:
     req_comm: Any = None               # a dup of the world carrying request_adapt calls to rank 0
     outstanding: AdaptRequest | None = None   # rank 0: the request the decision source has not answered yet
     req_sends: list = field(default_factory=list)   # other ranks: requests on their way to rank 0
+    req_sent: int = 0                  # requests this rank sent on ``req_comm`` (other ranks)
+    req_got: int = 0                   # requests rank 0 received on ``req_comm``
     drained_at: float = 0.0            # rank 0: when it last looked for other ranks' requests
     registry: dict = field(default_factory=dict)    # registered arrays (see _registered)
     overlap: bool = False              # prepare expansions in the background (see _expand)
@@ -334,9 +336,12 @@ def probe_adapt() -> ProbeResult:
         return _probe_background(rt)
     if rt.world.rank == 0 and rt.world.size > 1:
         now = time.monotonic()
-        if now - rt.drained_at >= _requests.DRAIN_EVERY:  # a probe stays cheap: look for requests now and then
+        # a probe stays cheap: look for requests now and then (at every probe under a plan, so that its answer
+        # steps see every request made at an earlier probe)
+        if rt.source.local or now - rt.drained_at >= _requests.DRAIN_EVERY:
             rt.drained_at = now
             for req in _requests.drain(rt.req_comm):
+                rt.req_got += 1
                 _take_request(rt, req)
     if rt.source.local:
         d = rt.source.poll(rt.probes)
@@ -344,6 +349,11 @@ def probe_adapt() -> ProbeResult:
         d = rt.world.bcast(_poll_rank0(rt) if rt.world.rank == 0 else None, root=0)
     granted = False
     if isinstance(d, PlanStep):  # a plan's answer step: every rank learns the outstanding request from rank 0
+        sent = rt.world.reduce(rt.req_sent if rt.world.rank else 0, root=0)   # requests made at earlier probes
+        if rt.world.rank == 0 and sent > rt.req_got:
+            for req in _requests.drain(rt.req_comm, sent - rt.req_got):
+                rt.req_got += 1
+                _take_request(rt, req)
         req = rt.world.bcast(rt.outstanding, root=0)
         if req is None or d.answer == "defer":
             return ProbeResult(False, Status.STAYING, {})
@@ -572,6 +582,7 @@ def _renew_req_comm(rt: _Runtime, leaving: bool = False) -> None:
     if old is not None:
         rt.req_sends = []  # small messages: sent eagerly, nothing to wait for
         _mpi.current().release(old)
+    rt.req_sent = rt.req_got = 0
     rt.req_comm = None if leaving else rt.world.Dup()
 
 
