@@ -18,18 +18,14 @@ Typical use::
 import importlib
 from typing import Any
 
-from malleable.runtime._layout import Group, Layout
-from malleable.runtime._plan import PlanStep, parse_plan, validate_plan
-from malleable.runtime._types import AdaptWindow, Decision, ProbeResult, Status
-
-# Names below load on first use, so that importing the package (e.g. by the ``malleable`` command
+# Every name loads on first use, so that importing the package (e.g. by the ``malleable`` command
 # for ``submit`` or ``fs``) neither imports mpi4py.MPI, which initialises MPI, nor numpy.
 _LAZY = {
     **dict.fromkeys(
-        ("AdaptReport", "adapt_begin", "adapt_commit", "base_size", "data", "init_adapt", "is_initialized",
-         "layout", "probe_adapt", "probe_count", "register", "report_progress", "request_adapt", "set_source",
-         "world"),
+        ("AdaptReport", "adapt_begin", "adapt_commit", "base_size", "init_adapt", "is_initialized",
+         "layout", "probe_adapt", "probe_count", "report_progress", "set_source", "world"),
         "malleable.runtime._world"),
+    **dict.fromkeys(("data", "register", "request_adapt"), "malleable.runtime._appcalls"),
     **dict.fromkeys(
         ("Adaptation", "AdaptRecord", "Branch", "Context", "Elastic", "Init", "PhaseStats", "Program", "Rigid",
          "RunResult", "run_program"),
@@ -37,6 +33,9 @@ _LAZY = {
     **dict.fromkeys(("block_counts", "block_range", "plan_blocks", "redistribute", "span_comm"),
                     "malleable.runtime._redistribute"),
     "indices": "malleable.runtime._registered",
+    **dict.fromkeys(("Group", "GroupLayout"), "malleable.runtime._layout"),
+    **dict.fromkeys(("PlanStep", "parse_plan", "validate_plan"), "malleable.runtime._plan"),
+    **dict.fromkeys(("AdaptWindow", "Resize", "ProbeResult", "Status"), "malleable.runtime._types"),
 }
 
 
@@ -56,9 +55,9 @@ def __dir__() -> list[str]:
 __all__ = [
     "AdaptReport",
     "AdaptWindow",
-    "Decision",
+    "Resize",
     "Group",
-    "Layout",
+    "GroupLayout",
     "PlanStep",
     "ProbeResult",
     "Status",

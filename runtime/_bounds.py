@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from malleable.errors import AdaptError, ConfigError, PlanError
-from malleable.runtime._layout import ExpandPlan, Group, Layout, plan_expand, plan_shrink
+from malleable.runtime._layout import ExpandPlan, Group, GroupLayout, plan_expand, plan_shrink
 from malleable.runtime._plan import PlanStep
 
 __all__ = ["Slots", "check_expand", "check_plan", "host_resolves", "initial_layout", "parse_slots", "slots_from_env"]
@@ -71,7 +71,7 @@ def slots_from_env(environ: dict[str, str] | None = None) -> Slots:
     return Slots(os.cpu_count() or 1, int(raw) if raw else None, parse_slots(env.get("MALLEABLE_HOST_SLOTS", "")))
 
 
-def _load(layout: Layout) -> dict[str, int]:
+def _load(layout: GroupLayout) -> dict[str, int]:
     load: dict[str, int] = {}
     for g in layout.groups:
         for h in g.hosts:
@@ -79,7 +79,7 @@ def _load(layout: Layout) -> dict[str, int]:
     return load
 
 
-def check_expand(layout: Layout, plan: ExpandPlan, slots: Slots, local_host: str, remote: str = "") -> None:
+def check_expand(layout: GroupLayout, plan: ExpandPlan, slots: Slots, local_host: str, remote: str = "") -> None:
     """Refuse ``plan`` if a host would run more processes than its limit (idle leavers count: they still run).
 
     ``remote``, if not empty, says why this MPI cannot spawn onto another host than ``local_host``.
@@ -101,10 +101,10 @@ def check_expand(layout: Layout, plan: ExpandPlan, slots: Slots, local_host: str
 
 def check_plan(
     steps: Sequence[PlanStep],
-    layout: Layout,
+    layout: GroupLayout,
     slots: Slots,
     local_host: str,
-    choose: Callable[[Layout, int], tuple[str, ...]],
+    choose: Callable[[GroupLayout, int], tuple[str, ...]],
     remote: str = "",
 ) -> None:
     """Walk a plan from ``layout`` and refuse it if any step needs more processes than the hosts allow.
@@ -146,7 +146,7 @@ def host_resolves(host: str) -> bool:
     return True
 
 
-def initial_layout(base: Layout, initial: int, hosts: Sequence[str], local_host: str) -> Layout:
+def initial_layout(base: GroupLayout, initial: int, hosts: Sequence[str], local_host: str) -> GroupLayout:
     """The layout once ``malleable run``'s anchor has spawned up to ``initial`` processes round robin over ``hosts``."""
     n = base.world_size
     if initial <= n:
@@ -155,7 +155,7 @@ def initial_layout(base: Layout, initial: int, hosts: Sequence[str], local_host:
     return _grown(base, plan_expand(base, initial, chosen), local_host)
 
 
-def _grown(layout: Layout, plan: ExpandPlan, local_host: str) -> Layout:
+def _grown(layout: GroupLayout, plan: ExpandPlan, local_host: str) -> GroupLayout:
     new = tuple(Group(plan.first_gid + k, (h or local_host,) * c, c)
                 for k, (h, c) in enumerate(zip(plan.hosts, plan.counts, strict=True)))
-    return Layout(layout.groups + new)
+    return GroupLayout(layout.groups + new)

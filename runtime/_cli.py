@@ -10,11 +10,12 @@ import shlex
 import socket
 import subprocess
 import sys
+import tempfile
 
 from malleable.errors import AdaptError, ConfigError
 from malleable.launch import find_mpiexec, mpiexec_argv, read_hostfile
 from malleable.runtime._bounds import check_expand, check_plan, host_resolves, initial_layout, slots_from_env
-from malleable.runtime._layout import Group, Layout, plan_expand
+from malleable.runtime._layout import Group, GroupLayout, plan_expand
 from malleable.runtime._mpi import for_mpiexec
 from malleable.runtime._plan import parse_plan, validate_plan
 from malleable.runtime._sources import choose_hosts
@@ -39,7 +40,10 @@ def register(sub: argparse._SubParsersAction) -> None:
             "python -m malleable.apps.jacobi --n 256 --iters 100"
         ),
     )
-    p.add_argument("-n", "--procs", type=int, required=True, help="initial number of processes")
+    p.add_argument("-n", "-np", "--procs", type=int, required=True, help="initial number of processes")
+    p.add_argument("--rigid", action="store_true",
+                   help="start all N processes at once, as 'mpiexec -n N' does (for programs that do not call "
+                        "init_adapt; they cannot be resized)")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--hosts", help="comma-separated hosts; the anchor runs on the first")
     where.add_argument("--hostfile", help="file with one host (or host:slots) per line")
@@ -80,6 +84,11 @@ def build_run_argv(args: argparse.Namespace) -> list[str]:
             raise ConfigError("--hosts is empty")
     elif args.hostfile:
         hosts = read_hostfile(args.hostfile)
+    if getattr(args, "rigid", False):
+        if args.plan is not None:
+            raise ConfigError("--rigid starts a job that cannot be resized: --plan does not apply")
+        return mpiexec_argv(args.procs, cmd, hosts=hosts or None, launcher_exec=args.launcher_exec,
+                            keep_going=args.no_auto_cleanup)
     env = {"MALLEABLE_INITIAL_PROCS": str(args.procs)}
     per_host = getattr(args, "max_procs_per_host", None)
     if per_host is not None:
@@ -113,7 +122,7 @@ def _check_job(procs: int, hosts: list[str], plan_text: str | None, env: dict[st
         if not host_resolves(h):
             raise ConfigError(f"unknown host {h!r} (it does not resolve)")
     local = hosts[0] if hosts else socket.gethostname()
-    base = Layout((Group(0, (local,), 1, base=True),))
+    base = GroupLayout((Group(0, (local,), 1, base=True),))
     slots = slots_from_env({**os.environ, **env})
     backend = for_mpiexec(find_mpiexec())
     remote = "" if backend.spawn_across_hosts else f"{backend.name} cannot spawn processes onto another host here"
@@ -138,9 +147,27 @@ def _run(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     if args.launcher_exec:
         env["MALLEABLE_LAUNCHER_EXEC"] = args.launcher_exec
+    marker = None
+    if not args.rigid and args.procs > 1:
+        # the anchor leaves this file when its program calls init_adapt(); in the cache folder, which the
+        # job's hosts usually share with this one (a home directory)
+        base = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "malleable")
+        os.makedirs(base, exist_ok=True)
+        fd, marker = tempfile.mkstemp(prefix="run-", suffix=".init", dir=base)
+        os.close(fd)
+        os.unlink(marker)
+        env["MALLEABLE_RUN_MARKER"] = marker
     try:
         # SIGPIPE stays ignored in the launcher: hydra writes to proxies of spawn groups that already ended,
         # and with the signal's default action it then dies (exit 141) after a successful job
-        return subprocess.call(argv, env=env, restore_signals=False)
+        code = subprocess.call(argv, env=env, restore_signals=False)
     except KeyboardInterrupt:
         return 130
+    finally:
+        seen = marker is not None and os.path.exists(marker)
+        if seen:
+            os.unlink(marker)  # type: ignore[arg-type]
+    if marker is not None and not seen:
+        raise ConfigError(f"the program never called init_adapt(), so it ran as 1 process, not {args.procs}: "
+                          f"it is not malleable; use --rigid to start {args.procs} processes as mpiexec -n does")
+    return code

@@ -17,9 +17,9 @@ from typing import Any
 
 from malleable.errors import AdaptError
 from malleable.runtime import _spawn
-from malleable.runtime._layout import ExpandPlan, Layout, apply_expand, plan_expand
+from malleable.runtime._layout import ExpandPlan, GroupLayout, apply_expand, plan_expand
 from malleable.runtime._sources import choose_hosts
-from malleable.runtime._types import Decision
+from malleable.runtime._types import Resize
 
 __all__ = ["Background", "Prepared", "finish", "gather_members", "prepare"]
 
@@ -28,7 +28,7 @@ __all__ = ["Background", "Prepared", "finish", "gather_members", "prepare"]
 class Prepared:
     """Spawned, informed and ready groups waiting for the merge."""
 
-    decision: Decision
+    decision: Resize
     kind: str
     plan: ExpandPlan
     inters: list[Any]
@@ -39,7 +39,7 @@ class Prepared:
     seconds: float = 0.0   # time the preparation took
 
 
-def prepare(rt: Any, world: Any, d: Decision, kind: str, overlap: bool = False) -> Prepared:
+def prepare(rt: Any, world: Any, d: Resize, kind: str, overlap: bool = False) -> Prepared:
     """Spawn and make ready the processes of decision ``d``; collective over ``world`` (the job's world or a dup).
 
     Raises:
@@ -83,7 +83,7 @@ def gather_members(merged: Any, n_old: int, my_index: int, n_groups: int) -> lis
     return out
 
 
-def finish(world: Any, layout: Layout, p: Prepared, probes: int) -> tuple[_spawn.Merged, Layout]:
+def finish(world: Any, layout: GroupLayout, p: Prepared, probes: int) -> tuple[_spawn.Merged, GroupLayout]:
     """Merge the prepared groups into ``world``; returns the merged communicators and the layout after it.
 
     The joiners learn the job's probe count here (it moved on while an overlapped expansion was prepared).
@@ -102,7 +102,7 @@ def finish(world: Any, layout: Layout, p: Prepared, probes: int) -> tuple[_spawn
 class Background:
     """An expansion prepared in a thread on ``world`` (a duplicate of the job's world, owned here)."""
 
-    decision: Decision
+    decision: Resize
     world: Any
     result: Prepared | None = None
     error: AdaptError | None = None

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from malleable.errors import AdaptError
 
-__all__ = ["ExpandPlan", "Group", "Layout", "ShrinkPlan", "plan_expand", "plan_shrink", "spread"]
+__all__ = ["ExpandPlan", "Group", "GroupLayout", "ShrinkPlan", "plan_expand", "plan_shrink", "spread"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +35,7 @@ class Group:
 
 
 @dataclass(frozen=True, slots=True)
-class Layout:
+class GroupLayout:
     """The job's groups in rank order. Invariant: every group has ``active`` >= 1 (0 means gone)."""
 
     groups: tuple[Group, ...]
@@ -76,7 +76,7 @@ class Layout:
         return [{"gid": g.gid, "hosts": list(g.hosts), "active": g.active, "base": g.base} for g in self.groups]
 
     @classmethod
-    def from_json(cls, data: Sequence[dict]) -> Layout:
+    def from_json(cls, data: Sequence[dict]) -> GroupLayout:
         """Inverse of :meth:`to_json`."""
         return cls(tuple(Group(d["gid"], tuple(d["hosts"]), d["active"], d["base"]) for d in data))
 
@@ -104,7 +104,7 @@ class ShrinkPlan:
     gone: tuple[int, ...]
     split: tuple[int, ...]
     freed_hosts: tuple[str, ...]
-    after: Layout
+    after: GroupLayout
 
 
 def spread(n: int, hosts: Sequence[str]) -> list[tuple[str | None, int]]:
@@ -120,7 +120,7 @@ def spread(n: int, hosts: Sequence[str]) -> list[tuple[str | None, int]]:
     return list(counts.items())
 
 
-def plan_expand(layout: Layout, target: int, hosts: Sequence[str] = ()) -> ExpandPlan:
+def plan_expand(layout: GroupLayout, target: int, hosts: Sequence[str] = ()) -> ExpandPlan:
     """Groups to spawn to grow ``layout`` to ``target`` processes.
 
     Raises:
@@ -133,13 +133,13 @@ def plan_expand(layout: Layout, target: int, hosts: Sequence[str] = ()) -> Expan
     return ExpandPlan(tuple(h for h, _ in groups), tuple(c for _, c in groups), layout.next_gid)
 
 
-def apply_expand(layout: Layout, plan: ExpandPlan, member_hosts: Sequence[Sequence[str]]) -> Layout:
+def apply_expand(layout: GroupLayout, plan: ExpandPlan, member_hosts: Sequence[Sequence[str]]) -> GroupLayout:
     """The layout after ``plan`` succeeded; ``member_hosts[i]`` are the real hosts of group i's members."""
     new = tuple(Group(plan.first_gid + i, tuple(hs), len(hs)) for i, hs in enumerate(member_hosts))
-    return Layout(layout.groups + new)
+    return GroupLayout(layout.groups + new)
 
 
-def plan_shrink(layout: Layout, target: int) -> ShrinkPlan:
+def plan_shrink(layout: GroupLayout, target: int) -> ShrinkPlan:
     """Who leaves when ``layout`` shrinks to ``target`` processes, and which hosts get free.
 
     Raises:
@@ -167,7 +167,7 @@ def plan_shrink(layout: Layout, target: int) -> ShrinkPlan:
             room = 0
         else:
             gone.append(g.gid)
-    after = Layout(tuple(kept))
+    after = GroupLayout(tuple(kept))
     still = after.hosts_in_use()
     freed = sorted({h for g in layout.groups if g.gid in gone for h in g.hosts} - still)
     return ShrinkPlan(target, n - target, tuple(gone), tuple(split), tuple(freed), after)

@@ -25,9 +25,9 @@ import zmq
 from malleable._secret import load_credential
 from malleable.controller.daemon import _protocol as P
 from malleable.errors import ConfigError, MalleableError
-from malleable.runtime._layout import Layout
+from malleable.runtime._layout import GroupLayout
 from malleable.runtime._requests import AdaptRequest, Refusal
-from malleable.runtime._types import Decision, Pause, Resume
+from malleable.runtime._types import Pause, Resize, Resume
 
 __all__ = ["ControllerSource"]
 
@@ -136,7 +136,7 @@ class ControllerSource:
                 self._send(msg, reliable=True)
 
     # -- DecisionSource --------------------------------------------------------------------------------------
-    def poll(self, probe: int) -> Decision | Refusal | Pause | Resume | None:
+    def poll(self, probe: int) -> Resize | Refusal | Pause | Resume | None:
         """The controller's order (or refusal of the outstanding request) received so far, if any (asks for the
         next one; never blocks)."""
         self._drain()
@@ -158,15 +158,15 @@ class ControllerSource:
             return None
         self._done = o.seq
         self._seq = o.seq
-        return Decision(o.procs, tuple(o.hosts))
+        return Resize(o.procs, tuple(o.hosts))
 
-    def started(self, layout: Layout) -> None:
+    def started(self, layout: GroupLayout) -> None:
         """Register the job (rank 0's pid and host, the host of every process)."""
         hosts = [h for g in layout.groups for h in g.hosts[:g.active]]
         self._send(P.Register(self.job_id, os.getpid(), socket.gethostname(), layout.world_size, hosts),
                    reliable=True)
 
-    def committed(self, report: Any, layout: Layout) -> None:
+    def committed(self, report: Any, layout: GroupLayout) -> None:
         """Acknowledge the current order with the measured time, new size and the hosts really freed."""
         hosts = [h for g in layout.groups for h in g.hosts[:g.active]]
         self._send(P.Committed(self.job_id, self._done, str(report.kind), int(report.old_size), int(report.new_size),
@@ -174,7 +174,7 @@ class ControllerSource:
                    reliable=True)
         self._drain()
 
-    def refused(self, decision: Decision, reason: str) -> None:
+    def refused(self, decision: Resize, reason: str) -> None:
         """Tell the controller the current order could not be carried out."""
         self._send(P.Refused(self.job_id, self._done, reason[:1000]), reliable=True)
 

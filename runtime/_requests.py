@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from malleable.runtime._types import Decision
+from malleable.runtime._types import Resize
 
 __all__ = ["AdaptRequest", "Refusal", "check_request", "drain", "grant", "send"]
 
@@ -65,9 +65,9 @@ def check_request(procs: int | None, min_procs: int | None, max_procs: int | Non
     return AdaptRequest(procs or 0, min_procs or 0, max_procs or 0, rank)
 
 
-def grant(req: AdaptRequest) -> Decision:
+def grant(req: AdaptRequest) -> Resize:
     """What a plan grants: ``procs``, else the largest size the request accepts (``max``, else ``min``)."""
-    return Decision(req.procs or req.max_procs or req.min_procs)
+    return Resize(req.procs or req.max_procs or req.min_procs)
 
 
 def send(comm: Any, req: AdaptRequest) -> Any:
@@ -75,12 +75,13 @@ def send(comm: Any, req: AdaptRequest) -> Any:
     return comm.isend(req.as_dict(), dest=0, tag=_TAG)
 
 
-def drain(comm: Any) -> list[AdaptRequest]:
-    """On rank 0: every request other ranks have sent so far (never waits)."""
+def drain(comm: Any, at_least: int = 0) -> list[AdaptRequest]:
+    """On rank 0: every request other ranks have sent so far, and at least ``at_least`` of them (waiting for
+    those: the count of requests known to be on their way)."""
     from mpi4py import MPI
 
     out = []
-    while comm.iprobe(source=MPI.ANY_SOURCE, tag=_TAG):
+    while len(out) < at_least or comm.iprobe(source=MPI.ANY_SOURCE, tag=_TAG):
         d = comm.recv(source=MPI.ANY_SOURCE, tag=_TAG)
         out.append(AdaptRequest(d["procs"], d["min"], d["max"], d["rank"]))
     return out

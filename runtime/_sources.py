@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from malleable.runtime._layout import Layout
+from malleable.runtime._layout import GroupLayout
 from malleable.runtime._plan import PlanStep
-from malleable.runtime._types import Decision, Pause
+from malleable.runtime._types import Pause, Resize
 
 __all__ = ["DecisionSource", "NullSource", "PlanSource", "choose_hosts"]
 
@@ -22,16 +22,16 @@ class DecisionSource(Protocol):
 
     local: bool
 
-    def poll(self, probe: int) -> Decision | None:
+    def poll(self, probe: int) -> Resize | None:
         """The decision due at the job's ``probe``-th probe, or None; must not block."""
 
-    def started(self, layout: Layout) -> None:
+    def started(self, layout: GroupLayout) -> None:
         """The job is up (after init_adapt on rank 0)."""
 
-    def committed(self, report: Any, layout: Layout) -> None:
+    def committed(self, report: Any, layout: GroupLayout) -> None:
         """An adaptation finished (``report`` is an AdaptReport); ``layout`` is the new one."""
 
-    def refused(self, decision: Decision, reason: str) -> None:
+    def refused(self, decision: Resize, reason: str) -> None:
         """A decision could not be carried out (below base, spawn failure, ...); the job goes on."""
 
     def progress(self, phase: str, data: dict) -> None:
@@ -46,17 +46,17 @@ class NullSource:
 
     local = False
 
-    def poll(self, probe: int) -> Decision | None:
+    def poll(self, probe: int) -> Resize | None:
         """Never a decision."""
         return None
 
-    def started(self, layout: Layout) -> None:
+    def started(self, layout: GroupLayout) -> None:
         """Nothing to tell."""
 
-    def committed(self, report: Any, layout: Layout) -> None:
+    def committed(self, report: Any, layout: GroupLayout) -> None:
         """Nothing to tell."""
 
-    def refused(self, decision: Decision, reason: str) -> None:
+    def refused(self, decision: Resize, reason: str) -> None:
         """Nothing to tell."""
 
     def progress(self, phase: str, data: dict) -> None:
@@ -74,7 +74,7 @@ class PlanSource(NullSource):
     def __init__(self, steps: Sequence[PlanStep], start: int = 0) -> None:
         self._steps = {s.at_probe: s for s in steps if s.at_probe > start}
 
-    def poll(self, probe: int) -> Decision | PlanStep | Pause | None:
+    def poll(self, probe: int) -> Resize | PlanStep | Pause | None:
         """The decision due at the job's ``probe``-th probe, if any; an answer step is returned as it is (the
         runtime answers the outstanding request with it)."""
         step = self._steps.get(probe)
@@ -82,10 +82,10 @@ class PlanSource(NullSource):
             return None
         if step.pause:
             return Pause(step.pause)
-        return step if step.answer else Decision(step.procs, step.hosts)
+        return step if step.answer else Resize(step.procs, step.hosts)
 
 
-def choose_hosts(layout: Layout, job_hosts: Sequence[str], n: int) -> tuple[str, ...]:
+def choose_hosts(layout: GroupLayout, job_hosts: Sequence[str], n: int) -> tuple[str, ...]:
     """Hosts for ``n`` new processes when the decision names none: the least used of the job's hosts.
 
     Returns an empty tuple (let the launcher place them) when the job has no host list.

@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-__all__ = ["AdaptWindow", "Decision", "Pause", "ProbeResult", "Resume", "Status"]
+__all__ = ["AdaptWindow", "Resize", "Pause", "ProbeResult", "Resume", "Status"]
 
 
 class Status(enum.Enum):
@@ -42,7 +42,7 @@ class AdaptWindow(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class Resize:
     """A request to change the job's size: target process count and hosts for new processes."""
 
     procs: int

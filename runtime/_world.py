@@ -25,7 +25,7 @@ from malleable.runtime._bounds import Slots, check_expand, check_plan, host_reso
 from malleable.runtime._layout import (
     ExpandPlan,
     Group,
-    Layout,
+    GroupLayout,
     apply_expand,
     plan_expand,
     plan_shrink,
@@ -34,22 +34,19 @@ from malleable.runtime._liveness import Listener, connect_back
 from malleable.runtime._plan import PlanStep, parse_plan, validate_plan
 from malleable.runtime._requests import AdaptRequest
 from malleable.runtime._sources import NullSource, PlanSource, choose_hosts
-from malleable.runtime._types import AdaptWindow, Decision, Pause, ProbeResult, Status
+from malleable.runtime._types import AdaptWindow, Pause, ProbeResult, Resize, Status
 
 __all__ = [
     "AdaptReport",
     "adapt_begin",
     "adapt_commit",
     "base_size",
-    "data",
     "init_adapt",
     "is_initialized",
     "layout",
     "probe_adapt",
     "probe_count",
-    "register",
     "report_progress",
-    "request_adapt",
     "set_source",
     "world",
 ]
@@ -76,13 +73,13 @@ class AdaptReport:
 @dataclass
 class _Window:
     kind: str
-    decision: Decision
+    decision: Resize
     old_world: Any
     new_world: Any
     intercomm: Any
     status: Status
     t0: float
-    after: Layout
+    after: GroupLayout
     gone: tuple[int, ...] = ()
     freed: tuple[str, ...] = ()
     background: float = 0.0
@@ -93,7 +90,7 @@ class _Runtime:
     """State of this process's participation in the job; mutated only by the verbs below."""
 
     world: Any
-    layout: Layout
+    layout: GroupLayout
     gid: int
     member: int
     timeout: float
@@ -102,7 +99,7 @@ class _Runtime:
     job_hosts: tuple[str, ...]
     probes: int = 0
     status: Status = Status.NEW
-    pending: Decision | None = None
+    pending: Resize | None = None
     pending_kind: str = ""
     window: _Window | None = None
     listener: Listener | None = None
@@ -117,6 +114,8 @@ class _Runtime:
     req_comm: Any = None               # a dup of the world carrying request_adapt calls to rank 0
     outstanding: AdaptRequest | None = None   # rank 0: the request the decision source has not answered yet
     req_sends: list = field(default_factory=list)   # other ranks: requests on their way to rank 0
+    req_sent: int = 0                  # requests this rank sent on ``req_comm`` (other ranks)
+    req_got: int = 0                   # requests rank 0 received on ``req_comm``
     drained_at: float = 0.0            # rank 0: when it last looked for other ranks' requests
     registry: dict = field(default_factory=dict)    # registered arrays (see _registered)
     overlap: bool = False              # prepare expansions in the background (see _expand)
@@ -146,7 +145,7 @@ def world() -> Any:
     return rt.world
 
 
-def layout() -> Layout:
+def layout() -> GroupLayout:
     """The job's process groups (hosts, sizes) as this process knows them."""
     return _rt().layout
 
@@ -210,7 +209,7 @@ def init_adapt(timeout: float | None = None, plan: str | None = None, overlap: b
         return _joiner_init(t)
     comm = MPI.COMM_WORLD
     hosts = comm.allgather(socket.gethostname())
-    base = Layout((Group(0, tuple(hosts), comm.size, base=True),))
+    base = GroupLayout((Group(0, tuple(hosts), comm.size, base=True),))
     text = plan if plan is not None else os.environ.get("MALLEABLE_PLAN", "")
     steps = parse_plan(text)  # same input on every rank: every rank raises alike
     job_hosts = tuple(h for h in os.environ.get("MALLEABLE_HOSTS", "").split(",") if h)
@@ -234,9 +233,16 @@ def init_adapt(timeout: float | None = None, plan: str | None = None, overlap: b
         rt.listener = Listener()
     _STATE = rt
     _lifecycle.install_hooks(lambda: _STATE)
+    marker = os.environ.get("MALLEABLE_RUN_MARKER")
+    if marker and comm.rank == 0:           # tell ``malleable run`` that the program is malleable
+        try:
+            with open(marker, "w") as f:
+                f.write("init_adapt\n")
+        except OSError as e:
+            log.warning("could not leave the init marker %s: %s", marker, e)
     if initial > comm.size:
         ihosts = _initial_hosts(job_hosts, initial, comm.size)
-        _parent_expand(rt, Decision(initial, ihosts), kind="initial")
+        _parent_expand(rt, Resize(initial, ihosts), kind="initial")
     if comm.rank == 0:
         rt.source.started(rt.layout)
     return Status.NEW
@@ -281,7 +287,7 @@ def _joiner_init(timeout: float) -> Status:
         parent.Disconnect()
         MPI.Finalize()
         os._exit(0)
-    lay = Layout.from_json(ctx["layout"])
+    lay = GroupLayout.from_json(ctx["layout"])
     steps = parse_plan(ctx["plan"])
     cores, per_host, hostfile = ctx["slots"]
     rt = _Runtime(None, lay, ctx["gids"][ctx["index"]], ctx["member"], ctx["timeout"], steps, ctx["plan"],
@@ -330,9 +336,12 @@ def probe_adapt() -> ProbeResult:
         return _probe_background(rt)
     if rt.world.rank == 0 and rt.world.size > 1:
         now = time.monotonic()
-        if now - rt.drained_at >= _requests.DRAIN_EVERY:  # a probe stays cheap: look for requests now and then
+        # a probe stays cheap: look for requests now and then (at every probe under a plan, so that its answer
+        # steps see every request made at an earlier probe)
+        if rt.source.local or now - rt.drained_at >= _requests.DRAIN_EVERY:
             rt.drained_at = now
             for req in _requests.drain(rt.req_comm):
+                rt.req_got += 1
                 _take_request(rt, req)
     if rt.source.local:
         d = rt.source.poll(rt.probes)
@@ -340,6 +349,11 @@ def probe_adapt() -> ProbeResult:
         d = rt.world.bcast(_poll_rank0(rt) if rt.world.rank == 0 else None, root=0)
     granted = False
     if isinstance(d, PlanStep):  # a plan's answer step: every rank learns the outstanding request from rank 0
+        sent = rt.world.reduce(rt.req_sent if rt.world.rank else 0, root=0)   # requests made at earlier probes
+        if rt.world.rank == 0 and sent > rt.req_got:
+            for req in _requests.drain(rt.req_comm, sent - rt.req_got):
+                rt.req_got += 1
+                _take_request(rt, req)
         req = rt.world.bcast(rt.outstanding, root=0)
         if req is None or d.answer == "defer":
             return ProbeResult(False, Status.STAYING, {})
@@ -387,79 +401,10 @@ def probe_adapt() -> ProbeResult:
 def _poll_rank0(rt: _Runtime) -> Any:
     """A controller's answer on rank 0: a decision (with whether it answers the outstanding request) or a refusal."""
     d = rt.source.poll(rt.probes)
-    if isinstance(d, Decision):
+    if isinstance(d, Resize):
         granted, rt.outstanding = rt.outstanding is not None, None
         return d, granted
     return d
-
-
-def request_adapt(procs: int | None = None, min: int | None = None, max: int | None = None) -> None:  # noqa: A002
-    """Ask the decision source for a new size, from any rank (no collective; rank 0 delivers it).
-
-    The answer comes through :func:`probe_adapt` at a later probe: a grant is a pending adaptation with
-    ``info["request"] == "granted"``; a refusal is ``pending=False`` with ``info["request"] == "refused"`` and
-    ``info["reason"]``; until then the request is outstanding (a newer one replaces it).
-
-    Args:
-        procs: exactly this many processes.
-        min: at least this many.
-        max: at most this many.
-
-    Raises:
-        ValueError: nothing asked, a count below 1, or inconsistent bounds.
-        AdaptError: the runtime is not initialised, or this process left the job.
-    """
-    rt = _rt()
-    if rt.finished or rt.world is None:
-        raise AdaptError("request_adapt() on a process that is not in the job's world")
-    req = _requests.check_request(procs, min, max, rt.world.rank)
-    if rt.world.rank == 0:
-        _take_request(rt, req)
-    else:
-        rt.req_sends = [r for r in rt.req_sends if not r.Test()]
-        rt.req_sends.append(_requests.send(rt.req_comm, req))
-
-
-def register(name: str, local: Any, dist: str = "block", axis: int = 0, block: int = 1) -> None:
-    """Register (or update) this rank's part of a distributed NumPy array, moved by the runtime at every commit.
-
-    Call it on every owner with the same ``dist``/``axis``/``block``; call it again when the local array object
-    changes (cheap). After ``adapt_commit``, :func:`data` gives the new part (joiners: their part).
-
-    Args:
-        name: the array's name (arrays move in name order).
-        local: this rank's part (the distributed axis is ``axis``).
-        dist: ``"block"`` or ``"block-cyclic"``.
-        axis: the distributed axis.
-        block: block size of ``block-cyclic``.
-
-    Raises:
-        ValueError: unknown distribution, bad axis or block.
-    """
-    rt = _rt()
-    cur = rt.registry.get(name)
-    if cur is not None and (cur.dist, cur.axis, cur.block) == (dist, axis, block):
-        cur.local = local
-        return
-    if dist not in _registered.DISTS:
-        raise ValueError(f"register({name!r}): unknown dist {dist!r}; known: {', '.join(_registered.DISTS)}")
-    if not 0 <= axis < max(1, len(getattr(local, "shape", ()))):
-        raise ValueError(f"register({name!r}): axis {axis} out of range for shape {getattr(local, 'shape', None)}")
-    if not isinstance(block, int) or block < 1:
-        raise ValueError(f"register({name!r}): block must be an int >= 1, got {block!r}")
-    rt.registry[name] = _registered.Registered(local, dist, axis, block)
-
-
-def data(name: str) -> Any:
-    """This rank's current part of the registered array ``name``.
-
-    Raises:
-        KeyError: nothing registered under that name (on a joiner: before its first commit).
-    """
-    try:
-        return _rt().registry[name].local
-    except KeyError:
-        raise KeyError(f"no registered array {name!r}") from None
 
 
 def _take_request(rt: _Runtime, req: AdaptRequest) -> None:
@@ -521,7 +466,7 @@ def adapt_begin() -> AdaptWindow:
     return AdaptWindow(w.intercomm, w.new_world, new, old - new, 0)
 
 
-def _parent_expand(rt: _Runtime, d: Decision, kind: str) -> None:
+def _parent_expand(rt: _Runtime, d: Resize, kind: str) -> None:
     t0 = time.perf_counter()
     prepared, rt.prepared = rt.prepared, None
     if prepared is None:
@@ -544,10 +489,10 @@ def _joiner_merge(rt: _Runtime) -> None:
     if isinstance(rt.source, PlanSource):
         rt.source = PlanSource(rt.plan, start=rt.probes)
     member_hosts = _expand.gather_members(merged.world, ctx["n_old"], ctx["index"], ctx["n_groups"])
-    before = Layout.from_json(ctx["layout"])
+    before = GroupLayout.from_json(ctx["layout"])
     plan = ExpandPlan(tuple([None] * ctx["n_groups"]), tuple(len(h) for h in member_hosts), ctx["gids"][0])
     after = apply_expand(before, plan, member_hosts)
-    d = Decision(ctx["decision"][0], tuple(ctx["decision"][1]))
+    d = Resize(ctx["decision"][0], tuple(ctx["decision"][1]))
     rt.layout = before
     rt.window = _Window(ctx["kind"], d, None, merged.world, merged.intercomm, Status.JOINING, t0, after)
     if ctx["kind"] == "initial":
@@ -562,7 +507,7 @@ def _joiner_begin(rt: _Runtime) -> AdaptWindow:
     return AdaptWindow(w.intercomm, w.new_world, old, 0, new - old)
 
 
-def _begin_shrink(rt: _Runtime, d: Decision) -> None:
+def _begin_shrink(rt: _Runtime, d: Resize) -> None:
     t0 = time.perf_counter()
     sp = plan_shrink(rt.layout, d.procs)
     comm = rt.world
@@ -637,6 +582,7 @@ def _renew_req_comm(rt: _Runtime, leaving: bool = False) -> None:
     if old is not None:
         rt.req_sends = []  # small messages: sent eagerly, nothing to wait for
         _mpi.current().release(old)
+    rt.req_sent = rt.req_got = 0
     rt.req_comm = None if leaving else rt.world.Dup()
 
 

@@ -79,9 +79,13 @@ def _venv_python(name: str) -> tuple[str | None, str]:
     py = venv / "bin" / "python"
     with open(REPO / f".venv-{name}.lock", "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        install = [str(py), "-m", "pip", "install", "-q", "-e", f"{REPO}[{name},testing]"]
+        steps = []
         if not (venv / ".ready").exists():
-            steps = [[sys.executable, "-m", "venv", str(venv)],
-                     [str(py), "-m", "pip", "install", "-q", "-e", f"{REPO}[{name},testing]"]]
+            steps = [[sys.executable, "-m", "venv", str(venv)], install]
+        elif not _imports_this_checkout(str(py)):      # made from another checkout (a copy, a worktree)
+            steps = [install]
+        if steps:
             for step in steps:
                 try:
                     out = subprocess.run(step, capture_output=True, text=True, timeout=900)
@@ -92,6 +96,12 @@ def _venv_python(name: str) -> tuple[str | None, str]:
                     return None, f"cannot install the {WHEEL_NAME[name]} wheel into {venv}: {last}"
             (venv / ".ready").write_text("ok\n")
     return str(py), ""
+
+
+def _imports_this_checkout(py: str) -> bool:
+    out = subprocess.run([py, "-c", "import malleable.runtime, os; print(os.path.dirname(malleable.runtime.__file__))"],
+                         capture_output=True, text=True, timeout=60)
+    return out.returncode == 0 and out.stdout.strip() == str(REPO / "runtime")
 
 
 _CACHE: dict[str, tuple[str | None, str]] = {}

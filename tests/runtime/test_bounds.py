@@ -17,12 +17,12 @@ import pytest
 
 from malleable.errors import AdaptError, PlanError
 from malleable.runtime._bounds import Slots, check_expand, check_plan, initial_layout, parse_slots
-from malleable.runtime._layout import Group, Layout, plan_expand
+from malleable.runtime._layout import Group, GroupLayout, plan_expand
 from malleable.runtime._mpi import backend_named
 from malleable.runtime._plan import parse_plan
 from tests.runtime._helpers import MPI_ENV, PROG, run_prog
 
-BASE = Layout((Group(0, ("h0",), 1, base=True),))
+BASE = GroupLayout((Group(0, ("h0",), 1, base=True),))
 
 
 def sizes(rows):

@@ -47,3 +47,30 @@ def test_run_starts_anchor_and_spawns_the_rest_locally(mpi):
     assert proc.returncode == 0, proc.stderr
     rows = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith('{"probe"')]
     assert [r["size"] for r in rows] == [3, 1, 1] and all(r["ok"] for r in rows)
+
+
+def test_mpiexec_habits(tmp_path):
+    """-np as mpiexec spells it; --rigid starts N processes of a program that never calls init_adapt; without
+    it such a program is refused with one line, never run silently as one process."""
+    import subprocess
+    import sys
+
+    run = [sys.executable, "-m", "malleable", "run"]
+    hello = [sys.executable, "-m", "mpi4py.bench", "helloworld"]
+    p = subprocess.run([*run, "-np", "2", "--rigid", "--", *hello], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert sorted(x.split(" on ")[0] for x in p.stdout.splitlines()) == [
+        "Hello, World! I am process 0 of 2", "Hello, World! I am process 1 of 2"]
+    p = subprocess.run([*run, "-n", "2", "--", *hello], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1
+    assert p.stderr.strip().splitlines()[-1] == (
+        "malleable run: error: the program never called init_adapt(), so it ran as 1 process, not 2: it is not "
+        "malleable; use --rigid to start 2 processes as mpiexec -n does")
+    p = subprocess.run([*run, "-np", "2", "--rigid", "--plan", "[]", "--", *hello], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 1 and p.stderr.strip() == (
+        "malleable run: error: --rigid starts a job that cannot be resized: --plan does not apply")
+    out = tmp_path / "u.npy"
+    p = subprocess.run([*run, "-np", "2", "--", sys.executable, "-m", "malleable.apps.jacobi", "--n", "64",
+                        "--iters", "5", "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and out.exists(), p.stderr               # a malleable program under -np

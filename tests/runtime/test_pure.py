@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from malleable.errors import AdaptError, PlanError
 from malleable.runtime import block_counts, block_range, parse_plan, plan_blocks, validate_plan
-from malleable.runtime._layout import Group, Layout, plan_expand, plan_shrink, spread
+from malleable.runtime._layout import Group, GroupLayout, plan_expand, plan_shrink, spread
 from malleable.runtime._sources import PlanSource, choose_hosts
 
 # --- plans -------------------------------------------------------------------------------------
@@ -61,7 +61,7 @@ def test_plan_source_counts_probes_and_skips_past_steps():
 # --- layout ------------------------------------------------------------------------------------
 
 def lay(*groups):
-    return Layout(tuple(groups))
+    return GroupLayout(tuple(groups))
 
 
 def test_shrink_releases_newest_groups_and_frees_their_hosts():
@@ -114,7 +114,7 @@ def test_group_of_rank():
     assert [(g.gid, m) for g, m in (layout.group_of_rank(r) for r in range(4))] == [(0, 0), (0, 1), (1, 0), (1, 1)]
     with pytest.raises(IndexError):
         layout.group_of_rank(4)
-    assert Layout.from_json(layout.to_json()) == layout
+    assert GroupLayout.from_json(layout.to_json()) == layout
 
 
 # --- redistribution plans ----------------------------------------------------------------------

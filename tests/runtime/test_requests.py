@@ -8,12 +8,12 @@ import json
 import pytest
 import zmq
 
-from malleable.controller import _protocol as P
+from malleable.controller.daemon import _protocol as P
 from malleable.errors import PlanError
 from malleable.runtime._link import ControllerSource
 from malleable.runtime._plan import parse_plan
 from malleable.runtime._requests import AdaptRequest, Refusal, check_request, grant
-from malleable.runtime._types import Decision
+from malleable.runtime._types import Resize
 from tests.runtime._helpers import run_prog
 
 
@@ -27,7 +27,7 @@ def sizes(rows):
 
 def test_request_arguments_and_plan_answer_steps():
     assert check_request(4, None, None, 2) == AdaptRequest(4, 0, 0, 2)
-    assert grant(check_request(None, 2, 6, 0)) == Decision(6) and grant(check_request(None, 3, None, 0)) == Decision(3)
+    assert grant(check_request(None, 2, 6, 0)) == Resize(6) and grant(check_request(None, 3, None, 0)) == Resize(3)
     for args, err in [((None, None, None), ValueError), ((0, None, None), ValueError), ((None, 5, 2), ValueError),
                       ((7, 1, 3), ValueError), ((2.5, None, None), TypeError)]:
         with pytest.raises(err):
@@ -115,7 +115,7 @@ def test_link_forwards_requests_and_returns_the_policys_answers(daemon_stand_in)
         granted = None
         for probe in range(200, 400):
             got = link.poll(probe)
-            if isinstance(got, Decision):
+            if isinstance(got, Resize):
                 granted = got
                 break
             if sock.poll(20):
@@ -125,6 +125,6 @@ def test_link_forwards_requests_and_returns_the_policys_answers(daemon_stand_in)
                     _reply(sock, ident, P.Ok(), rid, token)
                 else:
                     _reply(sock, ident, P.Order(1, 5, ["h1"]), rid, token)
-        assert granted == Decision(5, ("h1",))
+        assert granted == Resize(5, ("h1",))
     finally:
         link.close()

@@ -91,7 +91,7 @@ class Decisions:
     local = True
 
     def __init__(self, steps):
-        self.steps = {s["at_probe"]: mr.Decision(s["procs"], tuple(s.get("hosts", ()))) for s in steps}
+        self.steps = {s["at_probe"]: mr.Resize(s["procs"], tuple(s.get("hosts", ()))) for s in steps}
 
     def poll(self, probe):
         return self.steps.get(probe)
