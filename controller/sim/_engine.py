@@ -161,10 +161,10 @@ class Simulator:
         self.ledger = Ledger(nodes, speedup=speedup, reconfig_cost=reconfig_cost, mtct=mtct,
                              progress=self._real_progress, order=order)
         self._failures = sorted((float(t), x, float(d)) for t, x, d in failures)
+        known = set(nodes) if self._failures else ()
         for t, x, d in self._failures:
-            if x not in self.ledger.free_set or not (t >= 0 and d > 0):
+            if x not in known or not (t >= 0 and d > 0):
                 raise SimulationError(f"bad failure ({t}, {x!r}, {d}): unknown node or non-positive downtime")
-        self.ledger.track_owner = bool(self._failures)
         self._restarts = array("l", [0]) * n if self._failures else None
         self._lost = array("d", [0.0]) * n if self._failures else None
         for k, (t, _, _) in enumerate(self._failures):
