@@ -49,7 +49,6 @@ from ._model import (
     Job,
     JobKind,
     NodeId,
-    QueueView,
     Remember,
     Reserve,
     ResizeJob,
@@ -60,6 +59,7 @@ from ._model import (
 )
 from ._nodes import Bad as _Bad
 from ._nodes import ListFree, RunFree, is_run
+from ._qindex import LedgerQueue, QueueIndex
 from ._speedup import MtctModel, ReconfigCost, SpeedupModel, amdahl, no_reconfig_cost
 
 __all__ = ["Applied", "Effect", "Ledger", "Progress", "Rejected", "elapsed_progress"]
@@ -120,6 +120,7 @@ class Ledger:
         self.progress: Progress = progress or elapsed_progress(speedup)
         self.queue: list[Job] = []
         self.queued: dict[int, Job] = {}
+        self._qix: QueueIndex | None = None        # the queue by size and estimate, once a policy asked for it
         self.running: dict[int, RunningJob] = {}
         self._rkeys: list[tuple[float, int]] = []
         self._rviews: list[RunningJob] = []
@@ -181,6 +182,8 @@ class Ledger:
         q = self.queue
         if not q or job.priority <= q[-1].priority:
             q.append(job)
+            if self._qix is not None:
+                self._qix.append(job)
         else:
             self._insert(job)
 
@@ -191,11 +194,33 @@ class Ledger:
                               (q[i].priority == job.priority and q[i].submit <= job.submit)):
             i += 1
         q.insert(i, job)
+        if self._qix is not None:
+            if i == len(q) - 1:
+                self._qix.append(job)
+            else:
+                self._qix = None                # a job went ahead of others: rebuilt when next asked for
+
+    def _unqueue(self, job: Job) -> None:
+        """Take ``job`` out of the queue list (found through the index when there is one)."""
+        q = self.queue
+        if self._qix is not None:
+            i = self._qix.remove(job)
+            if i < len(q) and q[i] is job:
+                del q[i]
+                return
+            self._qix = None                    # pragma: no cover - out of step: rebuilt when next asked for
+        q.remove(job)
+
+    def _index(self) -> QueueIndex:
+        """The queue's index by size and estimate (built now if needed, then kept in step)."""
+        if self._qix is None:
+            self._qix = QueueIndex(self.queue)
+        return self._qix
 
     def dequeue(self, job_id: int) -> Job:
         """Remove a queued job (cancelled before it started, or held back until its old processes are gone)."""
         job = self.queued.pop(job_id)
-        self.queue.remove(job)
+        self._unqueue(job)
         self.reservations.pop(job_id, None)
         return job
 
@@ -217,7 +242,7 @@ class Ledger:
             run_t = self._run_t = tuple(self._rviews)
         down = tuple(sorted(self.down.items(), key=lambda kv: kv[1])) if self.down else ()
         q = self.queue
-        return Snapshot(now, self.nodes, free_t, run_t, QueueView(q), changed,
+        return Snapshot(now, self.nodes, free_t, run_t, LedgerQueue(q, self._index), changed,
                         len(q) if arrived < 0 else arrived, self._res, self.memo, down)
 
     def view(self, job_id: int) -> RunningJob | None:
@@ -328,10 +353,10 @@ class Ledger:
         nodes = self._free.own(nodes)
         del self.queued[job.id]
         q = self.queue
-        if q[0] is job:
+        if q[0] is job and self._qix is None:
             del q[0]
         else:
-            q.remove(job)
+            self._unqueue(job)
         if self.reservations:
             self.reservations.pop(job.id, None)
         f = 1.0 if k == job.procs else self.speedup(job, k)

@@ -4,15 +4,27 @@ overlap on a 16,384-node machine; runs through the compiled and the plain-Python
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from malleable.controller import Reserve, StartJob, Workload, conservative, mtct_amdahl, simulate, synthetic
+from malleable.controller import (
+    Reserve,
+    StartJob,
+    Workload,
+    conservative,
+    mtct_amdahl,
+    read_swf,
+    simulate,
+    synthetic,
+)
 from malleable.controller.experiments import failure_plan
 from malleable.controller.sched import _kernels
 from malleable.controller.sched._nodes import NodeRun
+from malleable.errors import PolicyError
 
 from ._ref_engine import ref_simulate
 
@@ -138,3 +150,43 @@ def test_workload_rows_become_jobs_by_chunks(monkeypatch):
     chunked = simulate(w, "mebf-spare")
     for f in FIELDS:
         assert np.array_equal(getattr(whole, f), getattr(chunked, f))
+
+
+TRACE = Path(__file__).resolve().parents[3] / "shared" / "workloads" / "HPC2N-2002-2.1-cln.swf.gz"
+
+
+@pytest.mark.skipif(not TRACE.exists(), reason="HPC2N trace not available")
+def test_easy_with_the_queue_index_on_a_long_queue_trace():
+    """HPC2N with its inter-arrival times halved (queues of thousands): EASY through the ledger's queue index
+    makes the schedule of the plain scan (the old engine's queue has no index)."""
+    w = read_swf(TRACE, limit=12000)
+    w.submit = w.submit / 2
+    same(w, "easy")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(2, 16), st.lists(st.tuples(st.sampled_from([0, 0, 1, 5]), st.sampled_from([0, 1, 3, 9, 40]),
+                                              st.sampled_from([0, 1, 10, 100]), st.integers(1, 16)),
+                                    min_size=1, max_size=60), st.booleans())
+def test_easy_queue_index_matches_the_plain_scan(machine, rows, fail):
+    """With the index used for every queue (threshold 0), ties in times and estimates, zero-length jobs and
+    failures (re-queued jobs go ahead: the index is rebuilt), EASY makes the plain scan's schedule."""
+    from malleable.controller.sched import _rigid
+    t, jobs = 0, []
+    for i, (gap, run, extra, p) in enumerate(rows):
+        t += gap
+        jobs.append((i + 1, t, run, run + extra, min(p, machine)))
+    w = Workload.from_jobs(jobs, machine)
+    kw = {"failures": [(2.0, 0, 5.0), (7.0, machine - 1, 1.0)]} if fail else {}
+    old = _rigid._INDEXED
+    _rigid._INDEXED = 0
+    try:
+        try:
+            ref_simulate(w, "easy", **kw)
+        except PolicyError as e:       # a job larger than the nodes left up: both engines must say so
+            with pytest.raises(PolicyError, match=str(e).split(": ", 1)[1][:30]):
+                simulate(w, "easy", **kw)
+            return
+        same(w, "easy", **kw)
+    finally:
+        _rigid._INDEXED = old
