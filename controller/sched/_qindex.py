@@ -82,7 +82,7 @@ class QueueIndex:
             if not k:
                 continue
             o = self.order[p]
-            if k * 4 < len(o):               # few short jobs of this size: sort them
+            if k * k <= 8 * len(o):          # few short jobs of this size: sort them
                 it: Iterator[int] = iter(sorted(s for _, s in e[:k] if s > after))
             else:                            # mostly short: walk the queue order, skipping the long ones
                 it = (s for s in islice(o, bisect_right(o, after), None) if jobs[s].estimate <= est)

@@ -170,11 +170,12 @@ def _backfill(ix: QueueIndex, snapshot: Snapshot, now: float, head, out: list[De
     free = snapshot.free
     cur = after
     while True:
-        while short and short[0][0] <= cur:         # drop what the scan has passed (taken via the extra nodes)
-            _, p, it = heappop(short)
-            s = next(it, None)
-            if s is not None:
-                heappush(short, (s, p, it))
+        while short and (short[0][0] <= cur or short[0][1] > avail):
+            _, p, it = heappop(short)               # passed by the scan, or a size that no longer fits: next
+            if p <= avail:
+                s = next(it, None)
+                if s is not None:
+                    heappush(short, (s, p, it))
         nxt = short[0][0] if short else -1
         b = avail if avail < extra else extra
         if b > 0:
