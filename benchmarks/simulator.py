@@ -1,5 +1,10 @@
 """Simulator throughput: FCFS / EASY / conservative on the HPC2N trace and on synthetic workloads, vs AccaSim;
-and the malleable policies of issue 8 against EASY on the same trace with 50 % of the jobs malleable.
+and the malleable policies against EASY on the same trace with 50 % of the jobs malleable.
+
+Scale (``--scale --long-queue --sweep-bench --memory 1000000``, code in ``_sim_scale.py``): jobs/s against the
+machine size (128 .. 16,384 nodes), the HPC2N trace with halved inter-arrival times (long queues), a 16-run sweep on
+1 process / all cores / a 2-worker Dask cluster, and peak memory on long traces; each throughput figure paired
+with the pre-redesign engine in the same run (``--old-python``). Writes ``simulator_scale.json`` and ``.png``.
 
 Run: ``.venv/bin/python benchmarks/simulator.py [--quick] [--accasim-records N] [--skip-accasim]``.
 Writes ``benchmarks/results/simulator.json`` and ``simulator.png`` (log-log time vs jobs) and prints a table.
@@ -55,6 +60,8 @@ def one_case(spec: dict) -> dict:
     t = time.perf_counter()
     if spec["source"] == "trace":
         w = read_swf(spec["path"], limit=spec.get("limit"))
+        if spec.get("submit_scale"):
+            w.submit = w.submit * spec["submit_scale"]
     else:
         w = synthetic(spec["n"], machine=spec["machine"], load=spec["load"], seed=spec.get("seed", 1))
     extra = {}
@@ -66,6 +73,11 @@ def one_case(spec: dict) -> dict:
             extra["failures"] = failure_plan(w.machine, float(w.submit[0]), float(w.submit[-1]), 6 * 3600.0,
                                              3600.0, seed=5)
     read = time.perf_counter() - t
+    try:                            # load Numba and the compiled loops before the timed event loop (~0.5 s)
+        from malleable.controller.sched._kernels import kernel
+        kernel("base"), kernel("place")
+    except ImportError:             # the old engine has none
+        pass
     r = simulate(w, spec["policy"], **extra)
     s = summary(r, tau=10.0)
     s.update(spec)
@@ -194,12 +206,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--malleable-limit", type=int, default=None,
                     help="trace records for the malleable section (default: the whole trace)")
     ap.add_argument("--skip-malleable", action="store_true", help="no malleable section")
+    ap.add_argument("--scale", action="store_true", help="jobs/s at 128 .. 16,384 nodes (scale sections only)")
+    ap.add_argument("--long-queue", action="store_true", help="HPC2N with halved inter-arrival times")
+    ap.add_argument("--sweep-bench", action="store_true", help="16-run sweep: 1 process, all cores, Dask")
+    ap.add_argument("--memory", metavar="N,N", help="peak RSS of simulate --trace on synthetic SWF files of N jobs")
+    ap.add_argument("--old-python", default="/work/wt-base/.venv/bin/python",
+                    help="interpreter whose malleable is the old engine (the same-run baseline)")
     args = ap.parse_args(argv)
     if args.one:
         print(json.dumps(one_case(json.loads(args.one))))
         return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.scale or args.long_queue or args.sweep_bench or args.memory:
+        from _sim_scale import run_all
+        run_all(args, out, TRACE)
+        return 0
     if args.malleable_only:
         malleable_section(args, out)
         return 0

@@ -167,6 +167,9 @@ class _ArrayMemo:
     n: int                            # steps in use
     ids: np.ndarray                   # the reserved (not started) queued jobs, in queue order
     slots: np.ndarray                 # their reserved starts
+    id_list: list[int]                # their ids again, as a list (compared with the next queue at C speed)
+    needs: np.ndarray                 # their sizes and estimates
+    ests: np.ndarray
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not _ArrayMemo:
@@ -235,9 +238,18 @@ def conservative(snapshot: Snapshot, now: float) -> list[Decision]:
         times, free, n = _base(now, len(snapshot.free), snapshot.running, nq)
     jobs = q[first:] if first else q
     k = len(jobs)
-    needs = np.fromiter([j.procs for j in jobs], dtype=np.int64, count=k)
-    ests = np.fromiter([j.estimate for j in jobs], dtype=np.float64, count=k)
-    ids = np.fromiter([j.id for j in jobs], dtype=np.int64, count=k)
+    id_list = [j.id for j in jobs]
+    m = len(memo.id_list) if memo is not None and not first else 0
+    if m and id_list[:m] == memo.id_list:       # the queue is the jobs reserved last time, then arrivals
+        tail = jobs[m:]
+        needs = np.concatenate((memo.needs, np.fromiter([j.procs for j in tail], dtype=np.int64, count=k - m)))
+        ests = np.concatenate((memo.ests, np.fromiter([j.estimate for j in tail], dtype=np.float64, count=k - m)))
+        prev = np.concatenate((memo.slots, np.full(k - m, np.nan)))
+    else:
+        needs = np.fromiter([j.procs for j in jobs], dtype=np.int64, count=k)
+        ests = np.fromiter([j.estimate for j in jobs], dtype=np.float64, count=k)
+        prev = None
+    ids = np.array(id_list, dtype=np.int64)
     slots = np.empty(k)
     n = kernel("place")(times, free, n, needs, ests, slots)
     if n < 0:
@@ -255,7 +267,8 @@ def conservative(snapshot: Snapshot, now: float) -> list[Decision]:
         taken += need
         if j.estimate <= 0:         # it holds its nodes until its end (at this same time): later ones wait for it
             break
-    prev = np.full(k, np.nan) if first else _previous(ids, memo)
+    if prev is None:
+        prev = np.full(k, np.nan) if first else _previous(ids, memo)
     moved = np.flatnonzero(reserved & (slots != prev)).tolist()
     out: list[Decision] = []
     if moved:                       # every decision in queue order, as the reference makes them
@@ -263,9 +276,17 @@ def conservative(snapshot: Snapshot, now: float) -> list[Decision]:
         out = [d for _, d in heapq.merge(started, tagged, key=lambda x: x[0])]
     else:
         out = [d for _, d in started]
-    res_ids, res_slots = ids[reserved], slots[reserved]
+    if started:
+        res_ids, res_slots, res_needs, res_ests = ids[reserved], slots[reserved], needs[reserved], ests[reserved]
+        res_list = [x for x, keep in zip(id_list, reserved.tolist(), strict=True) if keep]
+    else:
+        res_ids, res_slots, res_needs, res_ests, res_list = ids, slots, needs, ests, id_list
     if first:
-        res_ids = np.concatenate((memo.ids, res_ids))           # type: ignore[union-attr]
-        res_slots = np.concatenate((memo.slots, res_slots))     # type: ignore[union-attr]
-    out.append(Remember(_ArrayMemo(times, free, n, res_ids, res_slots)))
+        assert memo is not None
+        res_ids = np.concatenate((memo.ids, res_ids))
+        res_slots = np.concatenate((memo.slots, res_slots))
+        res_needs = np.concatenate((memo.needs, res_needs))
+        res_ests = np.concatenate((memo.ests, res_ests))
+        res_list = memo.id_list + res_list
+    out.append(Remember(_ArrayMemo(times, free, n, res_ids, res_slots, res_list, res_needs, res_ests)))
     return out

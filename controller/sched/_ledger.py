@@ -207,6 +207,8 @@ class Ledger:
             i = self._qix.remove(job)
             if i < len(q) and q[i] is job:
                 del q[i]
+                if not q:
+                    self._qix = None            # a short queue again: no index until a policy asks anew
                 return
             self._qix = None                    # pragma: no cover - out of step: rebuilt when next asked for
         q.remove(job)

@@ -20,7 +20,7 @@ from ._resize import first_fit_end
 
 __all__ = ["easy", "easy_shadow", "fcfs"]
 
-_INDEXED = 64
+_INDEXED = 256
 """Above this many jobs behind the head, EASY's full backfilling scan goes through the ledger's queue index."""
 
 
