@@ -40,6 +40,7 @@ def pair(spec: dict, old: str | None, timeout: float) -> dict:
     if old:
         row["old"] = case(old, spec, timeout)
         row["speedup"] = new["jobs_per_s"] / row["old"]["jobs_per_s"]
+        row["speedup_cpu"] = new["jobs_per_cpu_s"] / row["old"]["jobs_per_cpu_s"]
         same = all(new.get(k) == row["old"].get(k) for k in ("mean_wait", "max_wait", "makespan"))
         row["same_schedule"] = same
     return row
@@ -49,7 +50,8 @@ def scale_section(old: str | None, timeout: float, n: int = 20000) -> list[dict]
     """FCFS, EASY and conservative at 128 .. 16,384 nodes, load 0.9, ``n`` jobs."""
     print(f"\njobs/s vs machine size: synthetic, {n} jobs, load 0.9 (old = pre-redesign engine, same run; targets: "
           f"EASY >= 150k, conservative >= 20k, 16,384 nodes within 1.5x of 128)")
-    print(f"{'nodes':>6} {'policy':13} {'jobs/s':>9} {'old jobs/s':>11} {'x old':>7} {'same':>5} {'RSS MiB':>8}")
+    print(f"{'nodes':>6} {'policy':13} {'jobs/s':>9} {'old jobs/s':>11} {'x old':>7} {'jobs/cpu-s':>11} "
+          f"{'old':>9} {'x old':>6} {'same':>5} {'RSS MiB':>8}")
     rows = []
     for m in SIZES:
         for pol in RIGID:
@@ -58,20 +60,22 @@ def scale_section(old: str | None, timeout: float, n: int = 20000) -> list[dict]
             rows.append(r)
             o = r.get("old", {})
             print(f"{m:6d} {pol:13} {r['new']['jobs_per_s']:9,.0f} {o.get('jobs_per_s', float('nan')):11,.0f} "
-                  f"{r.get('speedup', float('nan')):7.2f} {str(r.get('same_schedule', '-')):>5} "
-                  f"{r['new']['peak_rss_mib']:8.0f}", flush=True)
+                  f"{r.get('speedup', float('nan')):7.2f} {r['new']['jobs_per_cpu_s']:11,.0f} "
+                  f"{o.get('jobs_per_cpu_s', float('nan')):9,.0f} {r.get('speedup_cpu', float('nan')):6.2f} "
+                  f"{str(r.get('same_schedule', '-')):>5} {r['new']['peak_rss_mib']:8.0f}", flush=True)
     for pol in RIGID:
         a = next(r for r in rows if r["spec"]["machine"] == SIZES[0] and r["spec"]["policy"] == pol)
         b = next(r for r in rows if r["spec"]["machine"] == SIZES[-1] and r["spec"]["policy"] == pol)
         print(f"{pol}: {SIZES[-1]} nodes at {a['new']['jobs_per_s'] / b['new']['jobs_per_s']:.2f}x the time per job "
-              f"of {SIZES[0]} nodes")
+              f"of {SIZES[0]} nodes ({a['new']['jobs_per_cpu_s'] / b['new']['jobs_per_cpu_s']:.2f}x in CPU time)")
     return rows
 
 
 def long_queue_section(trace: Path, old: str | None, timeout: float) -> list[dict]:
     """EASY and conservative on the development trace with its inter-arrival times halved (long queues)."""
     print(f"\nlong queues: {trace.name} with inter-arrival times halved (old = pre-redesign engine, same run)")
-    print(f"{'records':>8} {'policy':13} {'jobs/s':>9} {'old jobs/s':>11} {'x old':>7} {'same':>5} {'mean wait':>11}")
+    print(f"{'records':>8} {'policy':13} {'jobs/s':>9} {'old jobs/s':>11} {'x old':>7} {'jobs/cpu-s':>11} "
+          f"{'old':>9} {'x old':>6} {'same':>5} {'mean wait':>11}")
     rows = []
     for limit, pol in ((20000, "easy"), (20000, "conservative"), (None, "easy")):
         spec = {"source": "trace", "path": str(trace), "limit": limit, "submit_scale": 0.5, "policy": pol}
@@ -79,8 +83,9 @@ def long_queue_section(trace: Path, old: str | None, timeout: float) -> list[dic
         rows.append(r)
         o = r.get("old", {})
         print(f"{limit or 'all':>8} {pol:13} {r['new']['jobs_per_s']:9,.0f} {o.get('jobs_per_s', float('nan')):11,.0f} "
-              f"{r.get('speedup', float('nan')):7.2f} {str(r.get('same_schedule', '-')):>5} "
-              f"{r['new'].get('mean_wait', float('nan')):11,.0f}", flush=True)
+              f"{r.get('speedup', float('nan')):7.2f} {r['new'].get('jobs_per_cpu_s', float('nan')):11,.0f} "
+              f"{o.get('jobs_per_cpu_s', float('nan')):9,.0f} {r.get('speedup_cpu', float('nan')):6.2f} "
+              f"{str(r.get('same_schedule', '-')):>5} {r['new'].get('mean_wait', float('nan')):11,.0f}", flush=True)
     return rows
 
 

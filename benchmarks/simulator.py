@@ -78,10 +78,13 @@ def one_case(spec: dict) -> dict:
         kernel("base"), kernel("place")
     except ImportError:             # the old engine has none
         pass
+    cpu = time.process_time()
     r = simulate(w, spec["policy"], **extra)
+    cpu = time.process_time() - cpu
     s = summary(r, tau=10.0)
     s.update(spec)
-    s.update(read_seconds=read, jobs_per_s=len(w) / r.sim_seconds, passes=r.passes, peak_rss_mib=_rss_mib(),
+    s.update(read_seconds=read, jobs_per_s=len(w) / r.sim_seconds, jobs_per_cpu_s=len(w) / cpu, cpu_seconds=cpu,
+             passes=r.passes, peak_rss_mib=_rss_mib(),
              machine=w.machine, resizes=int(r.decisions.get("ResizeJob", 0)),
              interrupts=int(r.decisions.get("Interrupt", 0)))
     return s

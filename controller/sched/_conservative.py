@@ -251,7 +251,8 @@ def conservative(snapshot: Snapshot, now: float) -> list[Decision]:
         prev = None
     ids = np.array(id_list, dtype=np.int64)
     slots = np.empty(k)
-    n = kernel("place")(times, free, n, needs, ests, slots)
+    cap = min(int(needs.max()) + 1, 1 << 16) if k else 1
+    n = kernel("place")(times, free, n, needs, ests, slots, np.zeros(cap), np.full(cap, -1.0))
     if n < 0:
         total = len(snapshot.free) + sum(r.size for r in snapshot.running)
         raise PolicyError(f"a job of {int(needs[-n - 1])} nodes can never start: the machine has {total}")

@@ -39,12 +39,17 @@ def base_profile(now: float, n_free: int, ends: np.ndarray, sizes: np.ndarray, t
 
 
 def place(times: np.ndarray, free: np.ndarray, n: int, needs: np.ndarray, ests: np.ndarray,
-          slots: np.ndarray) -> int:
+          slots: np.ndarray, last_t: np.ndarray, last_e: np.ndarray) -> int:
     """Conservative backfilling's placements, in order: job ``i`` (``needs[i]`` nodes for ``ests[i]`` s) gets the
     earliest step at whose start it fits for its whole duration, and that profile is reduced (a new step is
     inserted at its end; the arrays must have room for one step per job). ``slots[i]`` is its start time.
 
+    The profile only loses nodes during a pass, so a job of the same size as an earlier one and no shorter
+    estimate cannot start before that one's slot: ``last_t[p]``/``last_e[p]`` (sizes below their length; estimate
+    -1 = none yet) remember it and the search starts there.
+
     Returns the number of steps, or ``-(i + 1)`` when job ``i`` needs more nodes than the machine has."""
+    cap = last_t.shape[0]
     for i in range(needs.shape[0]):
         need = needs[i]
         est = ests[i]
@@ -54,6 +59,17 @@ def place(times: np.ndarray, free: np.ndarray, n: int, needs: np.ndarray, ests: 
         if need <= 0:
             slots[i] = times[0]
             continue
+        if est > 0 and need < cap and 0 <= last_e[need] <= est:
+            lo = 0
+            hi = n
+            t0 = last_t[need]
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if times[mid] < t0:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            k = lo
         while free[k] < need:
             k += 1
         if est > 0:
@@ -90,6 +106,9 @@ def place(times: np.ndarray, free: np.ndarray, n: int, needs: np.ndarray, ests: 
                 n += 1
             for x in range(k, m):
                 free[x] -= need
+            if need < cap:
+                last_t[need] = times[k]
+                last_e[need] = est
         slots[i] = times[k]
     return n
 
