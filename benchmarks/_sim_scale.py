@@ -151,7 +151,8 @@ def memory_section(sizes: list[int], timeout: float) -> list[dict]:
             write_swf(synthetic(n, machine=256, load=0.7, seed=3), path)
             wrote = time.perf_counter() - t
             t = time.perf_counter()
-            proc = subprocess.run(["/usr/bin/time", "-f", "%M", sys.executable, "-m", "malleable.cli", "simulate",
+            cli = str(Path(sys.executable).with_name("malleable"))
+            proc = subprocess.run(["/usr/bin/time", "-f", "%M", cli, "simulate",
                                    "--trace", str(path), "--policy", "easy", "--no-progress"],
                                   capture_output=True, text=True, timeout=timeout, check=False)
             wall = time.perf_counter() - t
@@ -194,19 +195,21 @@ def run_all(args, out: Path, trace: Path) -> None:  # noqa: ANN001 - the driver'
     old = args.old_python if args.old_python and Path(args.old_python).exists() else None
     if not old:
         print("no old engine interpreter (--old-python): figures without a same-run baseline")
-    res: dict = {"meta": {"python": sys.version.split()[0], "cpus": os.cpu_count(),
-                          "date": time.strftime("%Y-%m-%d %H:%M"), "old_python": old,
-                          "load_avg_start": os.getloadavg()}}
-    if args.scale:
-        res["scale"] = scale_section(old, args.timeout)
-    if args.long_queue and trace.exists():
-        res["long_queue"] = long_queue_section(trace, old, args.timeout)
-    if args.sweep_bench:
-        res["sweep"] = sweep_section()
-    if args.memory:
-        res["memory"] = memory_section([int(x) for x in args.memory.split(",")], args.timeout * 6)
-    res["meta"]["load_avg_end"] = os.getloadavg()
-    (out / "simulator_scale.json").write_text(json.dumps(res, indent=1))
+    path = out / "simulator_scale.json"
+    res: dict = json.loads(path.read_text()) if path.exists() else {}      # sections not re-run are kept
+    res["meta"] = {"python": sys.version.split()[0], "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M"),
+                   "old_python": old, "load_avg_start": os.getloadavg()}
+    sections = [("scale", args.scale, lambda: scale_section(old, args.timeout)),
+                ("long_queue", args.long_queue and trace.exists(),
+                 lambda: long_queue_section(trace, old, args.timeout)),
+                ("sweep", args.sweep_bench, sweep_section),
+                ("memory", bool(args.memory),
+                 lambda: memory_section([int(x) for x in args.memory.split(",")], args.timeout * 6))]
+    for name, wanted, run in sections:
+        if wanted:
+            res[name] = run()
+            res["meta"]["load_avg_end"] = os.getloadavg()
+            path.write_text(json.dumps(res, indent=1))                   # after each section
     if res.get("scale"):
         plot(res["scale"], out / "simulator_scale.png")
-    print(f"\nwrote {out / 'simulator_scale.json'}" + (" and simulator_scale.png" if res.get("scale") else ""))
+    print(f"\nwrote {path}" + (" and simulator_scale.png" if res.get("scale") else ""))
