@@ -1,6 +1,11 @@
 """Simulator throughput: FCFS / EASY / conservative on the HPC2N trace and on synthetic workloads, vs AccaSim;
 and the malleable policies against EASY on the same trace with 50 % of the jobs malleable.
 
+Scale (``--scale --long-queue --sweep-bench --memory 1000000``, code in ``_sim_scale.py``): jobs/s against the
+machine size (128 .. 16,384 nodes), the HPC2N trace with halved inter-arrival times (long queues), a 16-run sweep on
+1 process / all cores / a 2-worker Dask cluster, and peak memory on long traces; each throughput figure paired
+with the pre-redesign engine in the same run (``--old-python``). Writes ``simulator_scale.json`` and ``.png``.
+
 Run: ``.venv/bin/python benchmarks/simulator.py [--quick] [--accasim-records N] [--skip-accasim]``.
 Writes ``benchmarks/results/simulator.json`` and ``simulator.png`` (log-log time vs jobs) and prints a table.
 ``--malleable-only [--malleable-limit N]`` runs only the malleable section and writes
@@ -55,6 +60,8 @@ def one_case(spec: dict) -> dict:
     t = time.perf_counter()
     if spec["source"] == "trace":
         w = read_swf(spec["path"], limit=spec.get("limit"))
+        if spec.get("submit_scale"):
+            w.submit = w.submit * spec["submit_scale"]
     else:
         w = synthetic(spec["n"], machine=spec["machine"], load=spec["load"], seed=spec.get("seed", 1))
     extra = {}
@@ -66,10 +73,18 @@ def one_case(spec: dict) -> dict:
             extra["failures"] = failure_plan(w.machine, float(w.submit[0]), float(w.submit[-1]), 6 * 3600.0,
                                              3600.0, seed=5)
     read = time.perf_counter() - t
+    try:                            # load Numba and the compiled loops before the timed event loop (~0.5 s)
+        from malleable.controller.sched._kernels import kernel
+        kernel("base"), kernel("place")
+    except ImportError:             # the old engine has none
+        pass
+    cpu = time.process_time()
     r = simulate(w, spec["policy"], **extra)
+    cpu = time.process_time() - cpu
     s = summary(r, tau=10.0)
     s.update(spec)
-    s.update(read_seconds=read, jobs_per_s=len(w) / r.sim_seconds, passes=r.passes, peak_rss_mib=_rss_mib(),
+    s.update(read_seconds=read, jobs_per_s=len(w) / r.sim_seconds, jobs_per_cpu_s=len(w) / cpu, cpu_seconds=cpu,
+             passes=r.passes, peak_rss_mib=_rss_mib(),
              machine=w.machine, resizes=int(r.decisions.get("ResizeJob", 0)),
              interrupts=int(r.decisions.get("Interrupt", 0)))
     return s
@@ -194,12 +209,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--malleable-limit", type=int, default=None,
                     help="trace records for the malleable section (default: the whole trace)")
     ap.add_argument("--skip-malleable", action="store_true", help="no malleable section")
+    ap.add_argument("--scale", action="store_true", help="jobs/s at 128 .. 16,384 nodes (scale sections only)")
+    ap.add_argument("--long-queue", action="store_true", help="HPC2N with halved inter-arrival times")
+    ap.add_argument("--sweep-bench", action="store_true", help="16-run sweep: 1 process, all cores, Dask")
+    ap.add_argument("--memory", metavar="N,N", help="peak RSS of simulate --trace on synthetic SWF files of N jobs")
+    ap.add_argument("--old-python", default="/work/wt-base/.venv/bin/python",
+                    help="interpreter whose malleable is the old engine (the same-run baseline)")
     args = ap.parse_args(argv)
     if args.one:
         print(json.dumps(one_case(json.loads(args.one))))
         return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.scale or args.long_queue or args.sweep_bench or args.memory:
+        from _sim_scale import run_all
+        run_all(args, out, TRACE)
+        return 0
     if args.malleable_only:
         malleable_section(args, out)
         return 0

@@ -6,19 +6,24 @@ and every queued job, in queue order, gets the earliest reservation that fits un
 no earlier job); jobs whose reservation is ``now`` start. When nothing ended since the previous pass, the
 previous profile (handed over with ``Remember``) is still exact and only the newly arrived jobs are placed.
 
-``conservative`` is the fast implementation (free counts in a bytearray, searched and updated in C, machines of
-up to 255 nodes); ``conservative_reference`` is the straightforward one it must match decision for decision
-(tests/controller/test_conservative_speed.py), also used above 255 nodes.
+``conservative`` is the fast implementation: the profile is two NumPy arrays and one pass's placements run in one
+call of a loop compiled by Numba (:mod:`._kernels`; the same loop runs as plain Python when Numba is missing), so a
+placement costs the same on any machine size; ``conservative_reference`` is the straightforward one it must match
+decision for decision (tests/controller/test_conservative_speed.py).
 """
 
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_left
 from dataclasses import dataclass
-from itertools import accumulate, islice
+from itertools import islice
+
+import numpy as np
 
 from malleable.errors import PolicyError
 
+from ._kernels import kernel
 from ._model import Decision, Remember, Reserve, Snapshot, StartJob
 
 __all__ = ["Profile", "conservative", "conservative_reference"]
@@ -150,39 +155,51 @@ def _full(snapshot: Snapshot) -> Snapshot:
 
 # -- the fast implementation --------------------------------------------------------------------------------------
 #
-# Same algorithm and the same decisions as ``conservative_reference``; the profile's free counts are held in a
-# bytearray (machines of at most 255 nodes), so the per-step work runs in C: ``translate`` with a 0/1 table gives
-# the steps where a job fits, ``find`` walks their runs, and a reservation is one ``translate`` of a slice with a
-# subtraction table. Larger machines use the reference implementation.
-
-_BYTE_NODES = 255
-_FITS = [bytes(1 if x >= n else 0 for x in range(256)) for n in range(256)]      # step has >= n free nodes
-_MINUS = [bytes((x - n) & 255 for x in range(256)) for n in range(256)]          # x - n (x >= n where used)
+# Same algorithm and the same decisions as ``conservative_reference``: the profile lives in two arrays with room for
+# one more step per placement, and the placements of one pass run in one kernel call (``place``), which returns each
+# job's reserved start.
 
 
-@dataclass(frozen=True, slots=True)
-class _FastMemo:
-    times: list[float]                # never mutated once remembered (the next pass copies it)
-    free: bytes
-    starts: dict[int, float]          # queued job id -> reserved start (treated as immutable)
+@dataclass(frozen=True, slots=True, eq=False)
+class _ArrayMemo:
+    times: np.ndarray                 # never mutated once remembered (the next pass copies it)
+    free: np.ndarray
+    n: int                            # steps in use
+    ids: np.ndarray                   # the reserved (not started) queued jobs, in queue order
+    slots: np.ndarray                 # their reserved starts
+    id_list: list[int]                # their ids again, as a list (compared with the next queue at C speed)
+    needs: np.ndarray                 # their sizes and estimates
+    ests: np.ndarray
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not _ArrayMemo:
+            return NotImplemented
+        n = self.n
+        return (n == other.n and np.array_equal(self.ids, other.ids) and np.array_equal(self.slots, other.slots)
+                and np.array_equal(self.times[:n], other.times[:n]) and np.array_equal(self.free[:n], other.free[:n]))
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-def _base(now: float, n_free: int, running) -> tuple[list[float], bytearray]:
-    """The profile of the running jobs alone (``Profile.from_running``), as (times, free bytes)."""
-    if not running:
-        return [now], bytearray((n_free,))
-    ends = [r.end_estimate for r in running]
-    if ends[0] > now and ends == sorted(ends):
-        cum = accumulate([r.size for r in running], initial=n_free)
-        next(cum)
-        steps = dict(zip(ends, cum, strict=True))            # equal ends merge: the last (largest) count wins
-        times = [now]
-        times += steps
-        free = bytearray((n_free,))
-        free += bytes(steps.values())
-        return times, free
-    p = Profile.from_running(now, n_free, list(zip(ends, [r.size for r in running], strict=True)))
-    return p.times, bytearray(p.free)
+def _base(now: float, n_free: int, running, room: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """The profile of the running jobs alone (``Profile.from_running``) in arrays with ``room`` spare steps."""
+    cap = len(running) + room + 1
+    times = np.empty(cap)
+    free = np.empty(cap, dtype=np.int64)
+    ends = np.fromiter([r.end_estimate for r in running], dtype=np.float64, count=len(running))
+    sizes = np.fromiter([r.size for r in running], dtype=np.int64, count=len(running))
+    n = kernel("base")(now, n_free, ends, sizes, times, free)
+    return times, free, n
+
+
+def _previous(ids: np.ndarray, memo: _ArrayMemo | None) -> np.ndarray:
+    """Each job's reserved start in the previous pass (NaN for jobs it did not reserve)."""
+    if memo is None or not len(memo.ids) or not len(ids):
+        return np.full(len(ids), np.nan)
+    order = np.argsort(memo.ids, kind="stable")
+    sorted_ids = memo.ids[order]
+    at = np.minimum(np.searchsorted(sorted_ids, ids), len(sorted_ids) - 1)
+    return np.where(sorted_ids[at] == ids, memo.slots[order][at], np.nan)
 
 
 def conservative(snapshot: Snapshot, now: float) -> list[Decision]:
@@ -199,79 +216,78 @@ def conservative(snapshot: Snapshot, now: float) -> list[Decision]:
     Raises:
         PolicyError: a queued job needs more nodes than the machine has.
     """
-    if len(snapshot.nodes) > _BYTE_NODES:
-        return conservative_reference(snapshot, now)
     q = snapshot.queue
-    memo = snapshot.memo
+    memo = snapshot.memo if type(snapshot.memo) is _ArrayMemo else None
     fresh = snapshot.new_jobs
     nq = len(q)
     first = 0
-    if fresh < nq and type(memo) is _FastMemo:
+    if fresh < nq and memo is not None:
         first = nq - fresh
-        old = memo.starts
-        mt = memo.times
-        if len(old) == first and q[0].id in old and q[first - 1].id in old and (len(mt) == 1 or mt[1] > now):
-            times = list(mt)
+        mi = memo.ids
+        if len(mi) == first and mi[0] == q[0].id and mi[first - 1] == q[first - 1].id and (
+                memo.n == 1 or memo.times[1] > now):
+            n = memo.n
+            times = np.empty(n + fresh + 1)
+            free = np.empty(n + fresh + 1, dtype=np.int64)
+            times[:n] = memo.times[:n]
+            free[:n] = memo.free[:n]
             times[0] = now
-            fb = bytearray(memo.free)
-            starts = dict(old)
         else:                                      # pragma: no cover - memo out of step: recompute everything
             first = 0
-            memo = None
     if not first:
-        times, fb = _base(now, len(snapshot.free), snapshot.running)
-        old = memo.starts if type(memo) is _FastMemo else {}
-        starts = {}
-    out: list[Decision] = []
-    append = out.append
+        times, free, n = _base(now, len(snapshot.free), snapshot.running, nq)
+    jobs = q[first:] if first else q
+    k = len(jobs)
+    id_list = [j.id for j in jobs]
+    m = len(memo.id_list) if memo is not None and not first else 0
+    if m and id_list[:m] == memo.id_list:       # the queue is the jobs reserved last time, then arrivals
+        tail = jobs[m:]
+        needs = np.concatenate((memo.needs, np.fromiter([j.procs for j in tail], dtype=np.int64, count=k - m)))
+        ests = np.concatenate((memo.ests, np.fromiter([j.estimate for j in tail], dtype=np.float64, count=k - m)))
+        prev = np.concatenate((memo.slots, np.full(k - m, np.nan)))
+    else:
+        needs = np.fromiter([j.procs for j in jobs], dtype=np.int64, count=k)
+        ests = np.fromiter([j.estimate for j in jobs], dtype=np.float64, count=k)
+        prev = None
+    ids = np.array(id_list, dtype=np.int64)
+    slots = np.empty(k)
+    cap = min(int(needs.max()) + 1, 1 << 16) if k else 1
+    n = kernel("place")(times, free, n, needs, ests, slots, np.zeros(cap), np.full(cap, -1.0))
+    if n < 0:
+        total = len(snapshot.free) + sum(r.size for r in snapshot.running)
+        raise PolicyError(f"a job of {int(needs[-n - 1])} nodes can never start: the machine has {total}")
+    started: list[tuple[int, Decision]] = []
+    reserved = np.ones(k, dtype=bool)
     free_ids = snapshot.free
     taken = 0
-    held = 0
-    n = len(times)
-    fits, minus = _FITS, _MINUS
-    lower: dict[int, tuple[float, float]] = {}      # size -> (estimate, slot) of its last reservation
-    for j in islice(q, first, None) if first else q:
+    for i in np.flatnonzero(slots == now).tolist():     # slot now: start, unless a zero-length job started before
+        j = jobs[i]
         need = j.procs
-        est = j.estimate
-        if fb[-1] < need:
-            raise PolicyError(f"a job of {need} nodes can never start: the machine has {fb[-1]}")
-        if need <= 0:
-            a = 0
-        else:
-            mask = fb.translate(fits[need])
-            if est > 0:
-                # the profile only loses nodes during a pass, so a job of the same size and no shorter estimate
-                # cannot fit before the previous one's slot: start the search there
-                prev = lower.get(need)
-                if prev is not None and est >= prev[0]:
-                    a = mask.find(1, bisect_left(times, prev[1]))
-                else:
-                    a = mask.find(1)
-                while True:
-                    b = mask.find(0, a)
-                    if b < 0 or times[b] >= times[a] + est:
-                        break
-                    a = mask.find(1, b)
-                end = times[a] + est
-                m = bisect_left(times, end, a + 1)
-                if m == n or times[m] != end:
-                    times.insert(m, end)
-                    fb.insert(m, fb[m - 1])
-                    n += 1
-                fb[a:m] = fb[a:m].translate(minus[need])
-                lower[need] = (est, times[a])
-            else:
-                a = mask.find(1)
-        if a == 0 and not held:
-            append(StartJob(j.id, free_ids[taken:taken + need]))
-            taken += need
-            if est <= 0:        # a zero-length job holds its nodes until its end (at this same time)
-                held += need
-        else:       # a == 0 here: it starts in the pass right after the zero-length jobs' ends, at this time
-            t = times[a]
-            jid = j.id
-            starts[jid] = t
-            if old.get(jid) != t:
-                append(Reserve(jid, t, need))
-    append(Remember(_FastMemo(times, bytes(fb), starts)))
+        started.append((i, StartJob(j.id, free_ids[taken:taken + need])))
+        reserved[i] = False
+        taken += need
+        if j.estimate <= 0:         # it holds its nodes until its end (at this same time): later ones wait for it
+            break
+    if prev is None:
+        prev = np.full(k, np.nan) if first else _previous(ids, memo)
+    moved = np.flatnonzero(reserved & (slots != prev)).tolist()
+    out: list[Decision] = []
+    if moved:                       # every decision in queue order, as the reference makes them
+        tagged = [(i, Reserve(int(ids[i]), float(slots[i]), int(needs[i]))) for i in moved]
+        out = [d for _, d in heapq.merge(started, tagged, key=lambda x: x[0])]
+    else:
+        out = [d for _, d in started]
+    if started:
+        res_ids, res_slots, res_needs, res_ests = ids[reserved], slots[reserved], needs[reserved], ests[reserved]
+        res_list = [x for x, keep in zip(id_list, reserved.tolist(), strict=True) if keep]
+    else:
+        res_ids, res_slots, res_needs, res_ests, res_list = ids, slots, needs, ests, id_list
+    if first:
+        assert memo is not None
+        res_ids = np.concatenate((memo.ids, res_ids))
+        res_slots = np.concatenate((memo.slots, res_slots))
+        res_needs = np.concatenate((memo.needs, res_needs))
+        res_ests = np.concatenate((memo.ests, res_ests))
+        res_list = memo.id_list + res_list
+    out.append(Remember(_ArrayMemo(times, free, n, res_ids, res_slots, res_list, res_needs, res_ests)))
     return out

@@ -252,9 +252,9 @@ class EBS:
             if not shrunk:
                 if cfg.mtct is not None:
                     self._mtct_shrink(elastic, pool, out, now)
-                if pool.nodes:
+                if pool:
                     grow = fpsma_grow if cfg.strategy == "fpsma" else egs_grow
-                    self._apply(grow(cfg, elastic, len(pool.nodes), now), elastic, pool, out)
+                    self._apply(grow(cfg, elastic, len(pool), now), elastic, pool, out)
         if cfg.tick and (snapshot.running or out):
             out.append(Wake(now + cfg.tick))
         return out

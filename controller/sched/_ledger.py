@@ -29,11 +29,16 @@ What the two callers differ in is kept outside the checks:
 - *allocation order*: ``order="release"`` (the simulator's default) hands free nodes out in the order they were
   freed; ``order="pool"`` (the live controller, and the simulator when asked) keeps the free list in the
   machine's node order, lowest first, as a resource manager hands out hosts.
+
+Cost: with ``order="release"`` the free nodes are a window of an append-only array (:mod:`._nodes`): the usual
+start (the first free nodes, as the snapshot lists them) and end cost the same on any machine size, and the
+snapshot's ``free`` and the jobs' ``nodes`` are :class:`~._nodes.NodeRun` sequences that behave as tuples. With
+``order="pool"`` they are tuples of a list-and-set store, as the live controller wants them.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 from types import MappingProxyType
 from typing import Any, NamedTuple, TypeAlias
@@ -45,7 +50,6 @@ from ._model import (
     Job,
     JobKind,
     NodeId,
-    QueueView,
     Remember,
     Reserve,
     ResizeJob,
@@ -54,6 +58,9 @@ from ._model import (
     StartJob,
     Wake,
 )
+from ._nodes import Bad as _Bad
+from ._nodes import ListFree, RunFree, is_run
+from ._qindex import LedgerQueue, QueueIndex
 from ._speedup import MtctModel, ReconfigCost, SpeedupModel, amdahl, no_reconfig_cost
 
 __all__ = ["Applied", "Effect", "Ledger", "Progress", "Rejected", "elapsed_progress"]
@@ -105,16 +112,16 @@ class Ledger:
             raise ValueError("node ids must be distinct")
         if order not in ("release", "pool"):
             raise ValueError(f"order must be 'release' or 'pool', got {order!r}")
-        self._rank: dict[NodeId, int] | None = (
-            {x: i for i, x in enumerate(self.nodes)} if order == "pool" else None)
+        self.order = order
+        self._free: ListFree | RunFree = (RunFree(self.nodes) if order == "release" else
+                                          ListFree(self.nodes, {x: i for i, x in enumerate(self.nodes)}))
         self.speedup = speedup
         self.reconfig_cost = reconfig_cost
         self.mtct = mtct
         self.progress: Progress = progress or elapsed_progress(speedup)
-        self.free: list[NodeId] = list(self.nodes)
-        self.free_set: set[NodeId] = set(self.nodes)
         self.queue: list[Job] = []
         self.queued: dict[int, Job] = {}
+        self._qix: QueueIndex | None = None        # the queue by size and estimate, once a policy asked for it
         self.running: dict[int, RunningJob] = {}
         self._rkeys: list[tuple[float, int]] = []
         self._rviews: list[RunningJob] = []
@@ -126,16 +133,42 @@ class Ledger:
         self.owner: dict[NodeId, int] = {}
         self.dirty: set[NodeId] = set()
         self.busy: dict[int, str] = {}
-        self.track_owner = False      # keep ``owner`` (node -> job): needed for node failures and live
-        self.dirty_release = False    # live: released nodes stay dirty until checked clean
+        self.track_owner = False      # keep ``owner`` (node -> job) as nodes are taken (live); else looked up
+        self._dirty_release = False
         self.dirty_eta = 1.0          # seconds a dirty node is expected to take to be checked (Snapshot.down)
         self._owner_for = 0
         self.counts: dict[str, int] = dict.fromkeys(
             ("StartJob", "ResizeJob", "Reserve", "Wake", "Remember", "Interrupt"), 0)
         """Applied decisions by type name."""
         self._res = MappingProxyType(self.reservations)
-        self._free_t: tuple[NodeId, ...] | None = None
+        self._free_t: Sequence[NodeId] | None = None
         self._run_t: tuple[RunningJob, ...] | None = None
+
+    @property
+    def dirty_release(self) -> bool:
+        """Live: nodes a job released stay dirty until checked clean (switches to the list store)."""
+        return self._dirty_release
+
+    @dirty_release.setter
+    def dirty_release(self, on: bool) -> None:
+        if on and type(self._free) is RunFree:
+            self._free = ListFree(self._free.free)
+        self._dirty_release = on
+
+    @property
+    def free(self) -> list[NodeId]:
+        """The free node ids in allocation order (dirty ones included)."""
+        return self._free.free
+
+    @property
+    def free_set(self) -> set[NodeId]:
+        """The free node ids."""
+        return self._free.set
+
+    @property
+    def n_free(self) -> int:
+        """How many nodes are free (dirty ones included)."""
+        return len(self._free)
 
     # -- the queue ------------------------------------------------------------------------------------------
     def submit(self, job: Job) -> None:
@@ -151,6 +184,8 @@ class Ledger:
         q = self.queue
         if not q or job.priority <= q[-1].priority:
             q.append(job)
+            if self._qix is not None:
+                self._qix.append(job)
         else:
             self._insert(job)
 
@@ -161,12 +196,36 @@ class Ledger:
                               (q[i].priority == job.priority and q[i].submit <= job.submit)):
             i += 1
         q.insert(i, job)
+        if self._qix is not None:
+            if i == len(q) - 1:
+                self._qix.append(job)
+            else:
+                self._qix = None                # a job went ahead of others: rebuilt when next asked for
+
+    def _unqueue(self, job: Job) -> None:
+        """Take ``job`` out of the queue list (found through the index when there is one)."""
+        q = self.queue
+        if self._qix is not None:
+            i = self._qix.remove(job)
+            if i < len(q) and q[i] is job:
+                del q[i]
+                if not q:
+                    self._qix = None            # a short queue again: no index until a policy asks anew
+                return
+            self._qix = None                    # pragma: no cover - out of step: rebuilt when next asked for
+        q.remove(job)
+
+    def _index(self) -> QueueIndex:
+        """The queue's index by size and estimate (built now if needed, then kept in step)."""
+        if self._qix is None:
+            self._qix = QueueIndex(self.queue)
+        return self._qix
 
     def dequeue(self, job_id: int, keep_reservation: bool = False) -> Job:
         """Remove a queued job (cancelled before it started, or held back until its old processes are gone: then
         its reservation, if any, is kept)."""
         job = self.queued.pop(job_id)
-        self.queue.remove(job)
+        self._unqueue(job)
         if not keep_reservation:
             self.reservations.pop(job_id, None)
         return job
@@ -181,8 +240,9 @@ class Ledger:
         """The state as a policy sees it at ``now`` (free excludes dirty nodes)."""
         free_t = self._free_t
         if free_t is None:
-            free_t = tuple(self.free) if not self.dirty else tuple(x for x in self.free if x not in self.dirty)
-            self._free_t = free_t
+            if type(self._free) is RunFree:
+                self._free.compact()
+            free_t = self._free_t = self._free.view(self.dirty)
         run_t = self._run_t
         if run_t is None:
             run_t = self._run_t = tuple(self._rviews)
@@ -193,7 +253,7 @@ class Ledger:
         else:
             down = tuple(sorted(self.down.items(), key=lambda kv: kv[1])) if self.down else ()
         q = self.queue
-        return Snapshot(now, self.nodes, free_t, run_t, QueueView(q), changed,
+        return Snapshot(now, self.nodes, free_t, run_t, LedgerQueue(q, self._index), changed,
                         len(q) if arrived < 0 else arrived, self._res, self.memo, down)
 
     def view(self, job_id: int) -> RunningJob | None:
@@ -261,37 +321,19 @@ class Ledger:
         ids = {id(d) for d in shrinks}
         return shrinks + [d for d in decisions if id(d) not in ids]
 
-    def _take(self, nodes: tuple, released: set[NodeId]) -> None:
-        """Remove ``nodes`` from the free list (they must be free, distinct, and clean unless released now)."""
-        k = len(nodes)
-        free = self.free
-        dirty = self.dirty
-        if free[:k] == list(nodes) and not dirty:
-            del free[:k]
-        else:
-            fs = self.free_set
-            if not fs.issuperset(nodes):
-                raise _Bad(f"nodes not free: {[x for x in nodes if x not in fs][:8]}")
-            if len(set(nodes)) != k:
-                raise _Bad("a node is named twice")
-            if dirty:
-                bad = [x for x in nodes if x in dirty and x not in released]
-                if bad:
-                    raise _Bad(f"nodes not checked clean yet: {bad[:8]}")
-            drop = set(nodes)
-            free[:] = [x for x in free if x not in drop]
-        self.free_set.difference_update(nodes)
+    def _take(self, nodes: Sequence[NodeId], released: set[NodeId]) -> None:
+        """Remove ``nodes`` from the free nodes (they must be free, distinct, and clean unless released now)."""
+        self._free.take(nodes, released, self.dirty)
         if self.track_owner:
             jid = self._owner_for
             for x in nodes:
                 self.owner[x] = jid
 
-    def _give_back(self, nodes: Iterable[NodeId], released: set[NodeId] | None, dirty: bool = True) -> None:
+    def _give_back(self, nodes: Sequence[NodeId], released: set[NodeId] | None, dirty: bool = True) -> None:
         """Nodes a job no longer holds become free (dirty in the live controller until checked, unless the job
         never ran on them: ``dirty`` False)."""
-        if not (self.down or self.track_owner or self.dirty_release or self._rank):
-            self.free.extend(nodes)
-            self.free_set.update(nodes)
+        if not (self.down or self.track_owner or self._dirty_release):
+            self._free.give(nodes)
             return
         down = self.down
         for x in nodes:
@@ -299,8 +341,8 @@ class Ledger:
                 self.owner.pop(x, None)
             if x in down:
                 continue
-            self._free_one(x)
-            if self.dirty_release and dirty:
+            self._free.add(x)
+            if self._dirty_release and dirty:
                 self.dirty.add(x)
             if released is not None:
                 released.add(x)
@@ -312,19 +354,20 @@ class Ledger:
         if self.busy and job.id in self.busy:
             raise _Busy(f"job {job.id} cannot start now: {self.busy[job.id]}")
         nodes = d.nodes
-        if type(nodes) is not tuple:
+        if not is_run(nodes):
             raise _Bad("nodes must be a tuple of node ids")
         k = len(nodes)
         if not job.min_procs <= k <= job.max_procs:
             raise _Bad(f"{k} nodes: the job allows {job.min_procs}..{job.max_procs}")
         self._owner_for = job.id
         self._take(nodes, released)
+        nodes = self._free.own(nodes)
         del self.queued[job.id]
         q = self.queue
-        if q[0] is job:
+        if q[0] is job and self._qix is None:
             del q[0]
         else:
-            q.remove(job)
+            self._unqueue(job)
         if self.reservations:
             self.reservations.pop(job.id, None)
         f = 1.0 if k == job.procs else self.speedup(job, k)
@@ -345,16 +388,15 @@ class Ledger:
             raise _Busy(f"job {job.id} cannot be resized now: {why}")
         nodes = d.nodes
         k = len(nodes)
-        if type(nodes) is not tuple or not job.min_procs <= k <= job.max_procs:
+        if not is_run(nodes) or not job.min_procs <= k <= job.max_procs:
             raise _Bad(f"size {k} outside {job.min_procs}..{job.max_procs}")
         vn = v.nodes
         m = len(vn)
-        fs = self.free_set
         if k < m and vn[:k] == nodes:                    # the usual shrink: keep a prefix
             added: Sequence[NodeId] = ()
             removed: Sequence[NodeId] = vn[k:]
-        elif k > m and nodes[:m] == vn and fs.issuperset(nodes[m:]) and len(set(nodes[m:])) == k - m:
-            added, removed = nodes[m:], ()               # the usual grow: append free nodes
+        elif k > m and nodes[:m] == vn:                  # the usual grow: append free nodes (checked when taken)
+            added, removed = nodes[m:], ()
         else:
             new = set(nodes)
             if len(new) != k:
@@ -363,20 +405,18 @@ class Ledger:
                 raise _Bad("same nodes: nothing to resize")
             old = set(vn)
             added = [x for x in nodes if x not in old]
-            if not fs.issuperset(added):
-                raise _Bad(f"nodes not free: {[x for x in added if x not in fs][:8]}")
+            missing = self._free.missing(added)
+            if missing:
+                raise _Bad(f"nodes not free: {missing[:8]}")
             removed = [x for x in vn if x not in new]
-        if added and self.dirty:
-            bad = [x for x in added if x in self.dirty and x not in released]
-            if bad:
-                raise _Bad(f"nodes not checked clean yet: {bad[:8]}")
         done = self.progress(v, now)
         cost = float(self.reconfig_cost(job, v.size, k))
         if cost < 0:
             raise _Bad(f"negative reconfiguration cost {cost}")
         if added:
             self._owner_for = job.id
-            self._take(tuple(added), released)
+            self._take(added, released)
+            nodes = self._free.own(nodes)
         if removed:
             self._give_back(removed, released)
         since = now + cost
@@ -488,28 +528,26 @@ class Ledger:
             return None
         self.down[x] = until
         self._stale()
-        if x in self.free_set:
-            self.free.remove(x)
-            self.free_set.discard(x)
+        if self._free.remove(x):
             self.dirty.discard(x)
             return None
-        jid = self.owner.get(x)
+        jid = self.owner.get(x) if self.track_owner else self._holder(x)
         if jid is None:
             raise PolicyError(f"node {x!r} is neither free nor held")
         return jid
 
+    def _holder(self, x: NodeId) -> int | None:
+        """The running job holding node ``x`` (looked up: owners are kept only with ``track_owner``)."""
+        for v in self._rviews:
+            if x in v.nodes:
+                return v.job.id
+        return None
+
     def node_up(self, x: NodeId) -> None:
         """Node ``x`` is back: free again."""
         if self.down.pop(x, None) is not None:
-            self._free_one(x)
+            self._free.add(x)
             self._stale()
-
-    def _free_one(self, x: NodeId) -> None:
-        if self._rank is None:
-            self.free.append(x)
-        else:
-            insort(self.free, x, key=self._rank.__getitem__)
-        self.free_set.add(x)
 
     # -- live-only state ------------------------------------------------------------------------------------
     def revert(self, job_id: int, prev: RunningJob) -> None:
@@ -519,9 +557,9 @@ class Ledger:
         cur = self.running[job_id]
         now_has, had = set(cur.nodes), set(prev.nodes)
         back = [x for x in prev.nodes if x not in now_has]
-        if not self.free_set.issuperset(back):
-            raise PolicyError(f"job {job_id}: cannot take back nodes held by others: "
-                              f"{[x for x in back if x not in self.free_set]}")
+        missing = self._free.missing(back)
+        if missing:
+            raise PolicyError(f"job {job_id}: cannot take back nodes held by others: {missing}")
         self._owner_for = job_id
         self.withhold(back)
         for x in back:
@@ -543,9 +581,7 @@ class Ledger:
     def withhold(self, nodes: Iterable[NodeId]) -> None:
         """Take free nodes out of the free list without giving them to a running job."""
         for x in nodes:
-            if x in self.free_set:
-                self.free.remove(x)
-                self.free_set.discard(x)
+            self._free.remove(x)
         self._stale()
 
     def clean(self, x: NodeId) -> None:
@@ -561,18 +597,12 @@ class Ledger:
             self.submit(job)
         if view is not None:
             for x in view.nodes:
-                if x in self.free_set:
-                    self.free.remove(x)
-                    self.free_set.discard(x)
+                self._free.remove(x)
                 self.owner[x] = view.job.id
             self._list(view)
         for x in nodes:
             self.dirty.add(x)
         self._stale()
-
-
-class _Bad(Exception):
-    """A decision that breaks an invariant (internal: turned into PolicyError or a rejection)."""
 
 
 class _Busy(_Bad):

@@ -150,7 +150,7 @@ class MEBF0:
 
     def _backfill(self, wait: Job, rest: list[Job], running: list[RunningJob], started: list[tuple[float, int]],
                   pool: Pool, out: list[Decision], now: float) -> bool:
-        avail = len(pool.nodes)
+        avail = len(pool)
         left = sorted((j for j in rest if j.min_procs <= avail), key=lambda j: (j.min_procs, _key(j)))
         if not left:
             return False

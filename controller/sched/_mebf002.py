@@ -182,15 +182,15 @@ class MEBF:
         sh, extra = -1.0, 0
         any_started = False
         for job in islice(queue, first, None):
-            if not pool.nodes:
+            if not pool:
                 break
-            k = _start_size(job, len(pool.nodes))
+            k = _start_size(job, len(pool))
             if not k:
                 continue
             if sh < 0:          # the head's reservation, computed once a candidate fits (as EASY does)
                 ends = [(r.end_estimate, r.size) for r in running] + started
                 need = head.min_procs if head.kind is not JobKind.RIGID else head.procs
-                sh, extra = shadow(ends, len(pool.nodes), need)
+                sh, extra = shadow(ends, len(pool), need)
             est = job.estimate * self.cfg.speedup(job, k) if k != job.procs else job.estimate
             if now + est <= sh:
                 pass
@@ -232,7 +232,7 @@ class MEBF:
                 now: float) -> None:
         """The configured expand policy: most scalable first, while nodes are free."""
         cfg = self.cfg
-        avail = len(pool.nodes)
+        avail = len(pool)
         mall = JobKind.MALLEABLE
         # cheap pre-filter: room to grow, and (Handoff) fewer nodes than are free, else expand_amount gives 0
         # Handoff needs size < avail, Spare ratio x size < avail (expand_amount is 0 otherwise)
@@ -242,9 +242,9 @@ class MEBF:
         if len(cands) > 1:
             cands.sort(key=lambda r: (r.job.rho, r.start, r.id))
         for r in cands:
-            if not pool.nodes:
+            if not pool:
                 break
-            a = expand_amount(cfg, r, len(pool.nodes))
+            a = expand_amount(cfg, r, len(pool))
             if a > 0 and feasible(cfg, r, r.size + a, now):
                 out.append(pool.grow(r, a))
                 resized.add(r.id)

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from ._model import Job, JobKind, NodeId, ResizeJob, RunningJob, StartJob
 from ._speedup import ReconfigCost, SpeedupModel
 
-__all__ = ["Pool", "adapting", "first_fit_end", "is_malleable", "predicted_remaining", "remaining", "shadow", "work_left"]
+__all__ = ["Pool", "adapting", "first_fit_end", "is_malleable", "predicted_remaining", "remaining", "shadow",
+           "work_left"]
 
 
 def remaining(r: RunningJob, now: float) -> float:
@@ -52,20 +53,29 @@ def is_malleable(job: Job) -> bool:
 
 
 class Pool:
-    """The node ids a policy may still give out in one pass (mutable, local to one policy call)."""
+    """The node ids a policy may still give out in one pass (mutable, local to one policy call): the snapshot's
+    free nodes not taken yet, then the nodes its shrinks gave back, in that order (the ledger's order)."""
 
-    __slots__ = ("nodes",)
+    __slots__ = ("_at", "_back", "_free")
 
     def __init__(self, free: Sequence[NodeId]) -> None:
-        self.nodes: list[NodeId] = list(free)
+        self._free = free
+        self._at = 0
+        self._back: list[NodeId] = []
 
     def __len__(self) -> int:
-        return len(self.nodes)
+        return len(self._free) - self._at + len(self._back)
 
-    def take(self, k: int) -> tuple[NodeId, ...]:
-        """Remove and return the first ``k`` nodes."""
-        got = tuple(self.nodes[:k])
-        del self.nodes[:k]
+    def take(self, k: int) -> Sequence[NodeId]:
+        """Remove and return the first ``k`` nodes (a slice of the snapshot's free nodes when they suffice)."""
+        f, a = self._free, self._at
+        left = len(f) - a
+        if k <= left:
+            self._at = a + k
+            return f[a:a + k]
+        got = tuple(f[a:]) + tuple(self._back[:k - left])
+        del self._back[:k - left]
+        self._at = len(f)
         return got
 
     def start(self, job: Job, k: int) -> StartJob:
@@ -74,13 +84,13 @@ class Pool:
 
     def grow(self, r: RunningJob, k: int) -> ResizeJob:
         """A ResizeJob giving ``r`` ``k`` more nodes from the pool."""
-        return ResizeJob(r.id, tuple(r.nodes) + self.take(k))
+        return ResizeJob(r.id, r.nodes + self.take(k))
 
     def shrink(self, r: RunningJob, k: int) -> ResizeJob:
         """A ResizeJob taking ``k`` nodes from ``r`` (its last ones), which go back to the pool."""
         keep = r.size - k
-        self.nodes.extend(r.nodes[keep:])
-        return ResizeJob(r.id, tuple(r.nodes[:keep]))
+        self._back.extend(r.nodes[keep:])
+        return ResizeJob(r.id, r.nodes[:keep])
 
 
 def shadow(ends: list[tuple[float, int]], avail: int, need: int) -> tuple[float, int]:

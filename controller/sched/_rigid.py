@@ -9,15 +9,20 @@ a full pass; ``Simulator(..., hints=False)`` turns it off and the tests compare 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from heapq import heappop, heappush
 from itertools import islice
 
 from malleable.errors import PolicyError
 
 from ._down import down_ends
 from ._model import Decision, RunningJob, Snapshot, StartJob
+from ._qindex import LedgerQueue, QueueIndex
 from ._resize import first_fit_end
 
 __all__ = ["easy", "easy_shadow", "fcfs"]
+
+_INDEXED = 256
+"""Above this many jobs behind the head, EASY's full backfilling scan goes through the ledger's queue index."""
 
 
 def fcfs(snapshot: Snapshot, now: float) -> list[Decision]:
@@ -119,6 +124,10 @@ def easy(snapshot: Snapshot, now: float) -> list[Decision]:
             return out
         head = q[i]
         first = i + 1
+        if nq - first > _INDEXED:
+            ix = q.index() if type(q) is LedgerQueue else None
+            if ix is not None:
+                return _backfill(ix, snapshot, now, head, out, started, avail, taken)
     else:
         # Nothing was freed since the last pass and the head is old: old jobs failed then under conditions at
         # least as favourable as now, so only the newly arrived tail can backfill.
@@ -146,3 +155,53 @@ def easy(snapshot: Snapshot, now: float) -> list[Decision]:
         if not avail:
             break
     return out
+
+
+def _backfill(ix: QueueIndex, snapshot: Snapshot, now: float, head, out: list[Decision],
+              started: list[tuple[float, int]], avail: int, taken: int) -> list[Decision]:
+    """EASY's backfilling over the queue index: only the jobs that can start are looked at, in queue order.
+
+    A job behind the head starts if it fits the free nodes and ends by the shadow time (estimate small enough) or
+    fits the extra nodes (size small enough); both only shrink during the scan, so every other job would be
+    skipped by the plain scan too. Candidates by estimate are taken with a small margin above the shadow time
+    and checked exactly, as the plain scan does.
+    """
+    after = ix.seq_of[head.id]
+    if ix.first(after, avail) < 0:
+        return out                          # nothing behind the head fits: no shadow time needed
+    shadow, extra = easy_shadow(snapshot.running, started, avail, head.procs, down_ends(snapshot))
+    short = ix.short_jobs(after, avail, (shadow - now) + abs(shadow) * 1e-12 + 1e-9)
+    jobs = ix.job
+    free = snapshot.free
+    cur = after
+    while True:
+        while short and (short[0][0] <= cur or short[0][1] > avail):
+            _, p, it = heappop(short)               # passed by the scan, or a size that no longer fits: next
+            if p <= avail:
+                s = next(it, None)
+                if s is not None:
+                    heappush(short, (s, p, it))
+        nxt = short[0][0] if short else -1
+        b = avail if avail < extra else extra
+        if b > 0:
+            x = ix.first(cur, b)
+            if x >= 0 and (nxt < 0 or x < nxt):
+                nxt = x
+        if nxt < 0:
+            return out
+        cur = nxt
+        j = jobs[cur]
+        p = j.procs
+        if p > avail:
+            continue
+        if now + j.estimate <= shadow:
+            pass
+        elif p <= extra:
+            extra -= p
+        else:
+            continue
+        out.append(StartJob(j.id, free[taken:taken + p]))
+        taken += p
+        avail -= p
+        if not avail:
+            return out

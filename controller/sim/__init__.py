@@ -1,4 +1,4 @@
-"""The discrete-event simulator: workloads (synthetic, SWF), the engine, metrics and plots.
+"""The discrete-event simulator: workloads (synthetic, SWF), the engine, metrics, plots and sweeps.
 
 It drives the policies of :mod:`malleable.controller.sched` through the same decision path as the live
 controller. Names are loaded on first use (the ``simulate`` command's parser needs none of them).
@@ -10,17 +10,24 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _WHERE = {
-    "SimResult": "._engine", "Simulator": "._engine", "simulate": "._engine",
+    "SimResult": "._result", "SizeHistory": "._result", "Simulator": "._engine", "simulate": "._engine",
     "bounded_slowdown": "._metrics", "summary": "._metrics", "utilization_curve": "._metrics",
-    "write_jobs_csv": "._metrics", "read_swf": "._swf", "write_swf": "._swf", "Workload": "._workload",
-    "synthetic": "._workload", "plot_result": "._plot",
+    "write_jobs_csv": "._metrics", "write_batsim_csv": "._metrics", "read_swf": "._swf", "write_swf": "._swf",
+    "Workload": "._workload", "synthetic": "._workload", "plot_result": "._plot", "load_sweep": "._sweep",
+    "run_sweep": "._sweep",
 }
-__all__ = sorted(_WHERE)
+__all__ = [
+    "SimResult", "Simulator", "SizeHistory", "Workload", "bounded_slowdown", "load_sweep", "plot_result", "read_swf",
+    "run_sweep", "simulate", "summary", "synthetic", "utilization_curve", "write_batsim_csv", "write_jobs_csv",
+    "write_swf",
+]
 
 if TYPE_CHECKING:
-    from ._engine import SimResult, Simulator, simulate
-    from ._metrics import bounded_slowdown, summary, utilization_curve, write_jobs_csv
+    from ._engine import Simulator, simulate
+    from ._metrics import bounded_slowdown, summary, utilization_curve, write_batsim_csv, write_jobs_csv
     from ._plot import plot_result
+    from ._result import SimResult, SizeHistory
+    from ._sweep import load_sweep, run_sweep
     from ._swf import read_swf, write_swf
     from ._workload import Workload, synthetic
 

@@ -28,12 +28,20 @@ def add_simulate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
     src.add_argument("--synthetic", metavar="N", type=int, help="generate N synthetic jobs instead of a trace")
     src.add_argument("--workload", metavar="FILE",
                      help="a JSON-lines workload (one job per line, e.g. from 'malleable history --export')")
+    src.add_argument("--sweep", metavar="SPEC",
+                     help="run a sweep file (TOML: traces x policies x parameter grids x seeds) in parallel and "
+                          "write one table (--table); runs already in the table are not run again")
     src.add_argument("--experiment", metavar="NAME",
                      help="run a source document's experiment and print its published-vs-ours table: "
                           "002, 000-mebf, 000-sfsj, 003-w1, 003-w2 or all")
     p.add_argument("--out", metavar="DIR", default="benchmarks/results",
                    help="--experiment: directory for the JSON and PNG files (default benchmarks/results)")
     p.add_argument("--quick", action="store_true", help="--experiment: smaller set-up (fewer sizes and runs)")
+    p.add_argument("--table", metavar="FILE", help="--sweep: output table, .csv or .json (default: SPEC's name "
+                                                   "with .csv, in the current folder)")
+    p.add_argument("--workers", type=int, metavar="N", help="--sweep: local processes (default: all cores)")
+    p.add_argument("--dask", metavar="ADDRESS", help="--sweep: run on this Dask scheduler (tcp://host:8786) "
+                                                     "instead of local processes")
     p.add_argument("--speedup", choices=["linear", "amdahl", "rho", "declared"], default="amdahl",
                    help="speedup model of resized or moldable jobs (default amdahl; declared: each job's own, "
                         "rho when it has one, else Amdahl, as the live controller)")
@@ -57,6 +65,8 @@ def add_simulate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
     p.add_argument("--json", metavar="OUT", help="write the summary as JSON")
     p.add_argument("--jobs-csv", metavar="OUT", help="write one CSV row per job")
     p.add_argument("--plot", metavar="OUT", help="write a PNG: utilisation over time and a Gantt window")
+    p.add_argument("--batsim-csv", metavar="OUT", help="write a Batsim-style jobs CSV (one row per allocation "
+                                                       "segment, as evalys reads it)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_simulate)
     return p
@@ -101,8 +111,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         raise ConfigError(f"--tau must be > 0, got {args.tau}")
     if args.experiment:
         return _experiment(args)
+    if args.sweep:
+        return _sweep(args)
     if not (args.trace or args.synthetic or args.workload):
-        raise ConfigError("give one of --trace FILE, --workload FILE, --synthetic N or --experiment NAME")
+        raise ConfigError("give one of --trace FILE, --workload FILE, --synthetic N, --sweep SPEC or --experiment NAME")
     policy = get_policy(args.policy)
     w = _load(args)
     extra: dict = {"speedup": SPEEDUPS[args.speedup]}
@@ -126,8 +138,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     try:
         if args.tick is not None:
             extra["tick"] = args.tick
-        result = Simulator(w, policy, name=args.policy,
-                           progress=progress if bar is not None else None, **extra).run()
+        result = Simulator(w, policy, name=args.policy, progress=progress if bar is not None else None,
+                           nodes=bool(args.plot or args.batsim_csv), **extra).run()
     finally:
         if bar is not None:
             bar.close()
@@ -138,6 +150,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     print(f"{'mean bsld':12} {s['mean_bsld']:.3f} (tau {s['tau']:g} s)")
     print(f"{'makespan':12} {s['makespan']:.0f} s")
     print(f"{'utilization':12} {s['utilization']:.4f}")
+    if s["resizes"]:
+        print(f"{'resizes':12} {s['resizes']} ({s['resized_jobs']} jobs resized)")
     print(f"{'simulated in':12} {s['sim_seconds']:.3f} s ({s['jobs'] / max(s['sim_seconds'], 1e-9):,.0f} jobs/s)")
     if args.json:
         with open(args.json, "w") as f:
@@ -145,9 +159,28 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             f.write("\n")
     if args.jobs_csv:
         write_jobs_csv(result, args.jobs_csv, args.tau)
+    if args.batsim_csv:
+        from ._metrics import write_batsim_csv
+        write_batsim_csv(result, args.batsim_csv)
     if args.plot:
         from ._plot import plot_result
         plot_result(result, args.plot)
+    return 0
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ._sweep import load_sweep, run_sweep
+
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {args.workers}")
+    runs = load_sweep(args.sweep)
+    table = args.table or Path(args.sweep).with_suffix(".csv").name
+    show = not args.no_progress and sys.stderr.isatty()
+    rows = run_sweep(runs, table, workers=args.workers, dask=args.dask, progress=show)
+    keys = {r["key"] for r in runs}
+    print(f"{len(runs)} runs ({sum(1 for r in rows if r.get('key') in keys)} in {table})")   # the CLI's own output
     return 0
 
 

@@ -26,17 +26,17 @@ import sys
 import time
 from array import array
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
 from heapq import heappush
 from typing import Any
 
 import numpy as np
 
 from malleable.controller.sched._ledger import Effect, Ledger
-from malleable.controller.sched._model import FAILED_PRIORITY, Job, JobKind, Policy, RunningJob
+from malleable.controller.sched._model import FAILED_PRIORITY, Job, Policy, RunningJob
 from malleable.controller.sched._speedup import MtctModel, ReconfigCost, SpeedupModel, amdahl, no_reconfig_cost
 from malleable.errors import SimulationError
 
+from ._result import SimResult, SizeHistory
 from ._workload import Workload
 
 __all__ = ["SimResult", "Simulator", "simulate"]
@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 _END, _WAKE, _FAIL, _REPAIR = 0, 2, 3, 4
 _INF = math.inf
+_CHUNK = 1 << 16                  # workload rows turned into Python values at a time (memory follows the system)
 
 
 class _Run:
@@ -58,43 +59,6 @@ class _Run:
         self.evseq = evseq      # seq of the job's live END event (older ones are stale)
         self.seg = seg          # when the current size began (for the node-seconds area)
         self.area = 0.0         # node-seconds used before ``seg``
-
-
-@dataclass(slots=True)
-class SimResult:
-    """Outcome of one simulation.
-
-    Attributes:
-        workload: the replayed workload (rows align with the arrays below).
-        policy: the policy's name.
-        start, end: per-job first start and end times (s).
-        size: per-job size at start.
-        area: per-job node-seconds actually held (size x time, summed over resizes).
-        resizes: per-job number of resizes.
-        sim_seconds: wall-clock seconds spent in the event loop.
-        passes: number of scheduling passes (policy calls).
-        decisions: number of decisions applied, by type name.
-        restarts: per-job number of interruptions (failures, Interrupt decisions), or None if none could occur.
-        lost: per-job node-seconds thrown away by interruptions (included in ``area``), or None likewise.
-    """
-
-    workload: Workload
-    policy: str
-    start: np.ndarray
-    end: np.ndarray
-    size: np.ndarray
-    area: np.ndarray
-    resizes: np.ndarray
-    sim_seconds: float
-    passes: int
-    decisions: dict[str, int] = field(default_factory=dict)
-    restarts: np.ndarray | None = None
-    lost: np.ndarray | None = None
-
-    @property
-    def wait(self) -> np.ndarray:
-        """Per-job wait (start - submit)."""
-        return self.start - self.workload.submit
 
 
 class Simulator:
@@ -124,6 +88,8 @@ class Simulator:
         record: a list that receives what happened, in order, for replaying the run elsewhere (the live core's
             equivalence test): ``("submit", t, job)``, ``("end", t, job id)``, ``("down", t, node, until)``,
             ``("up", t, node)``, ``("pass", t, decisions, effects)``.
+        nodes: keep every job's node ids per allocation segment in ``SimResult.history`` (Gantt with node rows,
+            Batsim files); memory grows with the jobs' sizes. Sizes of resized jobs are always kept.
     """
 
     def __init__(self, workload: Workload, policy: Policy, *, name: str | None = None,
@@ -132,12 +98,13 @@ class Simulator:
                  progress: Callable[[int], None] | None = None,
                  failures: Sequence[tuple[float, Hashable, float]] = (),
                  mtct: MtctModel | None = None, record: list[tuple[Any, ...]] | None = None,
-                 order: str = "release", tick: float | None = None) -> None:
+                 order: str = "release", tick: float | None = None, nodes: bool = False) -> None:
         self.workload = workload
         self.policy = policy
         self.name = name or getattr(policy, "__name__", "policy")
         self.speedup = speedup
         self.reconfig_cost = reconfig_cost
+        keep_nodes = nodes
         nodes = tuple(range(workload.machine)) if node_ids is None else tuple(node_ids)
         if len(nodes) != workload.machine or len(set(nodes)) != len(nodes):
             raise SimulationError(f"need {workload.machine} distinct node ids, got {len(nodes)}")
@@ -151,10 +118,15 @@ class Simulator:
         n = len(workload)
         self._start = array("d", [math.nan]) * n
         self._end = array("d", [math.nan]) * n
-        self._size = array("l", [0]) * n
+        self._size = array("q", [0]) * n
         self._area = array("d", [0.0]) * n
-        self._resizes = array("l", [0]) * n
-        self._runs: list[float] = workload.run.tolist()
+        self._resizes = array("q", [0]) * n
+        self._run_of = workload.run.item           # real run time of a row (hidden from policies)
+        self._hrow = array("q")                      # size history: row, from, size (and nodes) per segment
+        self._htime = array("d")
+        self._hsize = array("q")
+        self._hnodes: list | None = [] if keep_nodes else None
+        self._kept = bytearray(n)                    # rows whose segments are in the history
         self._qrow: dict[int, int] = {}            # queued job id -> workload row
         self._running: dict[int, _Run] = {}
         self._heap: list[tuple[float, int, int, int]] = []
@@ -166,11 +138,11 @@ class Simulator:
         self.ledger = Ledger(nodes, speedup=speedup, reconfig_cost=reconfig_cost, mtct=mtct,
                              progress=self._real_progress, order=order)
         self._failures = sorted((float(t), x, float(d)) for t, x, d in failures)
+        known = set(nodes) if self._failures else ()
         for t, x, d in self._failures:
-            if x not in self.ledger.free_set or not (t >= 0 and d > 0):
+            if x not in known or not (t >= 0 and d > 0):
                 raise SimulationError(f"bad failure ({t}, {x!r}, {d}): unknown node or non-positive downtime")
-        self.ledger.track_owner = bool(self._failures)
-        self._restarts = array("l", [0]) * n if self._failures else None
+        self._restarts = array("q", [0]) * n if self._failures else None
         self._lost = array("d", [0.0]) * n if self._failures else None
         for k, (t, _, _) in enumerate(self._failures):
             self._seq += 1
@@ -178,7 +150,7 @@ class Simulator:
 
     def _real_progress(self, v: RunningJob, now: float) -> float:
         """Work done at ``now`` from the hidden real run time (none while a reconfiguration is being paid)."""
-        run_old = self._runs[self._running[v.job.id].row] * self.speedup(v.job, v.size)
+        run_old = self._run_of(self._running[v.job.id].row) * self.speedup(v.job, v.size)
         done = v.progress + (max(0.0, now - v.since) / run_old if run_old > 0 else 1.0)
         return min(done, 1.0)
 
@@ -195,15 +167,16 @@ class Simulator:
             raise SimulationError("a Simulator runs once; create a new one")
         self._done = True
         w = self.workload
-        subs = w.submit.tolist()
-        n = len(subs)
+        n = len(w)
+        c0 = c1 = 0                 # rows [c0, c1) of the workload are in subs/jobs (chunks: memory stays small)
+        subs: list[float] = []
+        jobs: list[Job] = []
         heap = self._heap
         led = self.ledger
         queue = led.queue
         queued = led.queued
         qrow = self._qrow
         running = self._running
-        make_job = self._job_factory()
         policy = self.policy
         hints = self.hints
         progress = self.progress
@@ -220,7 +193,10 @@ class Simulator:
         next_tick = _INF
         t0 = time.perf_counter()
         while True:
-            ts = subs[i] if i < n else _INF
+            if i == c1 and i < n:
+                c0, c1 = i, min(n, i + _CHUNK)
+                subs, jobs = w.submit[c0:c1].tolist(), w.jobs(c0, c1)
+            ts = subs[i - c0] if i < n else _INF
             th = heap[0][0] if heap else _INF
             now = ts if ts < th else th
             if now == _INF:
@@ -242,8 +218,13 @@ class Simulator:
             if not event:
                 continue        # only stale end entries of resized jobs: no pass
             first_new = len(queue)
-            while i < n and subs[i] <= now:
-                job = make_job(i)
+            while i < n:
+                if i == c1:
+                    c0, c1 = i, min(n, i + _CHUNK)
+                    subs, jobs = w.submit[c0:c1].tolist(), w.jobs(c0, c1)
+                if subs[i - c0] > now:
+                    break
+                job = jobs[i - c0]
                 jid = job.id
                 if jid in queued or jid in running:
                     raise SimulationError(f"job id {jid} submitted at {now} while already in the system")
@@ -284,24 +265,28 @@ class Simulator:
         restarts = lost = None
         if self._restarts is not None:
             restarts = np.array(self._restarts, dtype=np.int64)
-            lost = np.frombuffer(self._lost, dtype=np.float64).copy()
-        return SimResult(w, self.name, np.frombuffer(self._start, dtype=np.float64).copy(),
-                         np.frombuffer(self._end, dtype=np.float64).copy(),
-                         np.array(self._size, dtype=np.int64), np.frombuffer(self._area, dtype=np.float64).copy(),
-                         np.array(self._resizes, dtype=np.int64), elapsed, passes, dict(led.counts),
-                         restarts, lost)
+            lost = np.frombuffer(self._lost, dtype=np.float64)
+        history = SizeHistory(np.frombuffer(self._hrow, dtype=np.int64), np.frombuffer(self._htime, dtype=np.float64),
+                              np.frombuffer(self._hsize, dtype=np.int64), self._hnodes)
+        return SimResult(w, self.name, np.frombuffer(self._start, dtype=np.float64),
+                         np.frombuffer(self._end, dtype=np.float64), np.frombuffer(self._size, dtype=np.int64),
+                         np.frombuffer(self._area, dtype=np.float64), np.frombuffer(self._resizes, dtype=np.int64),
+                         elapsed, passes, dict(led.counts), restarts, lost, history, self.nodes)
 
-    def _job_factory(self) -> Callable[[int], Job]:
-        w = self.workload
-        ids, sub, procs, est = w.ids.tolist(), w.submit.tolist(), w.procs.tolist(), w.estimate.tolist()
-        if w.kind is None:
-            rigid = JobKind.RIGID
+    # -- the size history ------------------------------------------------------------------------------------
 
-            def make(i: int) -> Job:
-                p = procs[i]
-                return Job(ids[i], sub[i], p, est[i], rigid, p, p, 0.0)
-            return make
-        return w.job
+    def _segment(self, row: int, t: float, size: int, nodes: Sequence[Hashable]) -> None:
+        self._hrow.append(row)
+        self._htime.append(t)
+        self._hsize.append(size)
+        if self._hnodes is not None:
+            self._hnodes.append(nodes)
+
+    def _keep(self, row: int, first: RunningJob) -> None:
+        """Row ``row`` changes size: from now on its segments are kept (its first one, ``first``, too)."""
+        if not self._kept[row]:
+            self._kept[row] = 1
+            self._segment(row, self._start[row], first.size, first.nodes)
 
     # -- what the ledger's effects mean here ----------------------------------------------------------------
 
@@ -326,7 +311,7 @@ class Simulator:
         row = self._qrow.pop(jid)
         self._seq += 1
         seq = self._seq
-        end = now + self._runs[row] * f
+        end = now + self._run_of(row) * f
         r = _Run(row, end, seq, now)
         self._running[jid] = r
         heappush(self._heap, (end, _END, seq, jid))
@@ -335,13 +320,20 @@ class Simulator:
         else:
             self._start[row] = now
         self._size[row] = view.size
+        if self._kept[row]:
+            self._segment(row, now, view.size, view.nodes)      # a restart after an interruption
+        elif self._hnodes is not None:
+            self._kept[row] = 1
+            self._segment(row, now, view.size, view.nodes)
 
     def _resized(self, old: RunningJob, new: RunningJob, now: float) -> None:
         job = new.job
         r = self._running[job.id]
         r.area += old.size * (now - r.seg)
         r.seg = now
-        r.end = new.since + (1.0 - new.progress) * self._runs[r.row] * self.speedup(job, new.size)
+        r.end = new.since + (1.0 - new.progress) * self._run_of(r.row) * self.speedup(job, new.size)
+        self._keep(r.row, old)
+        self._segment(r.row, now, new.size, new.nodes)
         self._seq += 1
         r.evseq = self._seq
         heappush(self._heap, (r.end, _END, self._seq, job.id))
@@ -388,7 +380,7 @@ class Simulator:
         r = self._running.pop(v.job.id)
         if self._restarts is None:
             n = len(self.workload)
-            self._restarts = array("l", [0]) * n
+            self._restarts = array("q", [0]) * n
             self._lost = array("d", [0.0]) * n
         assert self._lost is not None
         held = r.area + v.size * (now - r.seg)
@@ -396,6 +388,8 @@ class Simulator:
         self._area[r.row] = held
         self._restarts[r.row] += 1
         self._qrow[v.job.id] = r.row
+        self._keep(r.row, v)
+        self._segment(r.row, now, 0, ())
 
 
 def simulate(workload: Workload, policy: Policy | str, **kwargs: object) -> SimResult:

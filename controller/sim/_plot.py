@@ -7,8 +7,8 @@ import os
 
 import numpy as np
 
-from ._engine import SimResult
 from ._metrics import utilization_curve
+from ._result import SimResult
 
 __all__ = ["plot_result"]
 
@@ -55,25 +55,49 @@ def plot_result(result: SimResult, path: str | os.PathLike[str], *, window: tupl
             window = (window[0], window[0] + 1.0)
     a, b = window
     sel = np.flatnonzero((result.start < b) & (result.end > a))[:max_jobs]
-    # stack jobs onto node rows greedily (first fit by row availability) for a readable chart
-    rows_free = np.full(w.machine, -np.inf)
     cmap = plt.get_cmap("tab20")
+    h = result.history
+    with_nodes = h is not None and h.nodes is not None
+    index = {x: i for i, x in enumerate(result.node_ids or range(w.machine))} if with_nodes else {}
+    rows_free = np.full(w.machine, -np.inf)
     for n, i in enumerate(sel[np.argsort(result.start[sel], kind="stable")]):
-        s, e, p = float(result.start[i]), float(result.end[i]), int(result.size[i])
-        free_rows = np.flatnonzero(rows_free <= s)
-        if len(free_rows) < p:
-            continue
-        lo = int(free_rows[0])
-        take = free_rows[:p]
-        rows_free[take] = e
-        ax2.add_patch(Rectangle(((s - t0) / 3600.0, lo), (e - s) / 3600.0, p, facecolor=cmap(n % 20),
-                                edgecolor="black", lw=0.2))
+        segs = result.segments(int(i))
+        color = cmap(n % 20)
+        for k, (s, p, nodes) in enumerate(segs):
+            e = segs[k + 1][0] if k + 1 < len(segs) else float(result.end[i])
+            if p == 0 or e <= s:
+                continue
+            if k:
+                ax2.axvline((s - t0) / 3600.0, color="black", lw=0.3, alpha=0.5)    # a resize
+            if with_nodes and nodes is not None:
+                spans = _spans(sorted(index[x] for x in nodes))
+            else:           # no node ids: stack on the lowest free rows (rows are not node ids then)
+                free_rows = np.flatnonzero(rows_free <= s)
+                if len(free_rows) < p:
+                    continue
+                rows_free[free_rows[:p]] = e
+                spans = _spans(free_rows[:p].tolist())
+            for lo, hi in spans:
+                ax2.add_patch(Rectangle(((s - t0) / 3600.0, lo), (e - s) / 3600.0, hi - lo + 1, facecolor=color,
+                                        edgecolor="black", lw=0.2))
     ax2.set_xlim((a - t0) / 3600.0, (b - t0) / 3600.0)
     ax2.set_ylim(0, w.machine)
     ax2.set_xlabel("time since first submit (h)")
-    ax2.set_ylabel("nodes")
-    ax2.set_title("Gantt chart (jobs drawn on the lowest free rows; rows are not node ids)")
+    ax2.set_ylabel("node" if with_nodes else "nodes")
+    ax2.set_title("Gantt chart: jobs on their nodes, vertical lines at resizes" if with_nodes else
+                  "Gantt chart (no node ids recorded: jobs stacked on the lowest free rows), vertical lines at resizes")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     log.info("plot written to %s", path)
+
+
+def _spans(idx: list[int]) -> list[tuple[int, int]]:
+    """Sorted indices as runs ``(first, last)``."""
+    out: list[tuple[int, int]] = []
+    for x in idx:
+        if out and out[-1][1] == x - 1:
+            out[-1] = (out[-1][0], x)
+        else:
+            out.append((x, x))
+    return out

@@ -18,6 +18,7 @@ import gzip
 import io
 import logging
 import os
+from array import array
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -65,7 +66,8 @@ def read_swf(path: str | os.PathLike[str], *, procs: int | None = None, strict: 
             no machine size is known.
     """
     header: dict[str, str] = {}
-    cols: list[tuple[int, float, float, float, int]] = []
+    cols = (array("q"), array("d"), array("d"), array("d"), array("q"))    # 40 bytes per record, no objects
+    add_id, add_sub, add_run, add_req_time, add_procs = (c.append for c in cols)
     malformed = 0
     records = 0
     name = str(path)
@@ -103,7 +105,11 @@ def read_swf(path: str | os.PathLike[str], *, procs: int | None = None, strict: 
                     if malformed <= _MAX_REPORTED:
                         log.warning("%s (skipped)", msg)
                     continue
-                cols.append((job, submit, run, req_time, req if req > 0 else alloc))
+                add_id(job)
+                add_sub(submit)
+                add_run(run)
+                add_req_time(req_time)
+                add_procs(req if req > 0 else alloc)
         except (OSError, EOFError, UnicodeError) as e:
             raise TraceError(f"{name}: read error: {e}") from e
     machine = _machine(header, procs, name)
@@ -127,13 +133,9 @@ def _machine(header: dict[str, str], procs: int | None, name: str) -> int:
     return int(procs)
 
 
-def _columns(cols: list[tuple[int, float, float, float, int]], machine: int, name: str,
-             malformed: int) -> Workload:
-    if cols:
-        a = np.array(cols, dtype=np.float64)
-    else:
-        a = np.zeros((0, 5), dtype=np.float64)
-    ids, submit, run, req_time, procs = a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4]
+def _columns(cols: tuple[array, ...], machine: int, name: str, malformed: int) -> Workload:
+    ids, submit, run, req_time, procs = (np.frombuffer(c, dtype=np.int64 if c.typecode == "q" else np.float64)
+                                         for c in cols)
     bad_run = run < 0
     bad_procs = ~bad_run & (procs <= 0)
     too_big = ~bad_run & ~bad_procs & (procs > machine)
@@ -145,7 +147,7 @@ def _columns(cols: list[tuple[int, float, float, float, int]], machine: int, nam
     run = run[keep]
     est = np.where(req_time[keep] > 0, req_time[keep], run)
     est = np.maximum(est, run)
-    w = Workload(ids[keep].astype(np.int64), submit[keep].copy(), run.copy(), est, procs[keep].astype(np.int32),
+    w = Workload(ids[keep], submit[keep], run, est, procs[keep].astype(np.int32),
                  machine, skipped=skipped, malformed=malformed, name=Path(name).name)
     return _sorted(w)
 

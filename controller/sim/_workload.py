@@ -79,6 +79,19 @@ class Workload:
                    int(self.min_procs[i]), int(self.max_procs[i]), float(self.serial[i]),
                    0.0 if self.rho is None else float(self.rho[i]))
 
+    def jobs(self, lo: int, hi: int) -> list[Job]:
+        """The :class:`Job` records of rows ``lo..hi-1`` (built column by column: faster than :meth:`job`)."""
+        ids, sub = self.ids[lo:hi].tolist(), self.submit[lo:hi].tolist()
+        procs, est = self.procs[lo:hi].tolist(), self.estimate[lo:hi].tolist()
+        if self.kind is None:
+            rigid = JobKind.RIGID
+            return [Job(i, s, p, e, rigid, p, p, 0.0) for i, s, p, e in zip(ids, sub, procs, est, strict=True)]
+        assert self.min_procs is not None and self.max_procs is not None and self.serial is not None
+        kinds = [_KINDS[k] for k in self.kind[lo:hi].tolist()]
+        cols = (ids, sub, procs, est, kinds, self.min_procs[lo:hi].tolist(), self.max_procs[lo:hi].tolist(),
+                self.serial[lo:hi].tolist(), [0.0] * (hi - lo) if self.rho is None else self.rho[lo:hi].tolist())
+        return [Job(*c) for c in zip(*cols, strict=True)]
+
     def head(self, n: int) -> Workload:
         """The first ``n`` jobs (by submit order)."""
         def cut(a: np.ndarray | None) -> np.ndarray | None:

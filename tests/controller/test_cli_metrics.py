@@ -36,7 +36,8 @@ def test_cli_simulate_outputs(tmp_path, capsys):
     assert rc == 0
     s = json.loads(out_json.read_text())
     assert set(s) == {"policy", "jobs", "skipped", "mean_wait", "max_wait", "mean_bsld", "tau", "makespan",
-                      "utilization", "sim_seconds"}
+                      "utilization", "resizes", "resized_jobs", "sim_seconds"}
+    assert s["resizes"] == 0 and s["resized_jobs"] == 0
     assert s["policy"] == "easy" and s["jobs"] == 3 and s["tau"] == 1 and s["mean_wait"] == pytest.approx(9 / 3)
     rows = list(csv.DictReader(out_csv.open()))
     assert [r["start"] for r in rows] == ["0", "10", "2"]
