@@ -5,6 +5,7 @@ functions over the :class:`~._core.Core` they are given."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from malleable.controller.sched._ledger import Effect
@@ -82,9 +83,9 @@ def effect(core: Core, ef: Effect, now: float) -> None:
         core.wakes.append(ef[1])
 
 
-def _hosts(nodes: tuple[NodeId, ...]) -> tuple[str, ...]:
+def _hosts(nodes: Sequence[NodeId]) -> tuple[str, ...]:
     """Node ids of the live ledger are host names."""
-    return cast("tuple[str, ...]", nodes)
+    return cast("tuple[str, ...]", tuple(nodes))
 
 
 def started(core: Core, v: RunningJob, now: float) -> None:

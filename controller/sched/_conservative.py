@@ -240,7 +240,7 @@ def conservative(snapshot: Snapshot, now: float) -> list[Decision]:
     k = len(jobs)
     id_list = [j.id for j in jobs]
     m = len(memo.id_list) if memo is not None and not first else 0
-    if m and id_list[:m] == memo.id_list:       # the queue is the jobs reserved last time, then arrivals
+    if m and memo is not None and id_list[:m] == memo.id_list:       # the queue is the jobs reserved last time, then arrivals
         tail = jobs[m:]
         needs = np.concatenate((memo.needs, np.fromiter([j.procs for j in tail], dtype=np.int64, count=k - m)))
         ests = np.concatenate((memo.ests, np.fromiter([j.estimate for j in tail], dtype=np.float64, count=k - m)))

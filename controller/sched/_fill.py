@@ -16,7 +16,7 @@ added in; the live controller relies on this (the runtime releases the newest sp
 
 from __future__ import annotations
 
-from ._model import Decision, JobKind, ResizeJob, RunningJob, Snapshot, StartJob
+from ._model import Decision, JobKind, NodeId, ResizeJob, RunningJob, Snapshot, StartJob
 
 __all__ = ["malleable_fill"]
 
@@ -39,7 +39,7 @@ def malleable_fill(snapshot: Snapshot, now: float) -> list[Decision]:
         ResizeJob shrinks first, then StartJob decisions, then ResizeJob expansions.
     """
     free = list(snapshot.free)
-    sizes: dict[int, tuple] = {r.id: r.nodes for r in snapshot.running}
+    sizes: dict[int, tuple[NodeId, ...]] = {r.id: tuple(r.nodes) for r in snapshot.running}
     mall: list[RunningJob] = [r for r in snapshot.running if r.job.kind is JobKind.MALLEABLE]
     shrinks: dict[int, tuple] = {}
     starts: list[Decision] = []

@@ -46,20 +46,18 @@ from typing import Any, NamedTuple, TypeAlias
 from malleable.errors import PolicyError
 
 from ._model import (
-    Interrupt,
     Job,
-    JobKind,
     NodeId,
-    Remember,
     Reserve,
     ResizeJob,
     RunningJob,
     Snapshot,
-    StartJob,
-    Wake,
 )
 from ._nodes import Bad as _Bad
-from ._nodes import ListFree, RunFree, is_run
+from ._decide import DISPATCH as _DISPATCH
+from ._decide import Busy as _Busy
+from ._decide import not_a_decision as _not_a_decision
+from ._nodes import ListFree, RunFree
 from ._qindex import LedgerQueue, QueueIndex
 from ._speedup import MtctModel, ReconfigCost, SpeedupModel, amdahl, no_reconfig_cost
 
@@ -347,111 +345,6 @@ class Ledger:
             if released is not None:
                 released.add(x)
 
-    def _start(self, d: StartJob, now: float, effects: list[Effect], released: set[NodeId]) -> None:
-        job = self.queued.get(d.job_id)
-        if job is None:
-            raise _Bad("job is " + ("already running" if d.job_id in self.running else "not queued"))
-        if self.busy and job.id in self.busy:
-            raise _Busy(f"job {job.id} cannot start now: {self.busy[job.id]}")
-        nodes = d.nodes
-        if not is_run(nodes):
-            raise _Bad("nodes must be a tuple of node ids")
-        k = len(nodes)
-        if not job.min_procs <= k <= job.max_procs:
-            raise _Bad(f"{k} nodes: the job allows {job.min_procs}..{job.max_procs}")
-        self._owner_for = job.id
-        self._take(nodes, released)
-        nodes = self._free.own(nodes)
-        del self.queued[job.id]
-        q = self.queue
-        if q[0] is job and self._qix is None:
-            del q[0]
-        else:
-            self._unqueue(job)
-        if self.reservations:
-            self.reservations.pop(job.id, None)
-        f = 1.0 if k == job.procs else self.speedup(job, k)
-        view = RunningJob(job, nodes, k, now, now, 0.0, now + job.estimate * f if k != job.procs else
-                          now + job.estimate, 0, None if self.mtct is None else self.mtct(job, k))
-        self._list(view)
-        effects.append(("start", view, f))
-
-    def _resize(self, d: ResizeJob, now: float, effects: list[Effect], released: set[NodeId]) -> None:
-        v = self.running.get(d.job_id)
-        if v is None:
-            raise _Bad("job is not running")
-        job = v.job
-        if job.kind is not JobKind.MALLEABLE:
-            raise _Bad(f"job {job.id} is {job.kind.value}, not malleable")
-        why = self.busy.get(job.id) if self.busy else None
-        if why:
-            raise _Busy(f"job {job.id} cannot be resized now: {why}")
-        nodes = d.nodes
-        k = len(nodes)
-        if not is_run(nodes) or not job.min_procs <= k <= job.max_procs:
-            raise _Bad(f"size {k} outside {job.min_procs}..{job.max_procs}")
-        vn = v.nodes
-        m = len(vn)
-        if k < m and vn[:k] == nodes:                    # the usual shrink: keep a prefix
-            added: Sequence[NodeId] = ()
-            removed: Sequence[NodeId] = vn[k:]
-        elif k > m and nodes[:m] == vn:                  # the usual grow: append free nodes (checked when taken)
-            added, removed = nodes[m:], ()
-        else:
-            new = set(nodes)
-            if len(new) != k:
-                raise _Bad("a node is named twice")
-            if k == m and new == set(vn):
-                raise _Bad("same nodes: nothing to resize")
-            old = set(vn)
-            added = [x for x in nodes if x not in old]
-            missing = self._free.missing(added)
-            if missing:
-                raise _Bad(f"nodes not free: {missing[:8]}")
-            removed = [x for x in vn if x not in new]
-        done = self.progress(v, now)
-        cost = float(self.reconfig_cost(job, v.size, k))
-        if cost < 0:
-            raise _Bad(f"negative reconfiguration cost {cost}")
-        if added:
-            self._owner_for = job.id
-            self._take(added, released)
-            nodes = self._free.own(nodes)
-        if removed:
-            self._give_back(removed, released)
-        since = now + cost
-        new_view = RunningJob(job, nodes, k, v.start, since, done,
-                              since + (1.0 - done) * job.estimate * self.speedup(job, k), v.resizes + 1,
-                              None if self.mtct is None else self.mtct(job, k))
-        self._unlist(v)
-        self._list(new_view)
-        effects.append(("resize", v, new_view, cost))
-
-    def _interrupt(self, d: Interrupt, now: float, effects: list[Effect], released: set[NodeId]) -> None:
-        v = self.running.get(d.job_id)
-        if v is None:
-            raise _Bad("job is not running")
-        self.requeue(v, int(d.priority), released)
-        effects.append(("interrupt", v, int(d.priority)))
-
-    def _reserve(self, d: Reserve, now: float, effects: list[Effect], released: set[NodeId]) -> None:
-        job = self.queued.get(d.job_id)
-        if job is None:
-            raise _Bad(f"job {d.job_id} is not queued")
-        if d.start < now:
-            raise _Bad("reservation in the past")
-        if not job.min_procs <= d.size <= job.max_procs:
-            raise _Bad(f"reserved size {d.size} outside {job.min_procs}..{job.max_procs}")
-        self.reservations[d.job_id] = d
-
-    def _wake(self, d: Wake, now: float, effects: list[Effect], released: set[NodeId]) -> None:
-        if not d.at > now:
-            raise _Bad("a wake-up must be in the future")
-        effects.append(("wake", float(d.at)))
-
-    def _remember(self, d: Remember, now: float, effects: list[Effect], released: set[NodeId]) -> None:
-        self.memo = d.value
-
     # -- the running list -----------------------------------------------------------------------------------
     def _list(self, view: RunningJob) -> None:
         self._seq += 1
@@ -605,28 +498,9 @@ class Ledger:
         self._stale()
 
 
-class _Busy(_Bad):
-    """A resize of a job that cannot take one now (live only: deferred, not rejected)."""
-
-
 class Applied(NamedTuple):
     """What :meth:`Ledger.apply` did with one pass's decisions."""
 
     effects: list[Effect]
     rejected: list[Rejected]
     deferred: list[Rejected]
-
-
-def _not_a_decision(self: Ledger, d: Any, *_: Any) -> None:
-    raise _Bad("not a decision")
-
-
-_DISPATCH: dict[type, Callable[..., None]] = {
-    StartJob: Ledger._start,
-    ResizeJob: Ledger._resize,
-    Interrupt: Ledger._interrupt,
-    Reserve: Ledger._reserve,
-    Wake: Ledger._wake,
-    Remember: Ledger._remember,
-}
-"""One handler per decision type."""

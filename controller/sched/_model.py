@@ -111,7 +111,7 @@ class RunningJob:
     """
 
     job: Job
-    nodes: tuple[NodeId, ...]
+    nodes: Sequence[NodeId]
     size: int
     start: float
     since: float
@@ -135,7 +135,7 @@ class StartJob:
     """Start queued job ``job_id`` on exactly these free nodes (size within the job's bounds)."""
 
     job_id: int
-    nodes: tuple[NodeId, ...]
+    nodes: Sequence[NodeId]
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +145,7 @@ class ResizeJob:
     cost."""
 
     job_id: int
-    nodes: tuple[NodeId, ...]
+    nodes: Sequence[NodeId]
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,8 +242,8 @@ class Snapshot:
     """
 
     now: float
-    nodes: tuple[NodeId, ...]
-    free: tuple[NodeId, ...]
+    nodes: Sequence[NodeId]
+    free: Sequence[NodeId]
     running: tuple[RunningJob, ...]
     queue: Sequence[Job]
     changed: bool = True

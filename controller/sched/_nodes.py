@@ -15,6 +15,7 @@ of the live controller.
 
 from __future__ import annotations
 
+import builtins
 from array import array
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from typing import Any
@@ -245,7 +246,7 @@ class RunFree:
         """The free node ids (a new set)."""
         return set(self.view())
 
-    def view(self, dirty: set | None = None) -> NodeRun:
+    def view(self, dirty: builtins.set | None = None) -> NodeRun:
         return NodeRun(self.buf, self.head, len(self.buf), self.ids)
 
     def compact(self) -> None:
@@ -269,10 +270,10 @@ class RunFree:
         if self.ids is None:
             n = self.n
             try:
-                a = array("q", nodes)
+                a = array("q", nodes)  # type: ignore[type-var]  # ids are ints here; else TypeError
             except (TypeError, OverflowError):
                 a = None
-            if a is not None and (not a or (min(a) >= 0 and max(a) < n)):
+            if a is not None and (not a or (min(a) >= 0 and max(a) < n)):  # type: ignore[type-var,operator]
                 return a
             return array("q", [x if type(x) is int and 0 <= x < n else -1 for x in nodes])
         if self._index is None:
@@ -304,7 +305,7 @@ class RunFree:
         i = self.index_of(x)  # type: ignore[arg-type]
         return i >= 0 and i in self.buf[self.head:]
 
-    def take(self, nodes: Sequence[Hashable], released: set, dirty: set) -> None:
+    def take(self, nodes: Sequence[Hashable], released: builtins.set, dirty: builtins.set) -> None:
         """Remove ``nodes`` (free, distinct) from the free window; a prefix of it costs O(1) or one comparison.
 
         Raises:

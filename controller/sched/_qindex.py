@@ -115,7 +115,7 @@ class LedgerQueue(QueueView):
         super().__init__(items)
         self._ix = index
 
-    def index(self) -> QueueIndex | None:
+    def index(self) -> QueueIndex | None:  # type: ignore[override]  # not Sequence.index: the queue's own
         """The queue's index (built on first use), or None when this view no longer follows the ledger."""
         return None if self._ix is None else self._ix()
 

@@ -84,7 +84,7 @@ class Pool:
 
     def grow(self, r: RunningJob, k: int) -> ResizeJob:
         """A ResizeJob giving ``r`` ``k`` more nodes from the pool."""
-        return ResizeJob(r.id, r.nodes + self.take(k))
+        return ResizeJob(r.id, (*r.nodes, *self.take(k)))
 
     def shrink(self, r: RunningJob, k: int) -> ResizeJob:
         """A ResizeJob taking ``k`` nodes from ``r`` (its last ones), which go back to the pool."""

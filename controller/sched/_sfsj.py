@@ -99,7 +99,7 @@ def sfsj(snapshot: Snapshot, now: float) -> list[Decision]:
                                                                   q[k].submit <= again.submit):
             k += 1
         q.insert(k, again)
-        s = replace(s, free=s.free + v.nodes, running=tuple(r for r in s.running if r.id != v.id),
+        s = replace(s, free=(*s.free, *v.nodes), running=tuple(r for r in s.running if r.id != v.id),
                     queue=tuple(q), changed=True)
     inner_out = conservative(with_down(s), now)
     for i, d in enumerate(inner_out):
