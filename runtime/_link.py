@@ -180,7 +180,7 @@ class ControllerSource:
 
     def request(self, req: AdaptRequest) -> None:
         """Forward an application's request (repeated until the controller confirms it)."""
-        self._send(P.Request(self.job_id, req.procs, req.min_procs, req.max_procs), reliable=True)
+        self._send(P.ResizeRequest(self.job_id, req.procs, req.min_procs, req.max_procs), reliable=True)
 
     def progress(self, phase: str, data: dict) -> None:
         """Per-phase data (MTCT, iteration time); dropped if the controller is not reachable."""

@@ -71,7 +71,7 @@ def secret_looking(name: str) -> bool:
 
 
 _READ = (P.Queue, P.Nodes, P.History, P.Info, P.Status)
-_LINK = (P.Register, P.Poll, P.Committed, P.Refused, P.Request, P.Progress)
+_LINK = (P.Register, P.Poll, P.Committed, P.Refused, P.ResizeRequest, P.Progress)
 _ADMIN = (P.Shutdown, P.AddUser, P.RemoveUser, P.Users)
 
 
@@ -90,15 +90,16 @@ def authorize(who: Principal, msg: Any, owner: str | None = None) -> None:
     if who.kind == "user":
         if isinstance(msg, P.Submit):
             return
-        if isinstance(msg, P.Cancel):
+        if isinstance(msg, (P.Cancel, P.Suspend)):
             if owner is not None and owner != who.name:
-                raise Refusal(f"job {msg.job_id} belongs to {owner or 'another user'}: {who} may cancel only "
+                verb = "cancel" if isinstance(msg, P.Cancel) else "suspend"
+                raise Refusal(f"job {msg.job_id} belongs to {owner or 'another user'}: {who} may {verb} only "
                               "their own jobs")
             return
         if isinstance(msg, _LINK):
             raise Refusal(f"{t.TYPE}: only job {msg.job_id}'s own key speaks for it ({who} may not)")
     elif who.kind == "job":
-        if isinstance(msg, (*_LINK, P.Cancel)):
+        if isinstance(msg, (*_LINK, P.Cancel, P.Suspend)):
             if msg.job_id != who.job:
                 raise Refusal(f"{t.TYPE} for job {msg.job_id} refused: {who} speaks only for job {who.job}")
             return

@@ -110,6 +110,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kill-wait", type=float, default=30.0, metavar="SECONDS",
                    help="seconds between the SIGTERM that stops a job (cancel, time limit) and the SIGKILL of what "
                         "is left of it (Slurm's KillWait; default 30)")
+    p.add_argument("--host-check", type=float, default=5.0, metavar="SECONDS",
+                   help="seconds between checks that every host answers; a host that does not is marked down, its "
+                        "jobs are re-queued, and it returns once it answers and is clean (0: never; default 5)")
     p.add_argument("--foreground", action="store_true", help="run in this process (logs to stderr)")
     p.set_defaults(func=one_line(_start))
 
@@ -149,6 +152,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     _client_opts(p)
     p.add_argument("ids", nargs="+", type=int, metavar="ID")
     p.set_defaults(func=one_line(_cancel))
+
+    for verb, text in (("suspend", "pause running malleable jobs at their next safe point, keeping their hosts "
+                                    "(like scontrol suspend)"),
+                       ("resume", "let suspended jobs go on (like scontrol resume)")):
+        p = sub.add_parser(verb, help=text, description=text[0].upper() + text[1:] + ". The job's processes wait "
+                           "without using the CPU; its time limit keeps running.")
+        _client_opts(p)
+        p.add_argument("ids", nargs="+", type=int, metavar="ID")
+        p.set_defaults(func=one_line(_suspend), resume=verb == "resume")
 
     p = sub.add_parser("nodes", help="hosts and who holds them (like sinfo -N)")
     _client_opts(p)
@@ -234,12 +246,15 @@ def _daemon_config(args: argparse.Namespace) -> Any:
         raise ConfigError("--tick and --ack-timeout must be > 0")
     if not 0 <= args.kill_wait <= 86400:
         raise ConfigError(f"--kill-wait must be between 0 and 86400 seconds, got {args.kill_wait:g}")
+    if not 0 <= args.host_check <= 86400:
+        raise ConfigError(f"--host-check must be between 0 and 86400 seconds, got {args.host_check:g}")
     params = _params(args.param)
     make_policy(args.policy, params)  # fail here, before anything starts
     core = CoreConfig(slots=args.slots, ack_timeout=args.ack_timeout, default_time=parse_limit(args.default_time),
                       kill_wait=args.kill_wait)
     state = _state_path(args.state or default_state())
-    return DaemonConfig(state, _pool(args), args.policy, params, args.bind, args.port, args.tick, core)
+    return DaemonConfig(state, _pool(args), args.policy, params, args.bind, args.port, args.tick, core,
+                        host_check=args.host_check)
 
 
 def _state_path(path: str) -> str:
@@ -340,7 +355,7 @@ def _start_argv(args: argparse.Namespace, state: str) -> list[str]:
             out += ["--" + opt.replace("_", "-"), str(v)]
     out += ["--slots", str(args.slots), "--policy", args.policy, "--state", state, "--tick", str(args.tick),
             "--ack-timeout", str(args.ack_timeout), "--default-time", args.default_time,
-            "--kill-wait", str(args.kill_wait)]
+            "--kill-wait", str(args.kill_wait), "--host-check", str(args.host_check)]
     for p in args.param:
         out += ["--param", p]
     return out
@@ -422,6 +437,20 @@ def _cancel(args: argparse.Namespace) -> int:
                 c.call(Cancel(jid))
             except MalleableError as e:
                 print(f"malleable cancel: error: job {jid}: {e}", file=sys.stderr)
+                bad += 1
+    return 1 if bad else 0
+
+
+def _suspend(args: argparse.Namespace) -> int:
+    from ._protocol import Suspend
+
+    bad = 0
+    with _client(args) as c:
+        for jid in args.ids:
+            try:
+                c.call(Suspend(jid, args.resume))
+            except MalleableError as e:
+                print(f"malleable {'resume' if args.resume else 'suspend'}: error: job {jid}: {e}", file=sys.stderr)
                 bad += 1
     return 1 if bad else 0
 

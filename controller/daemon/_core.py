@@ -66,7 +66,7 @@ from ._events import (
     Stop,
     Tick,
 )
-from ._link import mtct_of
+from ._link import mtct_of, serial_of
 from ._store import HostRec, JobRec
 
 __all__ = ["Core", "CoreConfig"]
@@ -132,6 +132,7 @@ class Core:
         self.backoff: dict[int, float] = {}
         self.reported: dict[int, float] = {}      # job id -> progress fraction last reported by its runtime
         self.holding: list[int] = []              # jobs interrupted in the current pass (see _pass.interrupted)
+        self.declined: dict[int, str] = {}        # job id -> why its size request was declined (told at its poll)
         self.held: set[int] = set()               # interrupted jobs kept out of the queue until their hosts are clean
         self.passes = 0
         self.policy_errors = 0
@@ -199,6 +200,9 @@ class Core:
 
     def to_job(self, j: JobRec) -> Job:
         serial, rho = speedup_params(j.speedup or "linear")
+        measured = serial_of(j.progress)               # the runtime's fit replaces a declared Amdahl fraction
+        if measured is not None and not rho:
+            serial = measured
         kind = JobKind.MALLEABLE if j.malleable else JobKind.RIGID
         return Job(j.id, j.submit, j.nodes, j.time_limit or UNLIMITED_ESTIMATE, kind, j.min_nodes, j.max_nodes,
                    serial, rho,
@@ -284,7 +288,7 @@ class Core:
         if fn is None:
             raise Refusal(f"{getattr(msg, 'TYPE', type(msg).__name__)} is not a request the core handles")
         owner = None
-        if type(msg) is P.Cancel:
+        if type(msg) in (P.Cancel, P.Suspend):
             j = self.jobs.get(msg.job_id)
             owner = j.user if j is not None else None
         authorize(e.who, msg, owner)
@@ -561,5 +565,7 @@ _REQUESTS: dict[type, Callable[[Core, Any, float], None]] = {
     P.Committed: _link.committed,
     P.Refused: _link.refused,
     P.Progress: _link.progress,
+    P.ResizeRequest: _link.request,
+    P.Suspend: _link.suspend,
 }
 """One handler per state-changing wire request (read-only ones are answered by the daemon from the views)."""

@@ -548,7 +548,8 @@ _ACTIONS: dict[type, Callable[[Daemon, Any], None]] = {
 }
 """How the daemon carries out each process action of the core."""
 
-_CORE_REQUESTS = (P.Submit, P.Cancel, P.Register, P.Poll, P.Committed, P.Refused, P.Progress)
+_CORE_REQUESTS = (P.Submit, P.Cancel, P.Suspend, P.Register, P.Poll, P.Committed, P.Refused, P.ResizeRequest,
+                  P.Progress)
 """Requests handed to the core (the others are answered by :data:`~._views.VIEWS`)."""
 
 

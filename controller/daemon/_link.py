@@ -7,8 +7,8 @@ import dataclasses
 import json
 from typing import TYPE_CHECKING, Any
 
-from malleable.controller.sched._model import RunningJob
-from malleable.errors import Refusal, UnknownJob
+from malleable.controller.sched._model import RunningJob, SizeRequest
+from malleable.errors import PolicyError, Refusal, UnknownJob
 
 from . import _protocol as P
 from ._events import AddStep, JobState, Reply
@@ -17,7 +17,8 @@ from ._store import JobRec
 if TYPE_CHECKING:
     from ._core import Core
 
-__all__ = ["committed", "fraction", "mtct_of", "poll", "progress", "refused", "register"]
+__all__ = ["committed", "declined", "fraction", "mtct_of", "poll", "progress", "refused", "register", "request",
+           "serial_of", "suspend"]
 
 
 def linked(core: Core, job_id: int) -> JobRec:
@@ -41,6 +42,17 @@ def poll(core: Core, m: P.Poll, now: float) -> None:
     if not j.registered:
         j.registered = True
         core.save(j)
+    if j.paused in ("pause", "resume"):          # a suspend or resume asked since the last poll
+        reply: P.Message = P.Pause() if j.paused == "pause" else P.Resume()
+        j.paused = "paused" if j.paused == "pause" else ""
+        core.save(j)
+        core.log_event(j.id, "suspend" if j.paused else "resume", "told the job at its safe point", now)
+        core.emit(Reply(reply))
+        return
+    why = core.declined.pop(j.id, None)
+    if why is not None:
+        core.emit(Reply(P.Declined(why)))
+        return
     o = j.order
     if not o or (o.kind == "expand" and not core.hosts_clean(o.added)):
         core.emit(Reply(P.Ok()))
@@ -122,8 +134,52 @@ def progress(core: Core, m: P.Progress, now: float) -> None:
     frac = fraction(m.data)
     if frac is not None:
         core.reported[j.id] = frac
-    core.ledger.annotate(j.id, mtct_of(j.progress))
+    core.ledger.annotate(j.id, mtct_of(j.progress), serial_of(j.progress))
     core.save(j)
+    core.emit(Reply(P.Ok()))
+
+
+def request(core: Core, m: P.ResizeRequest, now: float) -> None:
+    """The application asks for a size (``request_adapt``): kept for the policy (``Snapshot.requests``), or
+    declined at once when no allowed size answers it; the answer reaches the job at a later poll."""
+    j = linked(core, m.job_id)
+    if min(m.procs, m.min_procs, m.max_procs) < 0 or not (m.procs or m.min_procs or m.max_procs) or \
+            (m.min_procs and m.max_procs and m.min_procs > m.max_procs) or (m.procs and (m.min_procs or m.max_procs)):
+        raise Refusal("a size request is procs, or min and/or max with min <= max (all >= 0)")
+    text = f"{m.procs}" if m.procs else f"{m.min_procs or 1}..{m.max_procs or 'any'}"
+    try:
+        core.ledger.ask(j.id, SizeRequest(m.procs, m.min_procs, m.max_procs, now))
+    except PolicyError as e:
+        core.declined[j.id] = str(e)
+        core.log_event(j.id, "request", f"asks for {text} nodes: declined: {e}", now)
+    else:
+        core.declined.pop(j.id, None)
+        core.log_event(j.id, "request", f"asks for {text} nodes", now)
+    core.emit(Reply(P.Ok()))
+
+
+def declined(core: Core, job_id: int, reason: str, now: float) -> None:
+    """The policy declined the job's request (the ``decline`` effect): told at its next poll."""
+    if job_id in core.jobs:
+        core.declined[job_id] = reason
+        core.log_event(job_id, "request", f"declined by the policy: {reason}", now)
+
+
+def suspend(core: Core, m: P.Suspend, now: float) -> None:
+    """Pause a running malleable job at its next safe point (its hosts stay its own), or resume it."""
+    j = core.jobs.get(m.job_id)
+    if j is None or j.state != JobState.RUNNING or not j.malleable or not j.registered:
+        raise Refusal(f"job {m.job_id} is not a running malleable job (only those pause at a safe point)")
+    if m.resume:
+        if j.paused in ("", "resume"):
+            raise Refusal(f"job {j.id} is not suspended")
+        j.paused = "" if j.paused == "pause" else "resume"
+    else:
+        if j.paused in ("pause", "paused"):
+            raise Refusal(f"job {j.id} is already suspended")
+        j.paused = "paused" if j.paused == "resume" else "pause"
+    core.save(j)
+    core.log_event(j.id, "resume" if m.resume else "suspend", "requested", now)
     core.emit(Reply(P.Ok()))
 
 
@@ -131,6 +187,14 @@ def mtct_of(progress: dict[str, Any]) -> float | None:
     """The MTCT of the job's last reported elastic phase (other phases do not scale with the size)."""
     vals = [v.get("mtct") for v in progress.values() if isinstance(v, dict) and v.get("kind", "elastic") == "elastic"]
     vals = [float(v) for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return vals[-1] if vals else None
+
+
+def serial_of(progress: dict[str, Any]) -> float | None:
+    """The Amdahl serial fraction the runtime fitted to the job's measured iteration times (its last elastic
+    phase that reports one), or None."""
+    vals = [v.get("serial_fraction") for v in progress.values() if isinstance(v, dict)]
+    vals = [float(v) for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 <= v <= 1.0]
     return vals[-1] if vals else None
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 from malleable.controller.sched._ledger import Effect
 from malleable.controller.sched._model import NodeId, ResizeJob, RunningJob, Snapshot, StartJob
 
+from . import _link
 from ._events import JobState, ResizeOrder, Schedule
 from ._store import JobRec
 
@@ -79,6 +80,8 @@ def effect(core: Core, ef: Effect, now: float) -> None:
     elif kind == "interrupt":
         j = core.jobs[ef[1].job.id]
         interrupted(core, j, ef[2], now, "interrupted by the policy")
+    elif kind == "decline":
+        _link.declined(core, ef[1], ef[2], now)
     else:
         core.wakes.append(ef[1])
 

@@ -234,6 +234,15 @@ class Cancel(Message):
     job_id: int
 
 
+@_msg("suspend")
+class Suspend(Message):
+    """Pause a running malleable job at its next safe point, keeping its hosts (``resume`` False), or let a paused
+    one go on (``resume`` True), as ``scontrol suspend``/``resume``."""
+
+    job_id: int
+    resume: bool = False
+
+
 @_msg("nodes")
 class Nodes(Message):
     """The hosts and who holds them."""
@@ -327,7 +336,7 @@ class Refused(Message):
 
 
 @_msg("request")
-class Request(Message):
+class ResizeRequest(Message):
     """The application asks for a new size (``request_adapt``): exactly ``procs``, or within ``[min_procs,
     max_procs]`` (0: not given). A newer request of the job replaces an older one. The policy answers at any later
     time: a grant is an ordinary ``order`` (the reply to a later ``poll``), a refusal a ``declined`` reply."""

@@ -92,6 +92,7 @@ class JobRec:
     constraint: str = ""                     # node-count constraint ("", pof2, even, odd)
     user: str = ""                           # who submitted it
     view: list[Any] | None = None            # the scheduler's view: start, since, progress, est. end, resizes
+    paused: str = ""                         # "" running, "pause" asked, "paused" told, "resume" asked
 
     @property
     def size(self) -> int:

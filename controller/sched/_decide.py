@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._model import Interrupt, JobKind, NodeId, Remember, Reserve, ResizeJob, RunningJob, StartJob, Wake
+from ._model import Decline, Interrupt, JobKind, NodeId, Remember, Reserve, ResizeJob, RunningJob, StartJob, Wake
 from ._nodes import Bad, is_run
 
 if TYPE_CHECKING:
@@ -127,6 +127,13 @@ def remember(self: Ledger, d: Remember, now: float, effects: list[Effect], relea
     self.memo = d.value
 
 
+def decline(self: Ledger, d: Decline, now: float, effects: list[Effect], released: set[NodeId]) -> None:
+    if d.job_id not in self.requests:
+        raise Bad(f"job {d.job_id} has no outstanding request")
+    del self.requests[d.job_id]
+    effects.append(("decline", d.job_id, str(d.reason)[:300]))
+
+
 def not_a_decision(self: Ledger, d: Any, *_: Any) -> None:
     """The handler of anything that is not a decision type."""
     raise Bad("not a decision")
@@ -139,5 +146,6 @@ DISPATCH: dict[type, Callable[..., None]] = {
     Reserve: reserve,
     Wake: wake,
     Remember: remember,
+    Decline: decline,
 }
 """One handler per decision type."""

@@ -10,6 +10,10 @@ It is a pure policy like the others (:mod:`._model`), registered under ``malleab
 3. **Grow into idle nodes.** When nothing is left waiting, free nodes are handed to running malleable jobs
    below their maximum, one node at a time to the job that is furthest below it (oldest first on ties).
 
+Jobs' own size requests come first: a pass with requests to answer (:func:`._requests.answer_requests`) makes
+only those decisions (the next pass sees their result), and a job with an outstanding request is not grown
+(its size is the application's choice).
+
 A shrink always drops the *last* nodes of the job's node tuple, which is the order a job's nodes were
 added in; the live controller relies on this (the runtime releases the newest spawn groups first).
 """
@@ -17,6 +21,7 @@ added in; the live controller relies on this (the runtime releases the newest sp
 from __future__ import annotations
 
 from ._model import Decision, JobKind, NodeId, ResizeJob, RunningJob, Snapshot, StartJob
+from ._requests import answer_requests
 
 __all__ = ["malleable_fill"]
 
@@ -38,6 +43,10 @@ def malleable_fill(snapshot: Snapshot, now: float) -> list[Decision]:
     Returns:
         ResizeJob shrinks first, then StartJob decisions, then ResizeJob expansions.
     """
+    if snapshot.requests:
+        answers = answer_requests(snapshot)
+        if answers:
+            return answers
     free = list(snapshot.free)
     sizes: dict[int, tuple[NodeId, ...]] = {r.id: tuple(r.nodes) for r in snapshot.running}
     mall: list[RunningJob] = [r for r in snapshot.running if r.job.kind is JobKind.MALLEABLE]
@@ -72,7 +81,8 @@ def malleable_fill(snapshot: Snapshot, now: float) -> list[Decision]:
     if blocked or not free:
         return out
     grow: dict[int, tuple] = {}
-    cands = [r for r in mall if r.id not in shrinks and len(sizes[r.id]) < r.job.max_procs]
+    cands = [r for r in mall if r.id not in shrinks and len(sizes[r.id]) < r.job.max_procs
+             and r.id not in snapshot.requests]
     while free and cands:
         r = max(cands, key=lambda x: (x.job.max_procs - len(sizes[x.id]), -x.start))
         sizes[r.id] = sizes[r.id] + (free.pop(0),)

@@ -40,23 +40,27 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any, NamedTuple, TypeAlias
 
 from malleable.errors import PolicyError
 
+from ._decide import DISPATCH as _DISPATCH
+from ._decide import Busy as _Busy
+from ._decide import not_a_decision as _not_a_decision
 from ._model import (
+    NO_REQUESTS,
     Job,
+    JobKind,
     NodeId,
     Reserve,
     ResizeJob,
     RunningJob,
+    SizeRequest,
     Snapshot,
 )
 from ._nodes import Bad as _Bad
-from ._decide import DISPATCH as _DISPATCH
-from ._decide import Busy as _Busy
-from ._decide import not_a_decision as _not_a_decision
 from ._nodes import ListFree, RunFree
 from ._qindex import LedgerQueue, QueueIndex
 from ._speedup import MtctModel, ReconfigCost, SpeedupModel, amdahl, no_reconfig_cost
@@ -131,6 +135,7 @@ class Ledger:
         self.owner: dict[NodeId, int] = {}
         self.dirty: set[NodeId] = set()
         self.busy: dict[int, str] = {}
+        self.requests: dict[int, SizeRequest] = {}
         self.track_owner = False      # keep ``owner`` (node -> job) as nodes are taken (live); else looked up
         self._dirty_release = False
         self.dirty_eta = 1.0          # seconds a dirty node is expected to take to be checked (Snapshot.down)
@@ -252,7 +257,8 @@ class Ledger:
             down = tuple(sorted(self.down.items(), key=lambda kv: kv[1])) if self.down else ()
         q = self.queue
         return Snapshot(now, self.nodes, free_t, run_t, LedgerQueue(q, self._index), changed,
-                        len(q) if arrived < 0 else arrived, self._res, self.memo, down)
+                        len(q) if arrived < 0 else arrived, self._res, self.memo, down,
+                        MappingProxyType(dict(self.requests)) if self.requests else NO_REQUESTS)
 
     def view(self, job_id: int) -> RunningJob | None:
         """The running job's view, or None."""
@@ -296,7 +302,7 @@ class Ledger:
             fn = _DISPATCH.get(t, _not_a_decision)
             try:
                 fn(self, d, now, effects, released)
-                counts[t.__name__] += 1
+                counts[t.__name__] = counts.get(t.__name__, 0) + 1
                 if sink is not None and len(effects) > n_eff:
                     sink(effects[-1])
                     n_eff = len(effects)
@@ -386,12 +392,43 @@ class Ledger:
         self.running[jid] = view
         self._stale()
 
-    def annotate(self, job_id: int, mtct: float | None) -> None:
-        """Show a running job's last reported MTCT in its view."""
+    def annotate(self, job_id: int, mtct: float | None, serial: float | None = None) -> None:
+        """Show a running job's last reported MTCT in its view, and its measured Amdahl serial fraction (the
+        runtime's fit of its iteration times) in place of the declared one, unless it declared seed 002's rho."""
         v = self.running.get(job_id)
-        if v is not None and v.mtct != mtct:
-            self.replace_view(RunningJob(v.job, v.nodes, v.size, v.start, v.since, v.progress, v.end_estimate,
+        if v is None:
+            return
+        job = v.job
+        if serial is not None and 0.0 <= serial <= 1.0 and not job.rho and serial != job.serial:
+            job = replace(job, serial=serial)
+        if v.mtct != mtct or job is not v.job:
+            self.replace_view(RunningJob(job, v.nodes, v.size, v.start, v.since, v.progress, v.end_estimate,
                                          v.resizes, mtct))
+
+    def ask(self, job_id: int, req: SizeRequest) -> None:
+        """Record running malleable job ``job_id``'s size request (replacing an older one); policies see it in
+        ``Snapshot.requests`` until they decline it or the job ends (a granted request stands: the job's size
+        follows it).
+
+        Raises:
+            PolicyError: the job is not a running malleable job, or no size the request wants is allowed (the
+                job's bounds, the machine): the caller declines it at once with this reason.
+        """
+        v = self.running.get(job_id)
+        if v is None or v.job.kind is not JobKind.MALLEABLE:
+            raise PolicyError(f"job {job_id} is not a running malleable job")
+        job = v.job
+        lo, hi = max(job.min_procs, 1), min(job.max_procs, len(self.nodes))
+        if req.procs == v.size:
+            raise PolicyError(f"the job already runs on {v.size} nodes")
+        if req.procs:
+            lo = hi = req.procs if lo <= req.procs <= hi else 0
+        else:
+            lo, hi = max(lo, req.min_procs), min(hi, req.max_procs or hi)
+        if not 0 < lo <= hi:
+            raise PolicyError(f"no size the request wants is within the job's {job.min_procs}..{job.max_procs} "
+                              f"nodes on a machine of {len(self.nodes)}")
+        self.requests[job_id] = req
 
     # -- what happens to running jobs ----------------------------------------------------------------------
     def finish(self, job_id: int) -> RunningJob:
@@ -399,6 +436,7 @@ class Ledger:
         v = self.running[job_id]
         self._unlist(v)
         self._give_back(v.nodes, None)
+        self.requests.pop(job_id, None)
         return v
 
     def requeue(self, v: RunningJob, priority: int, released: set[NodeId] | None = None) -> Job:
@@ -407,6 +445,7 @@ class Ledger:
         job = v.job
         self._unlist(v)
         self._give_back(v.nodes, released)
+        self.requests.pop(job.id, None)
         again = Job(job.id, job.submit, job.procs, job.estimate, job.kind, job.min_procs, job.max_procs,
                     job.serial, job.rho, priority, job.constraint)
         self.queued[job.id] = again

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, TypeAlias
 
 __all__ = [
     "FAILED_PRIORITY",
+    "NO_REQUESTS",
     "Decision",
+    "Decline",
     "Interrupt",
     "Job",
     "JobKind",
@@ -28,6 +31,7 @@ __all__ = [
     "Reserve",
     "ResizeJob",
     "RunningJob",
+    "SizeRequest",
     "Snapshot",
     "StartJob",
     "Wake",
@@ -185,7 +189,34 @@ class Remember:
     value: Any
 
 
-Decision: TypeAlias = StartJob | ResizeJob | Reserve | Wake | Remember | Interrupt
+@dataclass(frozen=True, slots=True)
+class Decline:
+    """Refuse running job ``job_id``'s size request (``Snapshot.requests``); the job goes on at its size and is
+    told ``reason``. A request the policy neither grants (a ``ResizeJob`` of that job to a size it wants) nor
+    declines stays outstanding: deferred to a later pass."""
+
+    job_id: int
+    reason: str = "declined by the policy"
+
+
+@dataclass(frozen=True, slots=True)
+class SizeRequest:
+    """A running malleable job asks for a new size (the application's ``request_adapt``, an evolving job): exactly
+    ``procs`` nodes, or any size in ``[min_procs, max_procs]`` (0: that bound not given), since ``at``."""
+
+    procs: int
+    min_procs: int = 0
+    max_procs: int = 0
+    at: float = 0.0
+
+    def wants(self, size: int) -> bool:
+        """Whether ``size`` nodes answer the request."""
+        if self.procs:
+            return size == self.procs
+        return (not self.min_procs or size >= self.min_procs) and (not self.max_procs or size <= self.max_procs)
+
+
+Decision: TypeAlias = StartJob | ResizeJob | Reserve | Wake | Remember | Interrupt | Decline
 
 
 class QueueView(Sequence[Job]):
@@ -218,6 +249,10 @@ class QueueView(Sequence[Job]):
             self._items = tuple(self._items)
 
 
+NO_REQUESTS: Mapping[int, SizeRequest] = MappingProxyType({})
+"""The empty request map (snapshots of passes without outstanding requests)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """The machine and queues at one scheduling pass. Built by the engine; policies only read it.
@@ -239,6 +274,11 @@ class Snapshot:
         down: nodes that are neither free nor held by a job, as ``(node id, expected return time)`` sorted by
             that time (``inf`` when unknown): failed nodes, and (live) nodes being checked after their last job.
             Policies that build availability profiles count them back at that time.
+        requests: the standing size requests of running malleable jobs by job id (live jobs that called
+            ``request_adapt``; empty in simulations without evolving jobs). A request the job's size does not
+            answer is outstanding: a policy grants it with a ``ResizeJob`` to a size it wants, refuses it with
+            ``Decline`` (which drops it), or leaves it for later. A granted request stands until the job asks
+            again or ends, so policies know the size the application wants.
     """
 
     now: float
@@ -251,6 +291,7 @@ class Snapshot:
     reservations: Mapping[int, Reserve] | None = None
     memo: Any = None
     down: tuple[tuple[NodeId, float], ...] = ()
+    requests: Mapping[int, SizeRequest] = field(default_factory=lambda: NO_REQUESTS)
 
     @property
     def n_free(self) -> int:

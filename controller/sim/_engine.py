@@ -302,6 +302,8 @@ class Simulator:
         elif kind == "interrupt":
             self._interrupted(e[1], now)
             self._changed = True
+        elif kind == "decline":
+            pass                                # a request's answer: nothing to simulate
         else:
             self._seq += 1
             heappush(self._heap, (e[1], _WAKE, self._seq, -1))

@@ -129,6 +129,7 @@ def test_time_limit_words_on_the_command_line(env):
         assert code == 0 and "TimeLimit=UNLIMITED" in out
         assert cli("submit", "--state", state, "-t", "-5", "--", "true")[0] == 1
     for bad, msg in ((["--kill-wait", "-1"], "--kill-wait must be between 0 and 86400 seconds, got -1"),
+                     (["--host-check", "-2"], "--host-check must be between 0 and 86400 seconds, got -2"),
                      (["--default-time", "forever"], "bad time limit 'forever'")):
         code, _, err = cli("controller", "start", "--local", "1", "--state", str(env / "x.sqlite"), *bad)
         assert code == 1 and msg in err and err.count("\n") == 1

@@ -96,7 +96,7 @@ def test_link_forwards_requests_and_returns_the_policys_answers(daemon_stand_in)
     try:
         link.request(AdaptRequest(0, 2, 6, 1))
         ident, msg, rid = _recv(sock, token)
-        assert msg == P.Request(7, 0, 2, 6)
+        assert msg == P.ResizeRequest(7, 0, 2, 6)
         _reply(sock, ident, P.Ok(), rid, token)
         assert link.poll(1) is None  # deferred: the policy has not answered
         ident, msg, rid = _recv(sock, token)
@@ -120,8 +120,8 @@ def test_link_forwards_requests_and_returns_the_policys_answers(daemon_stand_in)
                 break
             if sock.poll(20):
                 ident, msg, rid = _recv(sock, token)
-                if isinstance(msg, P.Request):
-                    assert msg == P.Request(7, 5, 0, 0)
+                if isinstance(msg, P.ResizeRequest):
+                    assert msg == P.ResizeRequest(7, 5, 0, 0)
                     _reply(sock, ident, P.Ok(), rid, token)
                 else:
                     _reply(sock, ident, P.Order(1, 5, ["h1"]), rid, token)

@@ -4,7 +4,9 @@ Rank 0 prints JSON lines: {"it", "size", "hosts"} per iteration where the size c
 {"done": true, "ok": <equal to the serial reference, bit for bit>, "sizes": [...]}. Env: PROG_N (cells,
 default 4096), PROG_ITERS (default 60), PROG_SLEEP (seconds per iteration, default 0.05), PROG_WORK
 (seconds per iteration at one process, divided by the size: a linear-speedup job), PROG_OUT (write the
-result as .npy), PROG_CRASH_IN_RESIZE=1 (rank 0 is killed inside its first adaptation window).
+result as .npy), PROG_CRASH_IN_RESIZE=1 (rank 0 is killed inside its first adaptation window),
+PROG_REQUEST ("it:procs:min:max;..." with 0 for not given: rank 0 asks for a size at those iterations; the answers
+are printed as {"answer", "at", "reason", "procs"}), PROG_STATUS (a file rank 0 rewrites with its iteration).
 """
 
 import json
@@ -22,6 +24,9 @@ N = int(os.environ.get("PROG_N", "4096"))
 ITERS = int(os.environ.get("PROG_ITERS", "60"))
 SLEEP = float(os.environ.get("PROG_SLEEP", "0.05"))
 WORK = float(os.environ.get("PROG_WORK", "0"))  # seconds of perfectly parallel "work" per iteration at 1 process
+ASKS = {int(a): tuple(int(x) or None for x in rest) for a, *rest in
+        (item.split(":") for item in os.environ.get("PROG_REQUEST", "").split(";") if item)}
+STATUS = os.environ.get("PROG_STATUS")
 
 
 def initial():
@@ -79,7 +84,13 @@ while True:
         joined = False
         continue  # the next probe_adapt is the joiner's no-op one, standing for the probe its parents just made
     else:
+        if mr.world().rank == 0 and mr.probe_count() + 1 in ASKS:
+            procs, lo, hi = ASKS[mr.probe_count() + 1]
+            mr.request_adapt(procs=procs, min=lo, max=hi)
         pending, st, info = mr.probe_adapt()
+        if "request" in info and mr.world().rank == 0:
+            emit({"answer": info["request"], "at": mr.probe_count(), "reason": info.get("reason", ""),
+                  "procs": info.get("procs")})
         if pending:
             win = mr.adapt_begin()
             if os.environ.get("PROG_CRASH_IN_RESIZE") == "1" and mr.world().rank == 0:
@@ -100,6 +111,10 @@ while True:
     time.sleep(SLEEP + WORK / w.size)
     hosts = w.gather(socket.gethostname())
     if w.rank == 0:
+        if STATUS:
+            with open(STATUS + ".tmp", "w") as f:
+                f.write(str(it))
+            os.replace(STATUS + ".tmp", STATUS)
         if not sizes or sizes[-1] != w.size:
             sizes.append(w.size)
             emit({"it": it, "size": w.size, "hosts": hosts})
