@@ -57,7 +57,7 @@ def test_mebf002_shrinks_once_to_admit_jobs(env, tmp_path, netns_cluster):
     hosts = netns_cluster.hosts[:4]
     pool = HostPool.from_hosts([",".join(hosts)], netns_cluster.launcher)
     with daemon_thread(tmp_path / "ctl.sqlite", pool, "mebf-intensive") as (d, c):
-        m, out = heat(c, tmp_path, env, "m", 4, 2, 4, 500, speedup="rho:0.2")
+        m, out = heat(c, tmp_path, env, "m", 4, 2, 4, 300, speedup="rho:0.2")
         wait_for(lambda: states(c).get(m) == "RUNNING" and c.info(m).job["registered"], 60, "the job to start")
         r1 = c.submit([sys.executable, WHERE, f"{d.cid}.{m}", "4"], 1, time_limit=60, name="r1",
                       out=str(tmp_path / "r1.out"), env=env)
@@ -83,7 +83,7 @@ def test_mebf000_moldable_start_then_expands(env, tmp_path, netns_cluster):
     with daemon_thread(tmp_path / "ctl.sqlite", pool, "mebf0") as (d, c):
         r = c.submit(["sleep", "4"], 3, time_limit=60, name="r", out=str(tmp_path / "r.out"), env=env)
         wait_for(lambda: states(c).get(r) == "RUNNING", 30, "the rigid job to start")
-        m, out = heat(c, tmp_path, env, "m", 4, 1, 4, 400)
+        m, out = heat(c, tmp_path, env, "m", 4, 1, 4, 200)
         assert wait_final(c, [r, m], 180) == {r: "COMPLETED", m: "COMPLETED"}
         st = steps(c, m)
         assert st[0] == ("start", [hosts[3]])
@@ -98,7 +98,7 @@ def test_ebs_fpsma_pwma_grows_shrinks_for_a_waiting_job_grows_back(env, tmp_path
     hosts = netns_cluster.hosts[:4]
     pool = HostPool.from_hosts([",".join(hosts)], netns_cluster.launcher)
     with daemon_thread(tmp_path / "ctl.sqlite", pool, "fpsma-pwma") as (d, c):
-        m, out = heat(c, tmp_path, env, "m", 1, 1, 4, 700)
+        m, out = heat(c, tmp_path, env, "m", 1, 1, 4, 400)
         wait_for(lambda: ("expand", hosts) in steps(c, m), 60, "the job to grow to 4 hosts")
         r = c.submit([sys.executable, WHERE, f"{d.cid}.{m}", "2"], 2, time_limit=60, name="r",
                      out=str(tmp_path / "r.out"), env=env)
@@ -124,7 +124,7 @@ def test_sfsj_steals_for_a_job_hit_by_a_host_failure(env, tmp_path, netns_cluste
     link = ["ip", "link", "set", f"nc-{bad}"]
     try:
         with daemon_thread(tmp_path / "ctl.sqlite", pool, "sfsj", host_check=0.3) as (d, c):
-            b = c.submit([sys.executable, WHERE, "none", "20"], 1, time_limit=120, name="b",
+            b = c.submit([sys.executable, WHERE, "none", "12"], 1, time_limit=120, name="b",
                          out=str(tmp_path / "b.out"), env=env)
             wait_for(lambda: states(c).get(b) == "RUNNING", 30, "the small job to start")
             a = c.submit([sys.executable, WHERE, "none", "6"], 2, time_limit=120, name="a",

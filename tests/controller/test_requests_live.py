@@ -31,10 +31,10 @@ def lines(path):
 def test_requests_granted_deferred_declined(env, tmp_path):
     out = tmp_path / "m.out"
     with daemon_thread(tmp_path / "ctl.sqlite", HostPool.local(3), "malleable-fill") as (d, c):
-        r = c.submit(["sleep", "3"], 2, name="rigid", out=str(tmp_path / "r.out"))
+        r = c.submit(["sleep", "2"], 2, name="rigid", out=str(tmp_path / "r.out"))
         wait_for(lambda: states(c).get(r) == "RUNNING", 20, "the rigid job to start")
         m = c.submit([sys.executable, HEAT], 1, 1, 3, True, 120.0, name="heat", out=str(out),
-                     env=dict(env, PROG_ITERS="150", PROG_SLEEP="0.08", PROG_REQUEST="5:3:0:0;90:2:0:0;110:5:0:0"))
+                     env=dict(env, PROG_ITERS="100", PROG_SLEEP="0.08", PROG_REQUEST="5:3:0:0;60:2:0:0;75:5:0:0"))
         final = wait_final(c, [r, m], 90)
         info = c.info(m)
         rinfo = c.info(r)
