@@ -87,6 +87,8 @@ def at_exit(rt: Any) -> None:
     if not rt.leftovers.settle(rt.timeout):
         log.error("a spawn of a failed expansion is still inside MPI; ending without MPI_Finalize")
         _flush()
+        if _mpi.current().reap_stuck_spawn:
+            _reap_stuck_joiners(rt)
         os._exit(code or 1)
     if rt.leftovers.stale and not _mpi.current().finalize_after_failed_spawn:
         _flush()
@@ -144,6 +146,26 @@ def install_hooks(state: Callable[[], Any]) -> None:
     sys.exit = recording_exit
     if os.environ.get("MALLEABLE_ABORT_ON_ERROR", "1") != "0":
         sys.excepthook = functools.partial(_excepthook, state)
+
+
+def _reap_stuck_joiners(rt: Any) -> None:
+    """Kill the launcher's other children on this host that are not ranks of this job's world: joiners of a
+    failed spawn stuck in ``MPI_Init`` (their connect/accept never completes), which would keep the launcher
+    waiting after the job is over. Only called when the job ends with such a spawn still inside MPI."""
+    import psutil  # only here: the normal exit path does not need it
+
+    try:
+        ours = set(rt.world.allgather(os.getpid()))
+        parent = psutil.Process().parent()
+        if rt.world.rank != 0 or parent is None:
+            return
+        me = psutil.Process().cmdline()
+        for child in parent.children():
+            if child.pid not in ours and child.cmdline() == me:
+                log.warning("killing joiner %d stuck in MPI_Init after its expansion failed", child.pid)
+                child.kill()
+    except (psutil.Error, MPI.Exception) as e:
+        log.warning("could not look for stuck joiners: %s", e)
 
 
 def pause(rt: Any, p: Pause) -> ProbeResult:

@@ -47,6 +47,8 @@ class Backend:
         finalize_on_give_up: whether a joiner whose expansion failed calls ``MPI_Finalize`` before exiting (the
             launchers take a process that exits without it for a failed one), or must exit without it.
         spawn_across_hosts: whether ``MPI_Comm_spawn`` can place processes on another host than the spawning one.
+        reap_stuck_spawn: whether a job that ends with a spawn still inside MPI kills the joiners of that spawn
+            left stuck in ``MPI_Init`` on rank 0's host (the launcher would otherwise wait for them forever).
         concurrent_spawn: whether other threads' MPI calls go on while one thread is inside ``MPI_Comm_spawn``
             (else a spawn that hangs delays the failure past the timeout by its own length, and an expansion
             cannot overlap computation).
@@ -57,6 +59,7 @@ class Backend:
     survives_joiner_signal = False
     finalize_after_failed_spawn = True
     finalize_on_give_up = True
+    reap_stuck_spawn = False
     concurrent_spawn = True
     spawn_across_hosts = True
 

@@ -45,6 +45,7 @@ class OpenMPI(Backend):
     banner = "Open MPI"
     survives_joiner_signal = True
     finalize_after_failed_spawn = False
+    reap_stuck_spawn = True       # with ULFM, PRRTE waits for a joiner stuck in MPI_Init after its parent left
     spawn_across_hosts = False
 
     def job_env(self, hosts: Sequence[str] = ()) -> dict[str, str]:

@@ -145,6 +145,9 @@ def parent_spawn(world: Any, plan: ExpandPlan, timeout: float, leftovers: Leftov
             except AdaptTimeout as e:
                 problems.append(str(e))
                 break
+            except MPI.Exception as e:         # a joiner died in the handshake (Open MPI reports it here)
+                problems.append(f"joiners on {plan.hosts[i] or 'the default host'}: {e.Get_error_string()}")
+                break
     ok = world.allreduce(0 if problems else 1, op=MPI.MIN)
     if not ok:
         abandoned.set()  # threads still inside MPI clean up after themselves
@@ -285,7 +288,7 @@ def child_connect(timeout: float) -> tuple[Any, dict]:
     # give up before the parents do: a failed group is then gone before they spawn anything else
     try:
         wait_request(parent.Ibarrier(), 0.75 * timeout, "handshake with the spawning processes", cap=_POLL)
-    except AdaptTimeout as e:
+    except (AdaptTimeout, MPI.Exception) as e:   # no answer in time, or a sibling died (Open MPI reports it)
         log.error("joiner gives up: %s", e)  # noqa: TRY400 - the timeout is the whole story
         child_give_up(parent)
     ctx = wait_request(parent.irecv(source=0, tag=_TAG), timeout, "adaptation context from rank 0", cap=_POLL)

@@ -30,3 +30,13 @@ def run_prog(mpi, n, plan, iters=12, env=None, hosts=None, timeout=180, check=Tr
         elif "probe" in obj:
             rows.append(obj)
     return rows, reports, errors, proc
+
+
+def after_failed_spawn(mpi, proc, errors):
+    """The sizes a 1 -> 3 (fails) -> 2 plan gives: the later step works, except on Open MPI when the dead joiner's
+    spawn never returned (its siblings stuck in MPI_Init block every later spawn): the job then ends at size 1,
+    the second step failing too, and the runtime reaps the stuck joiners (the documented limit)."""
+    if mpi.name == "openmpi" and "still inside MPI" in proc.stderr:
+        assert len(errors) == 2 and "killing joiner" in proc.stderr, proc.stderr[-3000:]
+        return [(1, 1), (2, 1), (3, 1), (4, 1), (5, 1)]
+    return [(1, 1), (2, 1), (3, 1), (4, 2), (5, 2)]
