@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -9,7 +10,7 @@ from malleable.runtime._layout import GroupLayout
 from malleable.runtime._plan import PlanStep
 from malleable.runtime._types import Pause, Resize
 
-__all__ = ["DecisionSource", "NullSource", "PlanSource", "choose_hosts"]
+__all__ = ["DecisionSource", "NullSource", "PlanSource", "choose_hosts", "make_source"]
 
 
 class DecisionSource(Protocol):
@@ -103,3 +104,14 @@ def choose_hosts(layout: GroupLayout, job_hosts: Sequence[str], n: int) -> tuple
         load[h] += 1
         out.append(h)
     return tuple(out)
+
+
+def make_source(steps: tuple[PlanStep, ...], rank: int, start: int = 0) -> Any:
+    """A controller link when ``MALLEABLE_CONTROLLER`` is set (on rank 0), else the plan."""
+    if os.environ.get("MALLEABLE_CONTROLLER"):
+        if rank != 0:
+            return NullSource()
+        from malleable.runtime._link import ControllerSource  # the controller part's client
+
+        return ControllerSource.from_env()
+    return PlanSource(steps, start=start)

@@ -33,7 +33,8 @@ from malleable.runtime._layout import (
 from malleable.runtime._liveness import Listener, connect_back
 from malleable.runtime._plan import PlanStep, parse_plan, validate_plan
 from malleable.runtime._requests import AdaptRequest
-from malleable.runtime._sources import NullSource, PlanSource, choose_hosts
+from malleable.runtime._settings import env_int, env_timeout
+from malleable.runtime._sources import NullSource, PlanSource, choose_hosts, make_source
 from malleable.runtime._types import AdaptWindow, Pause, ProbeResult, Resize, Status
 
 __all__ = [
@@ -53,7 +54,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TIMEOUT = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,29 +160,6 @@ def probe_count() -> int:
     return _rt().probes
 
 
-def _env_timeout(timeout: float | None) -> float:
-    if timeout is not None:
-        val: Any = timeout
-    else:
-        val = os.environ.get("MALLEABLE_ADAPT_TIMEOUT", DEFAULT_TIMEOUT)
-    try:
-        t = float(val)
-    except ValueError:
-        raise ConfigError(f"MALLEABLE_ADAPT_TIMEOUT must be a number of seconds, got {val!r}") from None
-    if t <= 0:
-        raise ConfigError(f"adaptation timeout must be > 0 seconds, got {t}")
-    return t
-
-
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if not raw:
-        return default
-    if not raw.isdigit() or int(raw) < 1:
-        raise ConfigError(f"{name} must be a positive integer, got {raw!r}")
-    return int(raw)
-
-
 def init_adapt(timeout: float | None = None, plan: str | None = None, overlap: bool | None = None) -> Status:
     """Join the malleable runtime; call once per process instead of relying on ``MPI.COMM_WORLD``.
 
@@ -203,7 +180,7 @@ def init_adapt(timeout: float | None = None, plan: str | None = None, overlap: b
     global _STATE
     if _STATE is not None:
         raise AdaptError("init_adapt() was already called in this process")
-    t = _env_timeout(timeout)
+    t = env_timeout(timeout)
     parent = MPI.Comm.Get_parent()
     if parent != MPI.COMM_NULL:
         return _joiner_init(t)
@@ -213,7 +190,7 @@ def init_adapt(timeout: float | None = None, plan: str | None = None, overlap: b
     text = plan if plan is not None else os.environ.get("MALLEABLE_PLAN", "")
     steps = parse_plan(text)  # same input on every rank: every rank raises alike
     job_hosts = tuple(h for h in os.environ.get("MALLEABLE_HOSTS", "").split(",") if h)
-    initial = max(comm.size, _env_int("MALLEABLE_INITIAL_PROCS", comm.size))
+    initial = max(comm.size, env_int("MALLEABLE_INITIAL_PROCS", comm.size))
     validate_plan(steps, initial, comm.size, host_resolves)
     slots = slots_from_env()
     local = hosts[0]
@@ -227,7 +204,7 @@ def init_adapt(timeout: float | None = None, plan: str | None = None, overlap: b
                lambda lay, n: choose_hosts(lay, job_hosts, n), _remote_limit())
     rt = _Runtime(comm.Dup(), base, 0, comm.rank, t, steps, text, job_hosts, slots=slots,
                   overlap=overlap if overlap is not None else os.environ.get("MALLEABLE_OVERLAP", "0") == "1")
-    rt.source = _make_source(steps, comm.rank)
+    rt.source = make_source(steps, comm.rank)
     rt.req_comm = rt.world.Dup()
     if comm.rank == 0:
         rt.listener = Listener()
@@ -254,17 +231,6 @@ def _remote_limit() -> str:
     if b.spawn_across_hosts:
         return ""
     return f"{b.name} cannot spawn processes onto another host here (see docs/runtime.md)"
-
-
-def _make_source(steps: tuple[PlanStep, ...], rank: int, start: int = 0) -> Any:
-    """A controller link when ``MALLEABLE_CONTROLLER`` is set (on rank 0), else the plan."""
-    if os.environ.get("MALLEABLE_CONTROLLER"):
-        if rank != 0:
-            return NullSource()
-        from malleable.runtime._link import ControllerSource  # the controller part's client
-
-        return ControllerSource.from_env()
-    return PlanSource(steps, start=start)
 
 
 def set_source(source: Any) -> None:
