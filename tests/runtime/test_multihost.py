@@ -10,19 +10,20 @@ import pytest
 
 from malleable.runtime._mpi import backend_named
 from tests.runtime._helpers import MPI_ENV, PROG, run_prog
+from tests.runtime._impls import impl_named, selected
 
 pytestmark = pytest.mark.netns
 
 
-def spawns_across_hosts(mpi):
-    """The multi-host adaptation tests need MPI_Comm_spawn onto other hosts (not Open MPI 5.0's, see docs/runtime.md);
-    test_open_mpi_refuses_remote_spawns_and_launches_across_hosts covers that implementation."""
-    if not backend_named(mpi.name).spawn_across_hosts:
-        pytest.skip(f"{mpi.name}: MPI_Comm_spawn onto another host is broken upstream (documented limit)")
+@pytest.fixture(params=[m for m in selected() if backend_named(m).spawn_across_hosts])
+def remote_mpi(request):
+    """Each selected MPI whose MPI_Comm_spawn reaches other hosts (not Open MPI 5.0's, see docs/runtime.md:
+    test_open_mpi_refuses_remote_spawns_and_launches_across_hosts asserts its refusal instead)."""
+    return impl_named(request.param)
 
 
-def test_expand_onto_node2_node3_then_shrink_frees_node3(mpi, netns_cluster):
-    spawns_across_hosts(mpi)
+def test_expand_onto_node2_node3_then_shrink_frees_node3(remote_mpi, netns_cluster):
+    mpi = remote_mpi
     plan = [{"at_probe": 2, "procs": 3, "hosts": ["node2", "node3"]}, {"at_probe": 4, "procs": 2}]
     rows, reports, errors, _ = run_prog(
         mpi, 1, plan, iters=5, hosts=["node1"],
@@ -42,8 +43,8 @@ def test_expand_onto_node2_node3_then_shrink_frees_node3(mpi, netns_cluster):
     assert expand["report"]["new"] == 3
 
 
-def test_malleable_run_spreads_and_frees_every_host_but_the_anchors(mpi, netns_cluster):
-    spawns_across_hosts(mpi)
+def test_malleable_run_spreads_and_frees_every_host_but_the_anchors(remote_mpi, netns_cluster):
+    mpi = remote_mpi
     plan = [{"at_probe": 2, "procs": 1}, {"at_probe": 3, "procs": 4, "hosts": ["node4"]}, {"at_probe": 4, "procs": 1}]
     env = dict(os.environ, **MPI_ENV, PROG_ITERS="5", PROG_CHECK_HOSTS="node2,node3,node4")
     argv = [mpi.python, "-m", "malleable", "run", "-n", "3", "--hosts", "node1,node2,node3",
@@ -63,8 +64,8 @@ def test_malleable_run_spreads_and_frees_every_host_but_the_anchors(mpi, netns_c
     assert last["report"]["freed"] == ["node4"] and last["host_pids"]["node4"] == []
 
 
-def test_base_spanning_two_hosts_expands_onto_a_third(mpi, netns_cluster):
-    spawns_across_hosts(mpi)
+def test_base_spanning_two_hosts_expands_onto_a_third(remote_mpi, netns_cluster):
+    mpi = remote_mpi
     plan = [{"at_probe": 2, "procs": 4, "hosts": ["node3"]}, {"at_probe": 3, "procs": 2}]
     rows, reports, errors, _ = run_prog(
         mpi, 2, plan, iters=4, hosts=["node1", "node2"], env=dict(netns_cluster.env(), PROG_CHECK_HOSTS="node3"))
