@@ -34,7 +34,7 @@ def test_requests_granted_deferred_declined(env, tmp_path):
         r = c.submit(["sleep", "2"], 2, name="rigid", out=str(tmp_path / "r.out"))
         wait_for(lambda: states(c).get(r) == "RUNNING", 20, "the rigid job to start")
         m = c.submit([sys.executable, HEAT], 1, 1, 3, True, 120.0, name="heat", out=str(out),
-                     env=dict(env, PROG_ITERS="100", PROG_SLEEP="0.08", PROG_REQUEST="5:3:0:0;60:2:0:0;75:5:0:0"))
+                     env=dict(env, PROG_ITERS="120", PROG_SLEEP="0.08", PROG_REQUEST="5:3:0:0;80:2:0:0;95:5:0:0"))
         final = wait_final(c, [r, m], 90)
         info = c.info(m)
         rinfo = c.info(r)
