@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from tests._procs import running
+
 MALLEABLE = [sys.executable, "-m", "malleable"]
 
 
@@ -113,17 +115,9 @@ def _assert_exited(pids, timeout=5.0):
     """The servers really exit (zombies left for init to reap count as exited)."""
     import time
 
-    import psutil
-
     deadline = time.monotonic() + timeout
     for pid in pids:
-        while True:
-            try:
-                alive = psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-            except psutil.NoSuchProcess:
-                alive = False
-            if not alive:
-                break
+        while running(pid):
             if time.monotonic() > deadline:
                 pytest.fail(f"server pid {pid} still running after stop")
             time.sleep(0.1)

@@ -25,6 +25,7 @@ from malleable.controller.daemon import _protocol as P
 from malleable.controller.daemon._client import Client
 from malleable.controller.daemon._hostpool import scan_tagged
 from malleable.controller.daemon._paths import addr_file
+from tests._procs import running
 from tests.controller._daemon_util import FINAL, HEAT, TOKEN, cli, kill_tagged, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(280)]
@@ -39,13 +40,6 @@ def start_daemon(state: str) -> int:
                          "--tick", "0.2", "--kill-wait", "3")
     assert code == 0, err
     return json.loads(addr_file(state).read_text())["pid"]
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def joiners(cid: str, jid: int) -> list[psutil.Process]:
@@ -129,7 +123,7 @@ def test_chaos(monkeypatch, tmp_path):
                 lose_at = now + 1.5
             if lose_at and now >= lose_at:
                 lose_at = None
-                wait_for(lambda spid=spid: not alive(spid), 5, "the data server to die")
+                wait_for(lambda spid=spid: not running(spid), 5, "the data server to die")
                 lose_fs(dep.address, [victim], wait=True, timeout=60, token=FS_TOKEN.encode())
                 events.append(f"{time.monotonic() - t0:.1f}s server {victim} declared lost, copies made again")
             if "daemon" in plan and now >= plan["daemon"]:
@@ -182,7 +176,7 @@ def test_chaos(monkeypatch, tmp_path):
     finally:
         if c is not None:
             c.close()
-        if pid and alive(pid):
+        if pid and running(pid):
             os.kill(pid, signal.SIGKILL)
         if cid:
             kill_tagged(cid)

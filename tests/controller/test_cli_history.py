@@ -14,6 +14,7 @@ import pytest
 
 from malleable.controller.daemon import _protocol as P
 from malleable.controller.daemon._hostpool import HostPool
+from tests._procs import running
 from tests.controller._cli_util import cli_env
 from tests.controller._daemon_util import cli, daemon_thread, states, wait_final, wait_for
 
@@ -114,7 +115,7 @@ def test_history_after_the_daemon_was_killed(env):
         cli("controller", "stop", "--state", state, "--cancel-jobs")
         raise
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: not _alive(pid), 10, "the daemon to die")
+    wait_for(lambda: not running(pid), 10, "the daemon to die")
     assert (env / "ctl.sqlite-wal").exists()
     code, out, _ = cli("history", "--state", state)
     assert re.fullmatch(r" JOBID .*\n     1 orphan         ann      rigid     RUNNING           -   00:00:0\d "
@@ -128,14 +129,3 @@ def _row(state: str) -> dict:
     assert code == 0, err
     return json.loads(out)["jobs"][0]
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True

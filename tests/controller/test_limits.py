@@ -15,6 +15,7 @@ from malleable.controller.daemon._cgroup import JobCgroups
 from malleable.controller.daemon._core import UNLIMITED_ESTIMATE
 from malleable.controller.daemon._events import Stop
 from malleable.controller.daemon._hostpool import HostPool, scan_tagged
+from tests._procs import running
 from tests.controller._core_shell import Shell
 from tests.controller._daemon_util import cli, daemon_thread, isolate, wait_final, wait_for
 
@@ -59,8 +60,7 @@ def test_a_job_ignoring_sigterm_is_gone_within_the_kill_wait(env, how):
                                         None), 20, "the stop")
 
         def gone() -> bool:
-            return not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
-                           for p in pids) and not d.cgroups.pids(jid)
+            return not any(running(p) for p in pids) and not d.cgroups.pids(jid)
 
         wait_for(gone, KILL_WAIT + 5 + 5, "every process of the job to be gone")
         took = time.time() - stopped

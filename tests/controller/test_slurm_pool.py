@@ -35,6 +35,7 @@ import pytest
 from malleable.controller.daemon._hostpool import HostPool
 from malleable.errors import ConfigError
 from malleable.launch import expand_hostlist
+from tests._procs import running
 from tests.controller._daemon_util import TOKEN
 
 DRIVER = Path(__file__).parent / "progs" / "slurm_driver.py"
@@ -297,18 +298,10 @@ def test_controller_inside_a_real_allocation(slurm, tmp_path, monkeypatch):
 
     # the controller stopped (it cancelled the malleable job) and nothing of the jobs is left
     assert res["stop_rc"] == 0, why
-    _wait(lambda: not _alive(res["pid"]), 10, "the controller to exit")
+    _wait(lambda: not running(res["pid"]), 10, "the controller to exit")
     assert not _tagged(tmp_path), "processes of the controller's jobs left"
     r = slurm.run("squeue", "-h", "-o", "%i")
     assert r.stdout.strip() == "", f"Slurm jobs left: {r.stdout}"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return not stat[stat.rfind(")") + 2:].startswith("Z")
 
 
 def _tagged(tmp_path: Path) -> list[int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import psutil
 import pytest
 
+from tests._procs import running
 from tests.runtime._helpers import after_failed_spawn, run_prog
 
 
@@ -47,7 +48,7 @@ def test_split_group_leaves_idle_then_exits(mpi):
     split, whole = reports[1]["report"], reports[2]["report"]
     assert (split["old"], split["new"], split["idle"]) == (4, 2, 2)
     assert reports[1]["left_alive"] == reports[1]["left_pids"] and len(reports[1]["left_pids"]) == 2
-    idle_cpu = [psutil.Process(p).cpu_percent(0.3) for p in reports[1]["left_alive"] if psutil.pid_exists(p)]
+    idle_cpu = [psutil.Process(p).cpu_percent(0.3) for p in reports[1]["left_alive"] if running(p)]
     assert whole["idle"] == 0
     # after the last member of the group left, every process of the group is gone
     gone = reports[1]["left_pids"] + reports[2]["left_pids"]

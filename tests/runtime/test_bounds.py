@@ -20,6 +20,7 @@ from malleable.runtime._bounds import Slots, check_expand, check_plan, initial_l
 from malleable.runtime._layout import Group, GroupLayout, plan_expand
 from malleable.runtime._mpi import backend_named
 from malleable.runtime._plan import parse_plan
+from tests._procs import running
 from tests.runtime._helpers import MPI_ENV, PROG, after_failed_spawn, run_prog
 
 BASE = GroupLayout((Group(0, ("h0",), 1, base=True),))
@@ -161,7 +162,7 @@ def test_stopped_joiner_fails_the_expansion_within_the_timeout(mpi, tmp_path):
     assert err["type"] in ("AdaptError", "AdaptTimeout") and err["seconds"] < 4 + 3, err
     rows = [json.loads(x) for x in (*lines, *out.splitlines()) if x.startswith('{"probe"')]
     assert sizes(rows) == [(1, 1), (2, 1), (3, 1), (4, 1), (5, 3), (6, 3)] and all(r["ok"] for r in rows), errout
-    assert not psutil.pid_exists(stopped) or psutil.Process(stopped).status() == psutil.STATUS_ZOMBIE
+    assert not running(stopped)
     assert "Segmentation" not in errout and "Assertion" not in errout, errout
 
 

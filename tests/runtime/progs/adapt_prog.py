@@ -28,6 +28,14 @@ import psutil  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 from malleable import runtime as mr  # noqa: E402
+
+
+def _running(pid: int) -> bool:
+    """True while ``pid`` has not ended (a zombie has); a process may end between two checks."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 from malleable.errors import AdaptError  # noqa: E402
 
 ITERS = int(os.environ.get("PROG_ITERS", "12"))
@@ -163,8 +171,7 @@ while True:
             w = mr.world()
             if w.rank == 0:
                 left = pids_before[w.size:] if rep.kind == "shrink" else []
-                alive = [p for p in left if psutil.pid_exists(p)
-                         and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+                alive = [p for p in left if _running(p)]
                 on_hosts = {h: _netns_pids(h, rep.freed_hosts)
                             for h in os.environ.get("PROG_CHECK_HOSTS", "").split(",") if h}
                 emit({"report": {"kind": rep.kind, "old": rep.old_size, "new": rep.new_size,
