@@ -33,6 +33,8 @@ def start(self: Ledger, d: StartJob, now: float, effects: list[Effect], released
     k = len(nodes)
     if not job.min_procs <= k <= job.max_procs:
         raise Bad(f"{k} nodes: the job allows {job.min_procs}..{job.max_procs}")
+    if job.bb and job.bb > self.bb_total - self.bb_used + 1e-9 * self.bb_total:
+        raise Bad(f"needs {job.bb:g} of burst buffer, {self.bb_total - self.bb_used:g} free")
     self._owner_for = job.id
     self._take(nodes, released)
     nodes = self._free.own(nodes)
@@ -48,6 +50,7 @@ def start(self: Ledger, d: StartJob, now: float, effects: list[Effect], released
     view = RunningJob(job, nodes, k, now, now, 0.0, now + job.estimate * f if k != job.procs else
                       now + job.estimate, 0, None if self.mtct is None else self.mtct(job, k))
     self._list(view)
+    self.bb_used += job.bb
     effects.append(("start", view, f))
 
 def resize(self: Ledger, d: ResizeJob, now: float, effects: list[Effect], released: set[NodeId]) -> None:
@@ -60,6 +63,8 @@ def resize(self: Ledger, d: ResizeJob, now: float, effects: list[Effect], releas
     why = self.busy.get(job.id) if self.busy else None
     if why:
         raise Busy(f"job {job.id} cannot be resized now: {why}")
+    if job.phases and job.id not in self.points:
+        raise Bad(f"job {job.id} is between scheduling points (it may be resized only at one)")
     nodes = d.nodes
     k = len(nodes)
     if not is_run(nodes) or not job.min_procs <= k <= job.max_procs:

@@ -104,11 +104,12 @@ class Ledger:
             :meth:`annotate` sets).
         progress: fraction of work done at a resize (default: elapsed share of the estimate).
         order: ``"release"`` or ``"pool"`` (module docstring).
+        bb_total: burst-buffer capacity (bytes), a second resource: a job holds ``Job.bb`` of it while it runs.
     """
 
     def __init__(self, nodes: Sequence[NodeId], *, speedup: SpeedupModel = amdahl,
                  reconfig_cost: ReconfigCost = no_reconfig_cost, mtct: MtctModel | None = None,
-                 progress: Progress | None = None, order: str = "release") -> None:
+                 progress: Progress | None = None, order: str = "release", bb_total: float = 0.0) -> None:
         self.nodes: tuple[NodeId, ...] = tuple(nodes)
         if len(set(self.nodes)) != len(self.nodes):
             raise ValueError("node ids must be distinct")
@@ -136,6 +137,11 @@ class Ledger:
         self.dirty: set[NodeId] = set()
         self.busy: dict[int, str] = {}
         self.requests: dict[int, SizeRequest] = {}
+        if not bb_total >= 0:
+            raise ValueError(f"bb_total must be >= 0, got {bb_total}")
+        self.bb_total = float(bb_total)
+        self.bb_used = 0.0            # burst buffer held by running jobs
+        self.points: set[int] = set()  # running phased malleable jobs at a scheduling point (set by the engine)
         self.track_owner = False      # keep ``owner`` (node -> job) as nodes are taken (live); else looked up
         self._dirty_release = False
         self.dirty_eta = 1.0          # seconds a dirty node is expected to take to be checked (Snapshot.down)
@@ -258,7 +264,9 @@ class Ledger:
         q = self.queue
         return Snapshot(now, self.nodes, free_t, run_t, LedgerQueue(q, self._index), changed,
                         len(q) if arrived < 0 else arrived, self._res, self.memo, down,
-                        MappingProxyType(dict(self.requests)) if self.requests else NO_REQUESTS)
+                        MappingProxyType(dict(self.requests)) if self.requests else NO_REQUESTS,
+                        self.bb_total, self.bb_total - self.bb_used,
+                        frozenset(self.points) if self.points else frozenset())
 
     def view(self, job_id: int) -> RunningJob | None:
         """The running job's view, or None."""
@@ -437,7 +445,13 @@ class Ledger:
         self._unlist(v)
         self._give_back(v.nodes, None)
         self.requests.pop(job_id, None)
+        self._release_bb(v.job)
         return v
+
+    def _release_bb(self, job: Job) -> None:
+        if job.bb:
+            self.bb_used = max(0.0, self.bb_used - job.bb)
+        self.points.discard(job.id)
 
     def requeue(self, v: RunningJob, priority: int, released: set[NodeId] | None = None) -> Job:
         """Stop a running job and put it back in the queue with ``priority`` (a failure or an interruption):
@@ -446,8 +460,8 @@ class Ledger:
         self._unlist(v)
         self._give_back(v.nodes, released)
         self.requests.pop(job.id, None)
-        again = Job(job.id, job.submit, job.procs, job.estimate, job.kind, job.min_procs, job.max_procs,
-                    job.serial, job.rho, priority, job.constraint)
+        self._release_bb(job)
+        again = replace(job, priority=priority)
         self.queued[job.id] = again
         self._insert(again)
         return again
@@ -507,6 +521,7 @@ class Ledger:
         v = self.running[job_id]
         self._unlist(v)
         self._give_back(v.nodes, None, dirty=False)
+        self._release_bb(v.job)
         self.enqueue(v.job)
         return v.job
 
@@ -531,6 +546,7 @@ class Ledger:
             for x in view.nodes:
                 self._free.remove(x)
                 self.owner[x] = view.job.id
+            self.bb_used += view.job.bb
             self._list(view)
         for x in nodes:
             self.dirty.add(x)

@@ -25,6 +25,8 @@ __all__ = [
     "Job",
     "JobKind",
     "NodeId",
+    "Phase",
+    "PhaseKind",
     "Policy",
     "QueueView",
     "Remember",
@@ -51,6 +53,34 @@ class JobKind(enum.Enum):
     MALLEABLE = "malleable"    # the scheduler may also resize it while it runs, within [min_procs, max_procs]
 
 
+class PhaseKind(enum.Enum):
+    """What one phase of a job's application model does (seeds 000 §4.2/§6, 004 §1.4)."""
+
+    COMPUTE = "compute"        # ``amount`` seconds of work at the job's requested size, scaled by the speedup model
+    READ = "read"              # ``amount`` bytes from the shared file system (its bandwidth is shared)
+    WRITE = "write"            # ``amount`` bytes to the shared file system
+    STAGE_IN = "stage-in"      # ``amount`` bytes file system -> burst buffer, before the computation
+    CHECKPOINT = "checkpoint"  # ``amount`` bytes nodes -> burst buffer (computation suspended), then drained to the
+                               # file system in the background, concurrently with the next phases
+    STAGE_OUT = "stage-out"    # ``amount`` bytes burst buffer -> file system; the job ends when it and every drain end
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    """One phase of a job's application model (ElastiSim-like): a computation or a transfer.
+
+    Attributes:
+        kind: what the phase does.
+        amount: seconds of work (compute, at ``Job.procs`` nodes) or bytes (transfers).
+        point: a scheduling point follows the phase: a malleable job may be resized only there (ElastiSim's
+            semantics; ``Snapshot.points`` lists the jobs waiting at one).
+    """
+
+    kind: PhaseKind
+    amount: float
+    point: bool = False
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Job:
     """What a scheduler knows about a job: never its real run time (only the user's estimate).
@@ -72,6 +102,12 @@ class Job:
             submitted job; jobs re-queued after a failure (or an :class:`Interrupt`) get a higher one.
         constraint: sizes the job can run on besides ``[min_procs, max_procs]``: ``""`` (any), ``"pof2"``
             (powers of two), ``"even"`` or ``"odd"``; policies that resize read it (seed 003's EBS).
+        bb: burst-buffer capacity (bytes) the job holds for its whole run, a second cluster-wide resource
+            (seed 004); 0 for none.
+        phases: the application model (:class:`Phase`), run by the I/O-aware simulator; empty: the job just
+            runs for its run time (every engine's default).
+        intensity: I/O intensity ``i_j(n)`` (I/O time over total time, seed 000 §4.2) per size, as
+            ``((n, i), ...)`` sorted by ``n``; see :meth:`io_intensity`.
     """
 
     id: int
@@ -85,6 +121,9 @@ class Job:
     rho: float = 0.0
     priority: int = 0
     constraint: str = ""
+    bb: float = 0.0
+    phases: tuple[Phase, ...] = ()
+    intensity: tuple[tuple[int, float], ...] = ()
 
     @staticmethod
     def rigid(id: int, submit: float, procs: int, estimate: float) -> Job:  # noqa: A002 - mirrors the field
@@ -94,6 +133,19 @@ class Job:
     def allows(self, size: int) -> bool:
         """Whether ``size`` nodes is a valid size for this job."""
         return self.min_procs <= size <= self.max_procs
+
+    def io_intensity(self, size: int) -> float:
+        """``i_j(size)``: the given value at ``size``, linear between given sizes, the nearest one beyond them;
+        0 when the job gives none (a compute-only job)."""
+        pts = self.intensity
+        if not pts:
+            return 0.0
+        if size <= pts[0][0]:
+            return pts[0][1]
+        for (n0, i0), (n1, i1) in zip(pts, pts[1:]):
+            if size <= n1:
+                return i0 + (i1 - i0) * (size - n0) / (n1 - n0)
+        return pts[-1][1]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -279,6 +331,10 @@ class Snapshot:
             answer is outstanding: a policy grants it with a ``ResizeJob`` to a size it wants, refuses it with
             ``Decline`` (which drops it), or leaves it for later. A granted request stands until the job asks
             again or ends, so policies know the size the application wants.
+        bb_total: the machine's burst-buffer capacity (bytes; 0: none).
+        bb_free: the capacity not held by running jobs (a start needs ``job.bb <= bb_free``).
+        points: running malleable jobs with an application model that wait at a scheduling point now; only
+            these may be resized (the I/O-aware simulator; empty elsewhere, where any running malleable job may).
     """
 
     now: float
@@ -292,6 +348,9 @@ class Snapshot:
     memo: Any = None
     down: tuple[tuple[NodeId, float], ...] = ()
     requests: Mapping[int, SizeRequest] = field(default_factory=lambda: NO_REQUESTS)
+    bb_total: float = 0.0
+    bb_free: float = 0.0
+    points: frozenset[int] = frozenset()
 
     @property
     def n_free(self) -> int:
