@@ -13,6 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 _WHERE: dict[str, str] = {
     "Applied": "._ledger",
+    "BBEasy": "._burst",
+    "BBEasyConfig": "._burst",
+    "Plan": "._plan",
+    "PlanConfig": "._plan",
+    "PlanStats": "._plan",
+    "Profile2": "._burst",
     "Decision": "._model",
     "EBS": "._ebs",
     "EBSConfig": "._ebs",
@@ -71,6 +77,7 @@ _WHERE: dict[str, str] = {
 __all__ = sorted(_WHERE)
 
 if TYPE_CHECKING:
+    from ._burst import BBEasy, BBEasyConfig, Profile2
     from ._conservative import Profile, conservative, conservative_reference
     from ._ebs import EBS, EBSConfig
     from ._fill import malleable_fill
@@ -98,6 +105,7 @@ if TYPE_CHECKING:
         StartJob,
         Wake,
     )
+    from ._plan import Plan, PlanConfig, PlanStats
     from ._registry import ENTRY_POINT_GROUP, POLICIES, get_policy
     from ._rigid import easy, easy_shadow, fcfs
     from ._sfsj import baseline, pick_victim, sfsj

@@ -14,6 +14,7 @@ from importlib.metadata import entry_points
 
 from malleable.errors import PolicyError
 
+from ._burst import BBEasy, BBEasyConfig
 from ._conservative import conservative
 from ._down import counting_down
 from ._ebs import EBS, EBSConfig
@@ -21,6 +22,7 @@ from ._fill import malleable_fill
 from ._mebf000 import MEBF0, MEBF0Config
 from ._mebf002 import EXPANDS, MEBF, MEBFConfig
 from ._model import Policy
+from ._plan import Plan, PlanConfig
 from ._rigid import easy, fcfs
 from ._sfsj import baseline, sfsj
 
@@ -44,6 +46,12 @@ def _table() -> dict[str, Policy]:
     t["baseline"] = baseline
     t["sfsj"] = sfsj
     t["malleable-fill"] = malleable_fill
+    t["fcfs-easy"] = BBEasy(BBEasyConfig(bb_reserve=False))
+    t["fcfs-bb"] = BBEasy(BBEasyConfig())
+    t["sjf-bb"] = BBEasy(BBEasyConfig(sjf=True))
+    t["filler"] = BBEasy(BBEasyConfig(reserve=False))
+    t["plan-1"] = Plan(PlanConfig(alpha=1.0))
+    t["plan-2"] = Plan(PlanConfig(alpha=2.0))
     return t
 
 
@@ -51,8 +59,9 @@ POLICIES: dict[str, Policy] = _table()
 """Built-in policies by name: ``fcfs``, ``easy``, ``conservative`` (rigid baselines);
 ``mebf-<handoff|spare|intensive>[-expand+|-shrink+]`` (seed 002), ``mebf0`` (seed 000),
 ``<fpsma|egs>-<pwma|prma>`` and ``fpsma-mtct-<pwma|prma>`` (seed 003; MTCT thresholds 0.5 / 2.0, our choice: the
-thesis gives none), ``baseline`` and ``sfsj`` (seed 000 §3.1, with node failures), and ``malleable-fill`` (the
-live controller's simplest malleable policy)."""
+thesis gives none), ``baseline`` and ``sfsj`` (seed 000 §3.1, with node failures), ``malleable-fill`` (the
+live controller's simplest malleable policy), and the burst-buffer policies of seed 004: ``fcfs-easy`` (the
+buffer left out of the head's reservation), ``fcfs-bb``, ``sjf-bb``, ``filler``, ``plan-1`` and ``plan-2``."""
 
 
 def get_policy(name: str) -> Policy:

@@ -14,6 +14,7 @@ from itertools import islice
 
 from malleable.errors import PolicyError
 
+from ._burst import bb_fcfs
 from ._down import down_ends
 from ._model import Decision, RunningJob, Snapshot, StartJob
 from ._qindex import LedgerQueue, QueueIndex
@@ -26,7 +27,8 @@ _INDEXED = 256
 
 
 def fcfs(snapshot: Snapshot, now: float) -> list[Decision]:
-    """First come, first served: start queued jobs in order while the head fits; never reorder.
+    """First come, first served: start queued jobs in order while the head fits (processors, and the burst
+    buffer when the machine has one); never reorder.
 
     Args:
         snapshot: the machine and queues.
@@ -39,6 +41,8 @@ def fcfs(snapshot: Snapshot, now: float) -> list[Decision]:
     nq = len(q)
     if not nq or snapshot.new_jobs < nq:
         return []           # the head is an old job that did not fit, and nothing was freed since
+    if snapshot.bb_total:
+        return bb_fcfs(snapshot, now)       # the burst buffer is a second resource
     free = snapshot.free
     avail = len(free)
     taken = 0

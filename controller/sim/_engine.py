@@ -136,7 +136,7 @@ class Simulator:
         self._done = False
         self.mtct = mtct
         self.ledger = Ledger(nodes, speedup=speedup, reconfig_cost=reconfig_cost, mtct=mtct,
-                             progress=self._real_progress, order=order)
+                             progress=self._real_progress, order=order, bb_total=workload.bb_total)
         self._failures = sorted((float(t), x, float(d)) for t, x, d in failures)
         known = set(nodes) if self._failures else ()
         for t, x, d in self._failures:

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from malleable.controller.sched._model import Job, JobKind
+from malleable.controller.sched._model import Job, JobKind, Phase
 from malleable.errors import ConfigError
 
 __all__ = ["Workload", "synthetic"]
@@ -45,6 +45,11 @@ class Workload:
         malformed: lines that could not be parsed (skipped unless strict).
         name: where the workload came from.
         rho: per-job scalability parameter of seed 002 (``rho_power`` speedup model), or None (all 0).
+        bb: per-job burst-buffer request (bytes, held for the whole run), or None (no job asks for one).
+        bb_total: the machine's burst-buffer capacity (bytes); 0 for none.
+        phases: per-job application model (tuples of :class:`~malleable.controller.sched.Phase`), or None;
+            only the I/O-aware simulator runs it.
+        intensity: per-job I/O intensity per size (``Job.intensity``), or None.
     """
 
     ids: np.ndarray
@@ -61,6 +66,28 @@ class Workload:
     malformed: int = 0
     name: str = ""
     rho: np.ndarray | None = None
+    bb: np.ndarray | None = None
+    bb_total: float = 0.0
+    phases: list[tuple[Phase, ...]] | None = None
+    intensity: list[tuple[tuple[int, float], ...]] | None = None
+
+    @property
+    def has_io(self) -> bool:
+        """Whether any job carries burst-buffer, phase or intensity data."""
+        return self.bb is not None or self.phases is not None or self.intensity is not None
+
+    def _io(self, jobs: list[Job], lo: int) -> list[Job]:
+        bb, ph, ex = self.bb, self.phases, self.intensity
+        return [replace(j, bb=0.0 if bb is None else float(bb[lo + k]), phases=() if ph is None else ph[lo + k],
+                        intensity=() if ex is None else ex[lo + k]) for k, j in enumerate(jobs)]
+
+    def _io_cut(self, rows: np.ndarray | slice) -> dict:
+        def pick(v: list | None) -> list | None:
+            if v is None:
+                return None
+            return v[rows] if isinstance(rows, slice) else [v[int(i)] for i in rows]
+        return {"bb": None if self.bb is None else self.bb[rows].copy(), "bb_total": self.bb_total,
+                "phases": pick(self.phases), "intensity": pick(self.intensity)}
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -72,6 +99,8 @@ class Workload:
 
     def job(self, i: int) -> Job:
         """The :class:`Job` record of the i-th job (what a policy may see)."""
+        if self.has_io:
+            return self.jobs(i, i + 1)[0]
         p = int(self.procs[i])
         if self.kind is None:
             return Job(int(self.ids[i]), float(self.submit[i]), p, float(self.estimate[i]), JobKind.RIGID, p, p, 0.0)
@@ -85,12 +114,14 @@ class Workload:
         procs, est = self.procs[lo:hi].tolist(), self.estimate[lo:hi].tolist()
         if self.kind is None:
             rigid = JobKind.RIGID
-            return [Job(i, s, p, e, rigid, p, p, 0.0) for i, s, p, e in zip(ids, sub, procs, est, strict=True)]
+            out = [Job(i, s, p, e, rigid, p, p, 0.0) for i, s, p, e in zip(ids, sub, procs, est, strict=True)]
+            return self._io(out, lo) if self.has_io else out
         assert self.min_procs is not None and self.max_procs is not None and self.serial is not None
         kinds = [_KINDS[k] for k in self.kind[lo:hi].tolist()]
         cols = (ids, sub, procs, est, kinds, self.min_procs[lo:hi].tolist(), self.max_procs[lo:hi].tolist(),
                 self.serial[lo:hi].tolist(), [0.0] * (hi - lo) if self.rho is None else self.rho[lo:hi].tolist())
-        return [Job(*c) for c in zip(*cols, strict=True)]
+        out = [Job(*c) for c in zip(*cols, strict=True)]
+        return self._io(out, lo) if self.has_io else out
 
     def head(self, n: int) -> Workload:
         """The first ``n`` jobs (by submit order)."""
@@ -99,7 +130,7 @@ class Workload:
         return Workload(self.ids[:n].copy(), self.submit[:n].copy(), self.run[:n].copy(), self.estimate[:n].copy(),
                         self.procs[:n].copy(), self.machine, cut(self.kind), cut(self.min_procs),
                         cut(self.max_procs), cut(self.serial), dict(self.skipped), self.malformed, self.name,
-                        cut(self.rho))
+                        cut(self.rho), **self._io_cut(slice(0, n)))
 
     def with_malleable(self, fraction: float, *, seed: int = 0, min_factor: float = 0.5, max_factor: float = 2.0,
                        serial: tuple[float, float] = (0.0, 0.1),
@@ -131,7 +162,7 @@ class Workload:
             rh = rng.uniform(rho[0], rho[1], n)
         return Workload(self.ids.copy(), self.submit.copy(), self.run.copy(), self.estimate.copy(),
                         self.procs.copy(), self.machine, kind, mn, mx, ser, dict(self.skipped), self.malformed,
-                        f"{self.name}+malleable{fraction:g}", rh)
+                        f"{self.name}+malleable{fraction:g}", rh, **self._io_cut(slice(None)))
 
     def offered_load(self) -> float:
         """``sum(run * procs) / (machine * (last submit - first submit))`` (inf for a zero span)."""
@@ -171,7 +202,7 @@ def _sorted(w: Workload) -> Workload:
         return None if a is None else a[o]
     return Workload(w.ids[o], w.submit[o], w.run[o], w.estimate[o], w.procs[o], w.machine, take(w.kind),
                     take(w.min_procs), take(w.max_procs), take(w.serial), w.skipped, w.malformed, w.name,
-                    take(w.rho))
+                    take(w.rho), **w._io_cut(o))
 
 
 def synthetic(n: int, machine: int = 256, load: float = 0.7, seed: int = 0) -> Workload:
