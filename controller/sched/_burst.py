@@ -23,9 +23,14 @@ from malleable.errors import ConfigError, PolicyError
 
 from ._model import Decision, Job, Snapshot, StartJob
 
-__all__ = ["BBEasy", "BBEasyConfig", "Profile2", "bb_fcfs"]
+__all__ = ["BBEasy", "BBEasyConfig", "Profile2", "bb_fcfs", "short"]
 
 _EPS = 1e-9
+
+
+def short(have: float, need: float) -> bool:
+    """Whether ``have`` bytes of buffer fall short of ``need`` (beyond rounding of sums of large numbers)."""
+    return have < need - _EPS * max(1.0, need)
 
 
 class Profile2:
@@ -75,7 +80,7 @@ class Profile2:
         n = len(times)
         m = k
         while m < n and (m == k or times[m] < end):
-            if cpu[m] < cpus or buf[m] < bb - _EPS:
+            if cpu[m] < cpus or short(buf[m], bb):
                 return False
             m += 1
         return True
@@ -86,7 +91,7 @@ class Profile2:
         Raises:
             PolicyError: the job never fits (more processors or buffer than the machine has).
         """
-        if self.cpu[-1] < cpus or self.bb[-1] < bb - _EPS:
+        if self.cpu[-1] < cpus or short(self.bb[-1], bb):
             raise PolicyError(f"a job of {cpus} processors and {bb:g} burst buffer can never start: the machine "
                               f"has {self.cpu[-1]} and {self.bb[-1]:g}")
         k = start
@@ -130,7 +135,7 @@ def _fcfs(snapshot: Snapshot, now: float) -> tuple[list[Decision], int, int, flo
     started: list[tuple[float, int, float]] = []
     for j in snapshot.queue:
         p = j.procs
-        if p > avail or j.bb > bbf + _EPS:
+        if p > avail or short(bbf, j.bb):
             break
         out.append(StartJob(j.id, free[taken:taken + p]))
         started.append((now + j.estimate, p, j.bb))
@@ -194,7 +199,7 @@ class BBEasy:
             cands = rest
         for j in cands:
             p = j.procs
-            if p > avail or j.bb > bbf + _EPS:
+            if p > avail or short(bbf, j.bb):
                 continue
             if prof is not None:
                 b = j.bb if c.bb_reserve else 0.0

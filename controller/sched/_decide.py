@@ -33,7 +33,7 @@ def start(self: Ledger, d: StartJob, now: float, effects: list[Effect], released
     k = len(nodes)
     if not job.min_procs <= k <= job.max_procs:
         raise Bad(f"{k} nodes: the job allows {job.min_procs}..{job.max_procs}")
-    if job.bb and job.bb > self.bb_total - self.bb_used + 1e-9 * self.bb_total:
+    if job.bb and job.bb > self.bb_total - self.bb_used + 1e-9 * max(1.0, job.bb):
         raise Bad(f"needs {job.bb:g} of burst buffer, {self.bb_total - self.bb_used:g} free")
     self._owner_for = job.id
     self._take(nodes, released)
