@@ -150,7 +150,7 @@ PRIORITIES: dict[str, Priority] = {p.name: p for p in (
     Priority("bandwidth", lambda r, now, b: r.app.io_time(b) / (r.app.compute + r.app.io_time(b)),
              doc="lowest ratio of I/O time to execution time (v/b over w + v/b) first; v/b over w gives the "
                  "same order"),
-    Priority("stretch", _stretch_now, dynamic=True,
+    Priority("stretch", lambda r, now, b: -_stretch_now(r, now, b), dynamic=True,
              doc="worst stretch first: (now + v/b - release) / ((iteration + 1)(w + v/b)), the stretch at "
                  "the end of this iteration if granted now"),
 )}
