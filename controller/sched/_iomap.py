@@ -305,7 +305,8 @@ def generate_workload(rng: np.random.Generator, alpha_gen: float, p: int = 2048,
         beta_mode: ``"exact"`` (default) makes ``round(beta n)`` applications, chosen at random, low-I/O;
             ``"bernoulli"`` draws each application low-I/O with probability ``beta``.
         Q: the distribution over ``{2^j}`` is not given; we use the maximum-entropy one with mean ``Qbar``
-            (:func:`q_distribution`), all mass on 1 or ``2^max_exp`` when ``Qbar`` is outside.
+            (:func:`q_distribution`), all mass on 1 or ``2^max_exp`` when ``Qbar`` is outside; sizes above
+            ``p`` are cut to ``p`` (only when ``p < 2^max_exp``).
         Integer ranges are inclusive; applications get ids 0..n-1 and all are released at time 0.
 
     Raises:
