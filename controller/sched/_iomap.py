@@ -276,11 +276,16 @@ def q_distribution(mean: float, max_exp: int = 11) -> np.ndarray:
 
 
 def _truncnorm(rng: np.random.Generator, mu: float, sd: float, lo: float, hi: float, n: int) -> np.ndarray:
+    # rejection sampling; an interval the normal almost never reaches is a configuration error, not a hang
     out = np.empty(0)
-    while len(out) < n:
+    for _ in range(1000):
+        if len(out) >= n:
+            return out[:n]
         x = rng.normal(mu, sd, size=max(16, 2 * (n - len(out))))
         out = np.concatenate([out, x[(x >= lo) & (x <= hi)]])
-    return out[:n]
+    if len(out) >= n:
+        return out[:n]
+    raise ConfigError(f"the I/O load interval [{lo}, {hi}] is (almost) never reached by normal({mu}, {sd})")
 
 
 def generate_workload(rng: np.random.Generator, alpha_gen: float, p: int = 2048, b: float = 1.0, *,

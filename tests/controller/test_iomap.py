@@ -207,6 +207,7 @@ def test_generated_load_tracks_alpha_gen():
     (lambda: generate_workload(np.random.default_rng(0), 0.0), "alpha_gen must be > 0"),
     (lambda: generate_workload(np.random.default_rng(0), 1.0, sigma_is="sd"), "sigma_is"),
     (lambda: generate_workload(np.random.default_rng(0), 1.0, apps=(10, 5)), "apps range"),
+    (lambda: generate_workload(np.random.default_rng(0), 1.0, bounds=(5.0, 6.0)), "never reached"),
 ])
 def test_bad_parameters(call, match):
     with pytest.raises(ConfigError, match=match):
