@@ -13,12 +13,14 @@ from pathlib import Path
 
 from ._common import Report
 from ._exp000 import exp_000_mebf, exp_000_sfsj, failure_plan
+from ._exp001 import exp_001
 from ._exp002 import exp_002
 from ._exp003 import exp_003_w1, exp_003_w2, w2
 
 __all__ = ["EXPERIMENTS", "Report", "failure_plan", "run_experiment", "w2"]
 
 EXPERIMENTS: dict[str, Callable[[Path, bool], Report]] = {
+    "001": exp_001,
     "002": exp_002,
     "000-mebf": exp_000_mebf,
     "000-sfsj": exp_000_sfsj,
