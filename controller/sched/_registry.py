@@ -18,6 +18,7 @@ from ._conservative import conservative
 from ._down import counting_down
 from ._ebs import EBS, EBSConfig
 from ._fill import malleable_fill
+from ._ioaware import IOAware, IOAwareConfig, fcfsm
 from ._mebf000 import MEBF0, MEBF0Config
 from ._mebf002 import EXPANDS, MEBF, MEBFConfig
 from ._model import Policy
@@ -44,6 +45,10 @@ def _table() -> dict[str, Policy]:
     t["baseline"] = baseline
     t["sfsj"] = sfsj
     t["malleable-fill"] = malleable_fill
+    t["io-aware"] = IOAware(IOAwareConfig())
+    for tenths in range(2, 7):
+        t[f"io-aware-0.{tenths}"] = IOAware(IOAwareConfig(alpha=tenths / 10))
+    t["fcfsm"] = fcfsm
     return t
 
 
@@ -51,7 +56,8 @@ POLICIES: dict[str, Policy] = _table()
 """Built-in policies by name: ``fcfs``, ``easy``, ``conservative`` (rigid baselines);
 ``mebf-<handoff|spare|intensive>[-expand+|-shrink+]`` (seed 002), ``mebf0`` (seed 000),
 ``<fpsma|egs>-<pwma|prma>`` and ``fpsma-mtct-<pwma|prma>`` (seed 003; MTCT thresholds 0.5 / 2.0, our choice: the
-thesis gives none), ``baseline`` and ``sfsj`` (seed 000 §3.1, with node failures), and ``malleable-fill`` (the
+thesis gives none), ``baseline`` and ``sfsj`` (seed 000 §3.1, with node failures), ``io-aware`` (alpha 0.4) and
+``io-aware-0.2`` ... ``io-aware-0.6`` with its baseline ``fcfsm`` (seed 000 §4.2), and ``malleable-fill`` (the
 live controller's simplest malleable policy)."""
 
 
