@@ -106,29 +106,33 @@ def _bb_fits(job: Job, bb_free: float) -> bool:
     return job.bb <= bb_free * (1.0 + 1e-9) + 1e-9
 
 
-def best_candidate(pending: Sequence[Job], n_free: int, s: Load, w: float, alpha: float,
-                   bb_free: float = math.inf) -> tuple[int, int] | None:
-    """Eqs. 4.5-4.11: ``(index in pending, size)`` of the tuple of least weighted priority, or None.
+Table = list[tuple[int, float]]
+"""A job's configurations that fit, ascending, each as ``(n, i(n)·n)``."""
 
-    The tuples are the configurations ``<= n_free`` of the pending jobs (in priority order) whose burst buffer
-    fits. ``pos`` ranks the jobs that have a tuple (0 = first), ``λ = pos / (m-1)``; ``δ = |w - new|`` with
-    ``new = (s.io + i(n)·n) / (s.nodes + n)``, normalised min-max over all tuples; a zero denominator gives 0.
-    Ties go to the lower ``pos``, then to the larger size.
-    """
+
+def _table(job: Job, limit: int) -> Table:
+    return [(n, job.io_intensity(n) * n) for n in configurations(job, limit)]
+
+
+def _best(pending: Sequence[Job], tables: Sequence[Table], n_free: int, s: Load, w: float, alpha: float,
+          bb_free: float) -> tuple[int, int] | None:
     rows: list[tuple[int, float, int]] = []     # (index, least δ of the job, its size)
     dmin, dmax = math.inf, -math.inf
-    for i, job in enumerate(pending):
-        if not _bb_fits(job, bb_free):
+    sio, snodes = s.io, s.nodes
+    for i, (job, table) in enumerate(zip(pending, tables, strict=True)):
+        if not table or table[0][0] > n_free or not _bb_fits(job, bb_free):
             continue
         best_d, best_n = math.inf, 0
-        for n in configurations(job, n_free):
-            d = abs(w - (s.io + job.io_intensity(n) * n) / (s.nodes + n))
-            dmax = max(dmax, d)
+        for n, io in table:
+            if n > n_free:
+                break
+            d = abs(w - (sio + io) / (snodes + n))
+            if d > dmax:
+                dmax = d
             if d <= best_d + _EPS:              # ascending sizes: a tie goes to the larger one
                 best_d, best_n = min(d, best_d), n
-        if best_n:
-            rows.append((i, best_d, best_n))
-            dmin = min(dmin, best_d)
+        rows.append((i, best_d, best_n))
+        dmin = min(dmin, best_d)
     if not rows:
         return None
     m = len(rows)
@@ -144,6 +148,18 @@ def best_candidate(pending: Sequence[Job], n_free: int, s: Load, w: float, alpha
     return pick
 
 
+def best_candidate(pending: Sequence[Job], n_free: int, s: Load, w: float, alpha: float,
+                   bb_free: float = math.inf) -> tuple[int, int] | None:
+    """Eqs. 4.5-4.11: ``(index in pending, size)`` of the tuple of least weighted priority, or None.
+
+    The tuples are the configurations ``<= n_free`` of the pending jobs (in priority order) whose burst buffer
+    fits. ``pos`` ranks the jobs that have a tuple (0 = first), ``λ = pos / (m-1)``; ``δ = |w - new|`` with
+    ``new = (s.io + i(n)·n) / (s.nodes + n)``, normalised min-max over all tuples; a zero denominator gives 0.
+    Ties go to the lower ``pos``, then to the larger size.
+    """
+    return _best(pending, [_table(j, n_free) for j in pending], n_free, s, w, alpha, bb_free)
+
+
 def find_and_schedule(pending: Sequence[Job], n_free: int, s: Load, w: float, alpha: float,
                       bb_free: float = math.inf) -> tuple[list[tuple[Job, int]], Load]:
     """Algorithm 3 with the digest's fixes: while pending jobs remain and ``n_free >= min_nodes``, start the best
@@ -153,19 +169,24 @@ def find_and_schedule(pending: Sequence[Job], n_free: int, s: Load, w: float, al
     Returns:
         The ``(job, size)`` starts in order, and the new load of ``S``.
     """
-    potential = list(pending)
+    potential = [j for j in pending if _least(j) <= n_free]
+    tables = [_table(j, n_free) for j in potential]
     starts: list[tuple[Job, int]] = []
     while potential:
-        potential = [j for j in potential if _least(j) <= n_free]        # min_nodes <= |free|
-        pick = best_candidate(potential, n_free, s, w, alpha, bb_free)
+        pick = _best(potential, tables, n_free, s, w, alpha, bb_free)
         if pick is None:
             break
         i, n = pick
         job = potential.pop(i)
+        del tables[i]
         starts.append((job, n))
         s = s.plus(job, n)
         n_free -= n
         bb_free -= job.bb
+        keep = [k for k, t in enumerate(tables) if t and t[0][0] <= n_free]      # min_nodes <= |free|
+        if len(keep) < len(tables):
+            potential = [potential[k] for k in keep]
+            tables = [tables[k] for k in keep]
     return starts, s
 
 

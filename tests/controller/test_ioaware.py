@@ -301,9 +301,18 @@ def test_passes_through_the_ledger():
         elif ledger.running:
             ledger.finish(min(ledger.running, key=lambda k: ledger.running[k].end_estimate))
     assert started == len(jobs) and not ledger.queue and resized >= 1
-    with pytest.raises(PolicyError, match="scheduling points"):
-        ledger.submit(malleable(9, 2, 2, 4, ()))
-        ledger.apply([StartJob(9, tuple(ledger.free[:2]))], now, True)
-        ledger.points = set()
-        v = ledger.view(9)
+    ledger.submit(malleable(9, 2, 2, 4, ()))
+    ledger.apply([StartJob(9, tuple(ledger.free[:2]))], now, True)
+    ledger.points = set()
+    v = ledger.view(9)
+    with pytest.raises(PolicyError, match="scheduling points"):      # what the policy must never ask for
         ledger.apply([ResizeJob(9, (*v.nodes, ledger.free[0]))], now, True)
+    assert policy(ledger.snapshot(now), now) == []                   # and does not: 9 is not at a point
+
+
+def test_zero_denominators_give_zero():
+    assert Load().intensity() == 0.0 and system_intensity(()) == 0.0
+    assert workload_intensity((), ()) == 0.0 and workload_intensity((), (), "cluster", 0) == 0.0
+    assert IOAware()(snapshot(range(4)), 0.0) == []
+    one = rigid(1, 2, 0.0)                      # one candidate, all deltas equal: wp 0, it starts
+    assert IOAware(IOAwareConfig(1.0))(snapshot(range(4), queue=[one]), 0.0) == [StartJob(1, (0, 1))]
