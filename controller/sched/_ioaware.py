@@ -106,15 +106,15 @@ def _bb_fits(job: Job, bb_free: float) -> bool:
     return job.bb <= bb_free * (1.0 + 1e-9) + 1e-9
 
 
-Table = list[tuple[int, float]]
+_Table = list[tuple[int, float]]
 """A job's configurations that fit, ascending, each as ``(n, i(n)·n)``."""
 
 
-def _table(job: Job, limit: int) -> Table:
+def _table(job: Job, limit: int) -> _Table:
     return [(n, job.io_intensity(n) * n) for n in configurations(job, limit)]
 
 
-def _best(pending: Sequence[Job], tables: Sequence[Table], n_free: int, s: Load, w: float, alpha: float,
+def _best(pending: Sequence[Job], tables: Sequence[_Table], n_free: int, s: Load, w: float, alpha: float,
           bb_free: float) -> tuple[int, int] | None:
     rows: list[tuple[int, float, int]] = []     # (index, least δ of the job, its size)
     dmin, dmax = math.inf, -math.inf
@@ -164,7 +164,7 @@ def find_and_schedule(pending: Sequence[Job], n_free: int, s: Load, w: float, al
                       bb_free: float = math.inf) -> tuple[list[tuple[Job, int]], Load]:
     """Algorithm 3 with the digest's fixes: while pending jobs remain and ``n_free >= min_nodes``, start the best
     candidate, add it to ``S`` and take its nodes; stop when nothing fits. ``W`` does not change on an admission
-    (Table 4.2).
+    (_Table 4.2).
 
     Returns:
         The ``(job, size)`` starts in order, and the new load of ``S``.
@@ -243,7 +243,7 @@ class IOAware:
     One pass: ``find_and_schedule`` over the queue (submissions and completions), then, in the snapshot's running
     order, each malleable job in ``snapshot.points`` gets :func:`best_configuration` (a shrink is followed by
     ``find_and_schedule``). ``W`` is rebuilt from the snapshot at each pass and changes within it only on a
-    resize (Table 4.2). Starts take free nodes in snapshot order, then the nodes shrinks released; a shrink keeps
+    resize (_Table 4.2). Starts take free nodes in snapshot order, then the nodes shrinks released; a shrink keeps
     a prefix of the job's nodes, a grow appends free nodes.
     """
 
