@@ -25,6 +25,8 @@ _WHERE: dict[str, str] = {
     "ENTRY_POINT_GROUP": "._registry",
     "Effect": "._ledger",
     "FAILED_PRIORITY": "._model",
+    "IOAware": "._ioaware",
+    "IOAwareConfig": "._ioaware",
     "Interrupt": "._model",
     "Job": "._model",
     "JobKind": "._model",
@@ -61,6 +63,7 @@ _WHERE: dict[str, str] = {
     "easy": "._rigid",
     "easy_shadow": "._rigid",
     "fcfs": "._rigid",
+    "fcfsm": "._ioaware",
     "fixed_reconfig_cost": "._speedup",
     "get_policy": "._registry",
     "linear": "._speedup",
@@ -81,6 +84,7 @@ if TYPE_CHECKING:
     from ._conservative import Profile, conservative, conservative_reference
     from ._ebs import EBS, EBSConfig
     from ._fill import malleable_fill
+    from ._ioaware import IOAware, IOAwareConfig, fcfsm
     from ._ledger import Applied, Effect, Ledger
     from ._mebf000 import MEBF0, MEBF0Config
     from ._mebf002 import MEBF, MEBFConfig

@@ -19,6 +19,7 @@ from ._conservative import conservative
 from ._down import counting_down
 from ._ebs import EBS, EBSConfig
 from ._fill import malleable_fill
+from ._ioaware import IOAware, IOAwareConfig, fcfsm
 from ._mebf000 import MEBF0, MEBF0Config
 from ._mebf002 import EXPANDS, MEBF, MEBFConfig
 from ._model import Policy
@@ -52,6 +53,10 @@ def _table() -> dict[str, Policy]:
     t["filler"] = BBEasy(BBEasyConfig(reserve=False))
     t["plan-1"] = Plan(PlanConfig(alpha=1.0))
     t["plan-2"] = Plan(PlanConfig(alpha=2.0))
+    t["io-aware"] = IOAware(IOAwareConfig())
+    for tenths in range(2, 7):
+        t[f"io-aware-0.{tenths}"] = IOAware(IOAwareConfig(alpha=tenths / 10))
+    t["fcfsm"] = fcfsm
     return t
 
 
@@ -59,9 +64,10 @@ POLICIES: dict[str, Policy] = _table()
 """Built-in policies by name: ``fcfs``, ``easy``, ``conservative`` (rigid baselines);
 ``mebf-<handoff|spare|intensive>[-expand+|-shrink+]`` (seed 002), ``mebf0`` (seed 000),
 ``<fpsma|egs>-<pwma|prma>`` and ``fpsma-mtct-<pwma|prma>`` (seed 003; MTCT thresholds 0.5 / 2.0, our choice: the
-thesis gives none), ``baseline`` and ``sfsj`` (seed 000 §3.1, with node failures), ``malleable-fill`` (the
-live controller's simplest malleable policy), and the burst-buffer policies of seed 004: ``fcfs-easy`` (the
-buffer left out of the head's reservation), ``fcfs-bb``, ``sjf-bb``, ``filler``, ``plan-1`` and ``plan-2``."""
+thesis gives none), ``baseline`` and ``sfsj`` (seed 000 §3.1, with node failures), ``io-aware`` (alpha 0.4) and
+``io-aware-0.2`` ... ``io-aware-0.6`` with its baseline ``fcfsm`` (seed 000 §4.2), ``malleable-fill`` (the live
+controller's simplest malleable policy), and the burst-buffer policies of seed 004: ``fcfs-easy`` (the buffer
+left out of the head's reservation), ``fcfs-bb``, ``sjf-bb``, ``filler``, ``plan-1`` and ``plan-2``."""
 
 
 def get_policy(name: str) -> Policy:
