@@ -13,9 +13,11 @@ from pathlib import Path
 
 from ._common import Report
 from ._exp000 import exp_000_mebf, exp_000_sfsj, failure_plan
+from ._exp000io import exp_000_io
 from ._exp001 import exp_001
 from ._exp002 import exp_002
 from ._exp003 import exp_003_w1, exp_003_w2, w2
+from ._exp004 import exp_004
 
 __all__ = ["EXPERIMENTS", "Report", "failure_plan", "run_experiment", "w2"]
 
@@ -24,8 +26,10 @@ EXPERIMENTS: dict[str, Callable[[Path, bool], Report]] = {
     "002": exp_002,
     "000-mebf": exp_000_mebf,
     "000-sfsj": exp_000_sfsj,
+    "000-io": exp_000_io,
     "003-w1": exp_003_w1,
     "003-w2": exp_003_w2,
+    "004": exp_004,
 }
 """Experiments by name (``malleable simulate --experiment NAME``)."""
 

@@ -103,7 +103,7 @@ def bb_workload(w: Workload, seed: int = 0, sigma_scale: float = 1.0, phases: bo
     total = MACHINE * mean_per_processor(sigma_scale)
     per = np.minimum(per, total / np.maximum(w.procs, 1))            # a request never exceeds the machine's
     short = w.estimate <= 120
-    bb = np.where(short, 10 * MB, per * w.procs)
+    bb = np.where(short, 10 * MB, np.minimum(per * w.procs, total))
     out = Workload(w.ids, w.submit, w.run, w.estimate, w.procs, w.machine, name=f"{w.name} + burst buffers",
                    bb=bb, bb_total=total)
     if phases:

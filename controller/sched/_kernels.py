@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["base_profile", "kernel", "place"]
+__all__ = ["base_profile", "kernel", "place", "plan2"]
 
 log = logging.getLogger(__name__)
 
@@ -113,12 +113,78 @@ def place(times: np.ndarray, free: np.ndarray, n: int, needs: np.ndarray, ests: 
     return n
 
 
-_PLAIN: dict[str, Callable[..., Any]] = {"base": base_profile, "place": place}
+def plan2(times0: np.ndarray, cpu0: np.ndarray, bb0: np.ndarray, n: int, order: np.ndarray, procs: np.ndarray,
+          bbs: np.ndarray, ests: np.ndarray, subs: np.ndarray, alpha: float, holes: bool, times: np.ndarray,
+          cpu: np.ndarray, bb: np.ndarray, slots: np.ndarray) -> float:
+    """A plan on two resources (processors, burst buffer) from the profile ``times0/cpu0/bb0`` (``n`` steps),
+    built in the scratch arrays ``times/cpu/bb`` (room for ``n`` + one step per job): job ``order[i]`` in turn
+    gets the earliest step at whose start ``procs`` processors and ``bbs`` buffer stay free for ``ests`` s (not
+    before the previous job's start unless ``holes``), and the profile is reduced. ``slots[i]`` is its start.
+    Every job must fit the last step (the whole machine). Returns ``Σ max(0, start - submit)^alpha``."""
+    for x in range(n):
+        times[x] = times0[x]
+        cpu[x] = cpu0[x]
+        bb[x] = bb0[x]
+    score = 0.0
+    k0 = 0
+    for i in range(order.shape[0]):
+        j = order[i]
+        need = procs[j]
+        b = bbs[j]
+        bmin = b - 1e-9 * max(1.0, b)
+        est = ests[j]
+        k = 0 if holes else k0
+        while True:
+            while cpu[k] < need or bb[k] < bmin:
+                k += 1
+            end = times[k] + est
+            m = k + 1
+            fits = True
+            while m < n and times[m] < end:
+                if cpu[m] < need or bb[m] < bmin:
+                    fits = False
+                    break
+                m += 1
+            if fits:
+                break
+            k = m + 1
+        start = times[k]
+        if est > 0:
+            lo = k + 1
+            hi = n
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if times[mid] < end:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            m = lo
+            if m == n or times[m] != end:
+                for x in range(n, m, -1):
+                    times[x] = times[x - 1]
+                    cpu[x] = cpu[x - 1]
+                    bb[x] = bb[x - 1]
+                times[m] = end
+                cpu[m] = cpu[m - 1]
+                bb[m] = bb[m - 1]
+                n += 1
+            for x in range(k, m):
+                cpu[x] -= need
+                bb[x] -= b
+        k0 = k
+        slots[i] = start
+        w = start - subs[j]
+        if w > 0:
+            score += w ** alpha
+    return score
+
+
+_PLAIN: dict[str, Callable[..., Any]] = {"base": base_profile, "place": place, "plan2": plan2}
 _READY: dict[str, Callable[..., Any]] = {}
 
 
 def kernel(name: str) -> Callable[..., Any]:
-    """The loop ``name`` (``"base"`` or ``"place"``), compiled when Numba is available."""
+    """The loop ``name`` (``"base"``, ``"place"`` or ``"plan2"``), compiled when Numba is available."""
     f = _READY.get(name)
     if f is not None:
         return f

@@ -30,9 +30,12 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from malleable.errors import ConfigError
+import numpy as np
 
-from ._burst import Profile2
+from malleable.errors import ConfigError, PolicyError
+
+from ._burst import Profile2, short
+from ._kernels import kernel
 from ._model import Decision, Job, Snapshot, StartJob
 
 __all__ = ["Plan", "PlanConfig", "PlanStats", "build_plan", "candidate_orders"]
@@ -74,23 +77,49 @@ def candidate_orders(jobs: Sequence[Job]) -> list[list[Job]]:
     return out
 
 
+class _Base:
+    """One pass's starting profile and queue as arrays, for building many plans (the compiled kernel)."""
+
+    __slots__ = ("bb", "bbs", "cpu", "ests", "jobs", "n", "pos", "procs", "scratch", "subs", "times")
+
+    def __init__(self, prof: Profile2, jobs: Sequence[Job]) -> None:
+        n, m = len(prof.times), len(jobs)
+        self.n = n
+        self.times = np.array(prof.times, dtype=np.float64)
+        self.cpu = np.array(prof.cpu, dtype=np.int64)
+        self.bb = np.array(prof.bb, dtype=np.float64)
+        self.scratch = (np.empty(n + m + 1), np.empty(n + m + 1, dtype=np.int64), np.empty(n + m + 1),
+                        np.empty(m))
+        self.jobs = list(jobs)
+        self.pos = {id(j): i for i, j in enumerate(jobs)}
+        self.procs = np.array([j.procs for j in jobs], dtype=np.int64)
+        self.bbs = np.array([j.bb for j in jobs], dtype=np.float64)
+        self.ests = np.array([j.estimate for j in jobs], dtype=np.float64)
+        self.subs = np.array([j.submit for j in jobs], dtype=np.float64)
+        top, buf = prof.cpu[-1], prof.bb[-1]
+        for j in jobs:
+            if j.procs > top or short(buf, j.bb):
+                raise PolicyError(f"a job of {j.procs} processors and {j.bb:g} burst buffer can never start: the "
+                                  f"machine has {top} and {buf:g}")
+
+    def plan(self, order: np.ndarray, alpha: float, holes: bool) -> tuple[float, np.ndarray]:
+        """``(score, starts)`` of the jobs in ``order`` (positions into ``jobs``)."""
+        times, cpu, bb, slots = self.scratch
+        score = kernel("plan2")(self.times, self.cpu, self.bb, self.n, order, self.procs, self.bbs, self.ests,
+                                self.subs, alpha, holes, times, cpu, bb, slots)
+        return float(score), slots[:len(order)].copy()
+
+    def order_of(self, jobs: Sequence[Job]) -> np.ndarray:
+        """Positions of ``jobs`` (a permutation of the pass's queue)."""
+        return np.array([self.pos[id(j)] for j in jobs], dtype=np.int64)
+
+
 def build_plan(order: Sequence[Job], base: Profile2, now: float, alpha: float,
                holes: bool = True) -> tuple[float, list[float]]:
-    """Plan ``order`` on a copy of ``base``: ``(score, planned start of each job)``."""
-    prof = base.copy()
-    starts: list[float] = []
-    score = 0.0
-    k0 = 0
-    for j in order:
-        k = prof.earliest(j.procs, j.bb, j.estimate, 0 if holes else k0)
-        t = prof.times[k]
-        prof.reserve(t, j.estimate, j.procs, j.bb)
-        if not holes:
-            k0 = prof.split(t)
-        starts.append(t)
-        w = t - j.submit
-        score += w ** alpha if w > 0 else 0.0
-    return score, starts
+    """Plan ``order`` on ``base``: ``(score, planned start of each job)`` (``base`` is not changed)."""
+    b = _Base(base, order)
+    score, starts = b.plan(np.arange(len(order)), alpha, holes)
+    return score, starts.tolist()
 
 
 @dataclass(slots=True)
@@ -116,56 +145,64 @@ class Plan:
         if self.stats is not None:
             self.stats.passes += 1
         c = self.config
-        base = Profile2.of(snapshot, now)
         tail: list[Job] = []
         if c.window and len(q) > c.window:
             q, tail = q[:c.window], q[c.window:]
-        best = self._search(q, base, now, c)
-        order = best + tail
-        _, starts = build_plan(order, base, now, c.alpha, c.holes)
+        base = _Base(Profile2.of(snapshot, now), q + tail)
+        best = self.search(base, len(q))
+        _, starts = base.plan(best, c.alpha, c.holes)
         free = snapshot.free
         taken = 0
         out: list[Decision] = []
-        for j, t in zip(order, starts):
+        for i, t in zip(best.tolist(), starts.tolist()):
             if t <= now:
+                j = base.jobs[i]
                 out.append(StartJob(j.id, free[taken:taken + j.procs]))
                 taken += j.procs
         return out
 
-    def _score(self, order: Sequence[Job], base: Profile2, now: float, c: PlanConfig,
-               cache: dict[tuple[int, ...], float]) -> float:
-        key = tuple(j.id for j in order)
-        s = cache.get(key)
-        if s is None:
-            s = build_plan(order, base, now, c.alpha, c.holes)[0]
-            cache[key] = s
-            if self.stats is not None:
-                self.stats.evaluations += 1
-        return s
+    def search(self, base: _Base, m: int) -> np.ndarray:
+        """The best order found of the first ``m`` queued jobs of ``base`` (the others follow in queue order),
+        as positions into ``base.jobs``."""
+        c = self.config
+        rest = np.arange(m, len(base.jobs), dtype=np.int64)
+        cache: dict[bytes, float] = {}
 
-    def _search(self, q: list[Job], base: Profile2, now: float, c: PlanConfig) -> list[Job]:
-        cache: dict[tuple[int, ...], float] = {}
-        if len(q) <= c.exhaustive:
-            return list(min(itertools.permutations(q), key=lambda p: self._score(p, base, now, c, cache)))
-        scored = [(self._score(o, base, now, c, cache), i, o) for i, o in enumerate(candidate_orders(q))]
+        def score(order: np.ndarray) -> float:
+            full = np.concatenate((order, rest)) if len(rest) else order
+            key = order.tobytes()
+            s = cache.get(key)
+            if s is None:
+                s = cache[key] = base.plan(full, c.alpha, c.holes)[0]
+                if self.stats is not None:
+                    self.stats.evaluations += 1
+            return s
+
+        def done(order: np.ndarray) -> np.ndarray:
+            return np.concatenate((order, rest)) if len(rest) else order
+
+        q = base.jobs[:m]
+        if m <= c.exhaustive:
+            perms = [np.array(p, dtype=np.int64) for p in itertools.permutations(range(m))]
+            return done(min(perms, key=score))
+        scored = [(score(base.order_of(o)), i, base.order_of(o)) for i, o in enumerate(candidate_orders(q))]
         s_best, _, p_best = min(scored, key=lambda x: (x[0], x[1]))
         s_worst = max(s for s, _, _ in scored)
         if s_best == s_worst:
-            return p_best
-        rng = random.Random(zlib.crc32(repr((c.seed, now, [j.id for j in q[:16]], len(q))).encode()))
+            return done(p_best)
+        rng = random.Random(zlib.crc32(repr((c.seed, float(base.times[0]), [j.id for j in q[:16]], m)).encode()))
         temp = s_worst - s_best
         p, s = p_best, s_best
-        n = len(q)
         for _ in range(c.n):
             for _ in range(c.m):
-                a, b = rng.randrange(n), rng.randrange(n)
-                p2 = list(p)
+                a, b = rng.randrange(m), rng.randrange(m)
+                p2 = p.copy()
                 p2[a], p2[b] = p2[b], p2[a]
-                s2 = self._score(p2, base, now, c, cache)
+                s2 = score(p2)
                 if s2 < s_best:
                     s_best, p_best = s2, p2
                     s, p = s2, p2
                 elif s2 <= s or rng.random() < math.exp((s - s2) / temp):
                     s, p = s2, p2
             temp *= c.r
-        return p_best
+        return done(p_best)

@@ -41,7 +41,7 @@ __all__ = ["IOResult", "IOSimulator", "simulate_io"]
 log = logging.getLogger(__name__)
 
 _PFS = frozenset({k.value for k in (PhaseKind.READ, PhaseKind.WRITE, PhaseKind.STAGE_IN, PhaseKind.STAGE_OUT)})
-_EPS = 1e-9
+_COMPUTE, _CHECKPOINT, _DRAIN = PhaseKind.COMPUTE.value, PhaseKind.CHECKPOINT.value, "drain"
 
 
 @dataclass(slots=True)
@@ -76,13 +76,14 @@ class _Flow:
 
 
 class _Run:
-    __slots__ = ("drains", "flow", "io", "phase", "phases", "row", "size")
+    __slots__ = ("drains", "flow", "io", "phase", "phases", "row", "size", "speed")
 
-    def __init__(self, row: int, phases: tuple[Phase, ...], size: int) -> None:
+    def __init__(self, row: int, phases: tuple[Phase, ...], size: int, speed: float) -> None:
         self.row = row
         self.phases = phases
         self.phase = -1
         self.size = size
+        self.speed = speed      # compute work done per second at this size (1 / the speedup model's factor)
         self.flow: _Flow | None = None
         self.drains: list[_Flow] = []
         self.io = 0.0
@@ -153,19 +154,22 @@ class IOSimulator:
 
     def _rates(self) -> None:
         """Recompute every flow's rate (called whenever the set of flows or a size changes)."""
+        runs = self._runs
         pfs_nodes = 0
         for f in self._flows:
-            if f.kind == "drain" or f.kind in _PFS:
-                pfs_nodes += self._runs[f.job].size
+            if f.kind in _PFS or f.kind == _DRAIN:
+                pfs_nodes += runs[f.job].size
         used = 0.0
+        pfs_bw, link_bw = self.pfs_bw, self.link_bw
         for f in self._flows:
-            r = self._runs[f.job]
-            if f.kind == PhaseKind.COMPUTE.value:
-                f.rate = 1.0 / self.speedup(self.ledger.running[f.job].job, r.size)
-            elif f.kind == PhaseKind.CHECKPOINT.value:
+            r = runs[f.job]
+            kind = f.kind
+            if kind == _COMPUTE:
+                f.rate = r.speed
+            elif kind == _CHECKPOINT:
                 f.rate = r.size * self.bb_bw
             else:
-                f.rate = min(r.size * self.link_bw, self.pfs_bw * r.size / pfs_nodes)
+                f.rate = min(r.size * link_bw, pfs_bw * r.size / pfs_nodes)
                 used += f.rate
         if used != self._pfs_v[-1]:
             self._mark(self._pfs_t, self._pfs_v, used)
@@ -182,9 +186,9 @@ class IOSimulator:
         if dt > 0:
             for f in self._flows:
                 f.left -= f.rate * dt
-                if f.kind != PhaseKind.COMPUTE.value:
+                if f.kind != _COMPUTE:
                     self.moved[f.kind] = self.moved.get(f.kind, 0.0) + f.rate * dt
-                    if f.kind != "drain":
+                    if f.kind != _DRAIN:
                         self._runs[f.job].io += dt
         self._now = t
 
@@ -223,14 +227,14 @@ class IOSimulator:
         """Flow ``f`` ended: move its job on. True when a pass is due (a job ended or reached a point)."""
         self._flows.remove(f)
         r = self._runs[f.job]
-        if f.kind == "drain":
+        if f.kind == _DRAIN:
             r.drains.remove(f)
             if r.flow is None and r.phase >= len(r.phases):
                 self._finish(f.job)
                 return True
             return False
-        if f.kind == PhaseKind.CHECKPOINT.value:
-            d = _Flow(f.job, "drain", float(r.phases[r.phase].amount))
+        if f.kind == _CHECKPOINT:
+            d = _Flow(f.job, _DRAIN, float(r.phases[r.phase].amount))
             r.drains.append(d)
             self._flows.append(d)
         at_point = self._next_phase(f.job)
@@ -244,7 +248,7 @@ class IOSimulator:
         if kind == "start":
             v: RunningJob = e[1]
             row = self._rows[v.job.id]
-            self._runs[v.job.id] = _Run(row, self._phases(row), v.size)
+            self._runs[v.job.id] = _Run(row, self._phases(row), v.size, 1.0 / self.speedup(v.job, v.size))
             self._start[row], self._size[row], self._since[row] = now, v.size, now
             self._hist.append((row, now, v.size))
             self._begin(v.job.id)
@@ -255,6 +259,7 @@ class IOSimulator:
             self._area[r.row] += old.size * (now - self._since[r.row])
             self._since[r.row] = now
             r.size = new.size
+            r.speed = 1.0 / self.speedup(new.job, new.size)
             self._resizes[r.row] += 1
             self._hist.append((r.row, now, new.size))
         elif kind == "wake":
@@ -278,7 +283,9 @@ class IOSimulator:
         next_tick = math.inf
         t0 = time.perf_counter()
         while True:
-            t_flow = min((self._now + f.left / f.rate for f in self._flows if f.rate > 0), default=math.inf)
+            prev = self._now
+            ends = [prev + f.left / f.rate if f.rate > 0 else math.inf for f in self._flows]
+            t_flow = min(ends, default=math.inf)
             t_sub = subs[i] if i < n else math.inf
             t_wake = self._wakes[0] if self._wakes else math.inf
             now = min(t_flow, t_sub, t_wake, next_tick)
@@ -286,7 +293,9 @@ class IOSimulator:
                 break
             self._advance(now)
             due = False
-            for f in [f for f in self._flows if f.left <= _EPS * max(1.0, f.rate)]:
+            # a flow ends when its end time is reached (compared as computed: no rounding can leave a sliver)
+            for f in [f for f, e in zip(self._flows, ends) if e <= now]:
+                f.left = 0.0
                 if f in self._flows:
                     due = self._done(f) or due
             while self._wakes and self._wakes[0] <= now:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from malleable.controller.sched import POLICIES, Ledger, Plan, PlanConfig, PlanStats, Profile2, StartJob
 from malleable.controller.sched._model import Job
-from malleable.controller.sched._plan import build_plan, candidate_orders
+from malleable.controller.sched._plan import _Base, build_plan, candidate_orders
 from malleable.controller.sim import Workload, simulate
 from malleable.errors import ConfigError, PolicyError
 
@@ -117,22 +117,20 @@ def test_plan_is_never_worse_than_its_best_candidate_and_is_reproducible():
              float(rng.integers(0, 6))) for _ in range(9)]
     jobs = _jobs(rows)
     prof = Profile2([50.0, 70.0], [1, 4], [2.0, 8.0])
-    pol = Plan(PlanConfig(alpha=2.0, seed=7))
-    best = pol._search(jobs, prof, 50.0, pol.config)
-    s_best = build_plan(best, prof, 50.0, 2.0)[0]
+    best = Plan(PlanConfig(alpha=2.0, seed=7)).search(_Base(prof, jobs), len(jobs))
+    s_best = build_plan([jobs[i] for i in best], prof, 50.0, 2.0)[0]
     assert s_best <= min(build_plan(o, prof, 50.0, 2.0)[0] for o in candidate_orders(jobs))
-    again = Plan(PlanConfig(alpha=2.0, seed=7))._search(jobs, prof, 50.0, pol.config)
-    assert [j.id for j in again] == [j.id for j in best]
+    again = Plan(PlanConfig(alpha=2.0, seed=7)).search(_Base(prof, jobs), len(jobs))
+    assert again.tolist() == best.tolist()
 
 
 def test_plan_exhaustive_for_short_queues_finds_the_optimum_and_counts_evaluations():
     jobs = _jobs([(0, 2, 10, 1), (0, 1, 50, 1), (0, 3, 5, 1), (0, 2, 30, 1)])
     prof = Profile2([0.0, 5.0], [1, 4], [10.0, 10.0])
     stats = PlanStats()
-    pol = Plan(PlanConfig(alpha=2.0), stats)
-    best = pol._search(jobs, prof, 0.0, pol.config)
+    best = Plan(PlanConfig(alpha=2.0), stats).search(_Base(prof, jobs), len(jobs))
     opt = min(build_plan(p, prof, 0.0, 2.0)[0] for p in itertools.permutations(jobs))
-    assert build_plan(best, prof, 0.0, 2.0)[0] == opt
+    assert build_plan([jobs[i] for i in best], prof, 0.0, 2.0)[0] == opt
     assert stats.evaluations == 24                    # 4! orders, each built once
 
 
@@ -143,6 +141,8 @@ def test_bad_configurations_say_what_is_wrong():
         PlanConfig(r=1.5)
     with pytest.raises(PolicyError, match="never start"):
         Profile2([0.0], [4], [10.0]).earliest(2, 11.0, 5.0)
+    with pytest.raises(PolicyError, match="never start"):
+        build_plan(_jobs([(0, 5, 10, 1)]), Profile2([0.0], [4], [10.0]), 0.0, 1.0)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

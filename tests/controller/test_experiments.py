@@ -12,7 +12,8 @@ from malleable.errors import ConfigError
 
 
 def test_experiment_registry():
-    assert set(EXPERIMENTS) == {"002", "000-mebf", "000-sfsj", "003-w1", "003-w2"}
+    assert set(EXPERIMENTS) == {"001", "002", "000-mebf", "000-sfsj", "000-io", "003-w1", "003-w2",
+                                "004"}
 
 
 def test_w1_report_and_files(tmp_path):
