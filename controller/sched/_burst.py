@@ -26,6 +26,8 @@ from ._model import Decision, Job, Snapshot, StartJob
 __all__ = ["BBEasy", "BBEasyConfig", "Profile2", "bb_fcfs", "short"]
 
 _EPS = 1e-9
+OVERDUE = 1.0
+"""Seconds after ``now`` at which a profile expects a job running past its estimated end to end."""
 
 
 def short(have: float, need: float) -> bool:
@@ -51,10 +53,15 @@ class Profile2:
     def of(cls, snapshot: Snapshot, now: float, n_free: int | None = None, bb_free: float | None = None,
            extra: Sequence[tuple[float, int, float]] = ()) -> Profile2:
         """The profile from ``now``: free now, plus what running jobs (and ``extra`` ``(end, cpus, bb)`` of jobs
-        started in this pass) give back at their estimated ends, and down nodes at their expected return."""
-        ends = [(max(r.end_estimate, now), r.size, r.job.bb) for r in snapshot.running if r.job.id >= 0]
-        ends += [(max(t, now), 1, 0.0) for _, t in snapshot.down]
-        ends += [(max(t, now), c, b) for t, c, b in extra]
+        started in this pass) give back at their estimated ends, and down nodes at their expected return.
+
+        What is not free now is never counted as free now: a job running past its estimate (slowed by I/O
+        contention, say) or a node past its expected return is expected :data:`OVERDUE` seconds later."""
+        soon = now + OVERDUE
+        ends = [(r.end_estimate if r.end_estimate > now else soon, r.size, r.job.bb) for r in snapshot.running
+                if r.job.id >= 0]
+        ends += [(t if t > now else soon, 1, 0.0) for _, t in snapshot.down]
+        ends += [(t if t > now else soon, c, b) for t, c, b in extra]
         ends.sort(key=lambda e: e[0])
         times = [now]
         cpu = [snapshot.n_free if n_free is None else n_free]

@@ -33,7 +33,7 @@ def add_simulate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
                           "write one table (--table); runs already in the table are not run again")
     src.add_argument("--experiment", metavar="NAME",
                      help="run a source document's experiment and print its published-vs-ours table: "
-                          "002, 000-mebf, 000-sfsj, 003-w1, 003-w2 or all")
+                          "001, 002, 000-mebf, 000-sfsj, 000-io, 003-w1, 003-w2, 004 or all")
     p.add_argument("--out", metavar="DIR", default="benchmarks/results",
                    help="--experiment: directory for the JSON and PNG files (default benchmarks/results)")
     p.add_argument("--quick", action="store_true", help="--experiment: smaller set-up (fewer sizes and runs)")
@@ -62,6 +62,12 @@ def add_simulate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
     p.add_argument("--seed", type=int, default=0, help="synthetic: random seed (default 0)")
     p.add_argument("--malleable", type=float, default=0.0, metavar="FRACTION",
                    help="make this fraction of jobs malleable (min 0.5x, max 2x their size; default 0)")
+    p.add_argument("--pfs-bw", type=float, metavar="BYTES_S",
+                   help="I/O: the shared file system's bandwidth; with --link-bw, runs the jobs' phases (a "
+                        "--workload with 'phases' needs both)")
+    p.add_argument("--link-bw", type=float, metavar="BYTES_S", help="I/O: each node's link to the file system")
+    p.add_argument("--bb-bw", type=float, metavar="BYTES_S",
+                   help="I/O: each node's bandwidth to the burst buffer (default --link-bw)")
     p.add_argument("--json", metavar="OUT", help="write the summary as JSON")
     p.add_argument("--jobs-csv", metavar="OUT", help="write one CSV row per job")
     p.add_argument("--plot", metavar="OUT", help="write a PNG: utilisation over time and a Gantt window")
@@ -135,11 +141,16 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     def progress(done: int) -> None:
         if bar is not None:
             bar.update(done - bar.n)
+    io = None
     try:
         if args.tick is not None:
             extra["tick"] = args.tick
-        result = Simulator(w, policy, name=args.policy, progress=progress if bar is not None else None,
-                           nodes=bool(args.plot or args.batsim_csv), **extra).run()
+        if w.phases is not None or args.pfs_bw is not None or args.link_bw is not None:
+            io = _run_io(args, w, policy, extra)
+            result = io.result
+        else:
+            result = Simulator(w, policy, name=args.policy, progress=progress if bar is not None else None,
+                               nodes=bool(args.plot or args.batsim_csv), **extra).run()
     finally:
         if bar is not None:
             bar.close()
@@ -152,6 +163,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     print(f"{'utilization':12} {s['utilization']:.4f}")
     if s["resizes"]:
         print(f"{'resizes':12} {s['resizes']} ({s['resized_jobs']} jobs resized)")
+    if io is not None:
+        moved = sum(io.moved.values())
+        s["io_seconds"], s["bytes_moved"] = float(io.io_time.sum()), moved
+        print(f"{'I/O':12} {s['io_seconds']:.0f} s in blocking transfers, {moved:.4g} bytes moved")
     print(f"{'simulated in':12} {s['sim_seconds']:.3f} s ({s['jobs'] / max(s['sim_seconds'], 1e-9):,.0f} jobs/s)")
     if args.json:
         with open(args.json, "w") as f:
@@ -166,6 +181,20 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         from ._plot import plot_result
         plot_result(result, args.plot)
     return 0
+
+
+def _run_io(args: argparse.Namespace, w: Workload, policy: object, extra: dict):  # type: ignore[no-untyped-def]
+    """The I/O-aware simulator's run (``--pfs-bw``/``--link-bw``, or a workload with phases)."""
+    from ._ioengine import IOSimulator
+
+    if args.pfs_bw is None or args.link_bw is None:
+        raise ConfigError("jobs with phases run on the I/O-aware simulator: give --pfs-bw and --link-bw (bytes/s)")
+    if extra.get("failures"):
+        raise ConfigError("--failures is not modelled with I/O (the I/O-aware simulator has no node failures)")
+    if args.plot or args.batsim_csv:
+        raise ConfigError("--plot and --batsim-csv are not available with I/O yet")
+    return IOSimulator(w, policy, pfs_bw=args.pfs_bw, link_bw=args.link_bw, bb_bw=args.bb_bw,  # type: ignore[arg-type]
+                       speedup=extra["speedup"], tick=extra.get("tick"), name=args.policy).run()
 
 
 def _sweep(args: argparse.Namespace) -> int:

@@ -12,6 +12,15 @@ other non-empty line is a job::
 ``amdahl:F`` or ``rho:R``, as ``malleable submit --speedup``). ``run`` is the run time at ``procs`` nodes. Other
 keys are kept by the writer for the record (the live size history of an exported job, ``measured``) and ignored by
 the reader. The machine size is ``--procs``, else the header's ``machine``, else the largest ``max``.
+
+I/O (optional; the I/O-aware simulator runs it): the header's ``bb_total`` is the machine's burst-buffer capacity
+in bytes; a job's ``bb`` the bytes of it the job holds while it runs; ``phases`` its application model, a list
+of ``[kind, amount]`` or ``[kind, amount, true]`` (a scheduling point follows), kind one of ``compute`` (seconds
+at ``procs`` nodes), ``read``, ``write``, ``stage-in``, ``checkpoint``, ``stage-out`` (bytes); ``intensity`` its
+I/O intensity per size, ``[[n, i], ...]`` with ``0 <= i <= 1``::
+
+    {"id": 7, "submit": 0, "run": 7200, "procs": 4, "bb": 4e11,
+     "phases": [["stage-in", 4e11], ["compute", 3600], ["checkpoint", 2e11], ["compute", 3600], ["stage-out", 4e11]]}
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from malleable.controller.sched._model import Phase, PhaseKind
 from malleable.controller.sched._speedup import speedup_params
 from malleable.errors import TraceError
 
@@ -56,6 +66,8 @@ def read_jobs(path: str | os.PathLike[str], procs: int | None = None) -> Workloa
             line number); or no job at all.
     """
     rows: list[tuple] = []
+    io: list[tuple[float, tuple[Phase, ...], tuple[tuple[int, float], ...]]] = []
+    bb_total = 0.0
     machine = procs
     name = os.path.basename(str(path))
     try:
@@ -75,8 +87,10 @@ def read_jobs(path: str | os.PathLike[str], procs: int | None = None) -> Workloa
             if obj.get("format") == FORMAT:
                 if machine is None and isinstance(obj.get("machine"), int):
                     machine = obj["machine"]
+                bb_total = _number(obj.get("bb_total", 0.0), f"{name}:{no}", "bb_total")
                 continue
             rows.append(_row(obj, f"{name}:{no}"))
+            io.append(_io(obj, f"{name}:{no}"))
     if not rows:
         raise TraceError(f"{name}: no job in the file")
     biggest = max(r[7] for r in rows)
@@ -90,7 +104,50 @@ def read_jobs(path: str | os.PathLike[str], procs: int | None = None) -> Workloa
                  np.array(c[8], dtype=np.float64), name=name, rho=np.array(c[9], dtype=np.float64))
     if len(set(w.ids.tolist())) != len(w):
         raise TraceError(f"{name}: job ids repeat")
+    if any(b for b, _, _ in io):
+        w.bb = np.array([b for b, _, _ in io])
+        if float(w.bb.max()) > bb_total:
+            raise TraceError(f"{name}: a job asks for {float(w.bb.max()):g} bytes of burst buffer but the machine "
+                             f"has {bb_total:g} (the header's bb_total)")
+    w.bb_total = bb_total
+    if any(ph for _, ph, _ in io):
+        w.phases = [ph for _, ph, _ in io]
+    if any(i for _, _, i in io):
+        w.intensity = [i for _, _, i in io]
     return _sorted(w)
+
+
+def _number(v: Any, where: str, key: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v < 0 or v == float("inf"):
+        raise TraceError(f"{where}: {key!r} must be a finite number >= 0, got {v!r}")
+    return float(v)
+
+
+_PHASES = {k.value: k for k in PhaseKind}
+
+
+def _io(obj: dict[str, Any], where: str) -> tuple[float, tuple[Phase, ...], tuple[tuple[int, float], ...]]:
+    """A job line's burst buffer, phases and intensities (all optional)."""
+    bb = _number(obj.get("bb", 0.0), where, "bb")
+    phases = []
+    raw = obj.get("phases", [])
+    if not isinstance(raw, list):
+        raise TraceError(f"{where}: 'phases' must be a list of [kind, amount(, point)]")
+    for k, ph in enumerate(raw):
+        if not (isinstance(ph, list) and len(ph) in (2, 3) and ph[0] in _PHASES and
+                (len(ph) == 2 or isinstance(ph[2], bool))):
+            raise TraceError(f"{where}: phase {k} must be [kind, amount] or [kind, amount, true|false] with kind "
+                             f"one of {', '.join(_PHASES)}, got {ph!r}")
+        phases.append(Phase(_PHASES[ph[0]], _number(ph[1], where, f"phases[{k}] amount"),
+                            bool(ph[2]) if len(ph) == 3 else False))
+    pts = obj.get("intensity", [])
+    if not isinstance(pts, list) or not all(isinstance(x, list) and len(x) == 2 and isinstance(x[0], int)
+                                            and not isinstance(x[0], bool) and x[0] >= 1 for x in pts):
+        raise TraceError(f"{where}: 'intensity' must be a list of [size, intensity]")
+    inten = tuple(sorted((x[0], _number(x[1], where, "intensity")) for x in pts))
+    if any(i > 1 for _, i in inten) or len({n for n, _ in inten}) != len(inten):
+        raise TraceError(f"{where}: intensities must be in [0, 1], one per size")
+    return bb, tuple(phases), inten
 
 
 def _row(obj: dict[str, Any], where: str) -> tuple:

@@ -121,3 +121,46 @@ def test_random_io_workloads_keep_every_invariant(rows, name):
     assert sum(res.moved.values()) == pytest.approx(vol)                       # every byte moved
     comp = np.array([sum(p.amount for p in ph if p.kind is C) for ph in w.phases])
     assert np.all(r.end - r.start >= comp + res.io_time - 1e-6)                # all work done, never faster
+
+
+IO_FILE = """{"format": "malleable-jobs", "version": 1, "machine": 4, "bb_total": 10}
+{"id": 1, "submit": 0, "run": 600, "procs": 1, "bb": 4}
+{"id": 2, "submit": 0, "run": 240, "procs": 1, "bb": 2, "phases": [["stage-in", 2], ["compute", 200], ["checkpoint", 1], ["compute", 40], ["stage-out", 2]]}
+{"id": 3, "submit": 60, "run": 60, "procs": 3, "bb": 8}
+"""
+
+
+def test_an_io_workload_file_runs_from_the_command_line(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    f = tmp_path / "io.jsonl"
+    f.write_text(IO_FILE)
+    run = [sys.executable, "-m", "malleable", "simulate", "--workload", str(f), "--policy", "fcfs-bb"]
+    p = subprocess.run([*run, "--pfs-bw", "1", "--link-bw", "1", "--json", str(tmp_path / "s.json")],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    s = json.loads((tmp_path / "s.json").read_text())
+    # job 3 needs 8 of the 10 buffer units: it waits for job 1's 4 (t=600); job 2's transfers take 2+1+2 s
+    assert s["mean_wait"] == pytest.approx(180.0) and s["makespan"] == pytest.approx(660.0)
+    assert s["io_seconds"] == pytest.approx(5.0) and s["bytes_moved"] == pytest.approx(2 + 1 + 1 + 2)
+    p = subprocess.run(run, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "--pfs-bw" in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("line, why", [
+    ('{"id": 1, "submit": 0, "run": 6, "procs": 1, "phases": [["compute"]]}', "phase 0 must be"),
+    ('{"id": 1, "submit": 0, "run": 6, "procs": 1, "phases": [["sleep", 3]]}', "phase 0 must be"),
+    ('{"id": 1, "submit": 0, "run": 6, "procs": 1, "bb": -1}', "'bb' must be"),
+    ('{"id": 1, "submit": 0, "run": 6, "procs": 1, "bb": 20}', "burst buffer"),
+    ('{"id": 1, "submit": 0, "run": 6, "procs": 1, "intensity": [[2, 1.5]]}', r"in \[0, 1\]"),
+])
+def test_bad_io_fields_are_one_line_errors(tmp_path, line, why):
+    from malleable.controller.sim._jobfile import read_jobs
+    from malleable.errors import TraceError
+
+    f = tmp_path / "w.jsonl"
+    f.write_text('{"format": "malleable-jobs", "version": 1, "machine": 4, "bb_total": 10}\n' + line + "\n")
+    with pytest.raises(TraceError, match=why):
+        read_jobs(f)
