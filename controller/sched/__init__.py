@@ -54,6 +54,7 @@ _WHERE: dict[str, str] = {
     "Decline": "._model",
     "SpeedupModel": "._speedup",
     "StartJob": "._model",
+    "StorageView": "._model",
     "Wake": "._model",
     "amdahl": "._speedup",
     "baseline": "._sfsj",
@@ -107,6 +108,7 @@ if TYPE_CHECKING:
         SizeRequest,
         Snapshot,
         StartJob,
+        StorageView,
         Wake,
     )
     from ._plan import Plan, PlanConfig, PlanStats

@@ -50,7 +50,8 @@ def start(self: Ledger, d: StartJob, now: float, effects: list[Effect], released
     view = RunningJob(job, nodes, k, now, now, 0.0, now + job.estimate * f if k != job.procs else
                       now + job.estimate, 0, None if self.mtct is None else self.mtct(job, k))
     self._list(view)
-    self.bb_used += job.bb
+    if job.bb:
+        self.bb_used += job.bb
     effects.append(("start", view, f))
 
 def resize(self: Ledger, d: ResizeJob, now: float, effects: list[Effect], released: set[NodeId]) -> None:

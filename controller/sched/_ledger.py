@@ -59,6 +59,7 @@ from ._model import (
     RunningJob,
     SizeRequest,
     Snapshot,
+    StorageView,
 )
 from ._nodes import Bad as _Bad
 from ._nodes import ListFree, RunFree
@@ -265,8 +266,8 @@ class Ledger:
         return Snapshot(now, self.nodes, free_t, run_t, LedgerQueue(q, self._index), changed,
                         len(q) if arrived < 0 else arrived, self._res, self.memo, down,
                         MappingProxyType(dict(self.requests)) if self.requests else NO_REQUESTS,
-                        self.bb_total, self.bb_total - self.bb_used,
-                        frozenset(self.points) if self.points else frozenset())
+                        StorageView(self.bb_total, self.bb_total - self.bb_used, frozenset(self.points))
+                        if self.bb_total or self.points else None)
 
     def view(self, job_id: int) -> RunningJob | None:
         """The running job's view, or None."""
@@ -444,8 +445,10 @@ class Ledger:
         v = self.running[job_id]
         self._unlist(v)
         self._give_back(v.nodes, None)
-        self.requests.pop(job_id, None)
-        self._release_bb(v.job)
+        if self.requests:
+            self.requests.pop(job_id, None)
+        if v.job.bb or self.points:
+            self._release_bb(v.job)
         return v
 
     def _release_bb(self, job: Job) -> None:

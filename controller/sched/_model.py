@@ -35,6 +35,7 @@ __all__ = [
     "RunningJob",
     "SizeRequest",
     "Snapshot",
+    "StorageView",
     "StartJob",
     "Wake",
 ]
@@ -304,6 +305,24 @@ class QueueView(Sequence[Job]):
 NO_REQUESTS: Mapping[int, SizeRequest] = MappingProxyType({})
 """The empty request map (snapshots of passes without outstanding requests)."""
 
+_NO_POINTS: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class StorageView:
+    """The I/O part of a snapshot (one field, so snapshots of machines without it cost nothing more).
+
+    Attributes:
+        bb_total: the machine's burst-buffer capacity (bytes; 0: none).
+        bb_free: the capacity not held by running jobs (a start needs ``job.bb <= bb_free``).
+        points: running malleable jobs with an application model that wait at a scheduling point now; only
+            these may be resized (the I/O-aware simulator; empty elsewhere, where any running malleable job may).
+    """
+
+    bb_total: float = 0.0
+    bb_free: float = 0.0
+    points: frozenset[int] = _NO_POINTS
+
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
@@ -331,10 +350,8 @@ class Snapshot:
             answer is outstanding: a policy grants it with a ``ResizeJob`` to a size it wants, refuses it with
             ``Decline`` (which drops it), or leaves it for later. A granted request stands until the job asks
             again or ends, so policies know the size the application wants.
-        bb_total: the machine's burst-buffer capacity (bytes; 0: none).
-        bb_free: the capacity not held by running jobs (a start needs ``job.bb <= bb_free``).
-        points: running malleable jobs with an application model that wait at a scheduling point now; only
-            these may be resized (the I/O-aware simulator; empty elsewhere, where any running malleable job may).
+        io: the burst buffer and the scheduling points (:class:`StorageView`), or None when the machine has no
+            buffer and no job waits at a point; read them as ``bb_total``, ``bb_free`` and ``points``.
     """
 
     now: float
@@ -348,9 +365,22 @@ class Snapshot:
     memo: Any = None
     down: tuple[tuple[NodeId, float], ...] = ()
     requests: Mapping[int, SizeRequest] = field(default_factory=lambda: NO_REQUESTS)
-    bb_total: float = 0.0
-    bb_free: float = 0.0
-    points: frozenset[int] = frozenset()
+    io: StorageView | None = None
+
+    @property
+    def bb_total(self) -> float:
+        """The machine's burst-buffer capacity (bytes; 0: none)."""
+        return self.io.bb_total if self.io is not None else 0.0
+
+    @property
+    def bb_free(self) -> float:
+        """Burst buffer not held by running jobs."""
+        return self.io.bb_free if self.io is not None else 0.0
+
+    @property
+    def points(self) -> frozenset[int]:
+        """Running phased malleable jobs waiting at a scheduling point now."""
+        return self.io.points if self.io is not None else _NO_POINTS
 
     @property
     def n_free(self) -> int:

@@ -22,6 +22,7 @@ from malleable.controller.sched import (
     ResizeJob,
     Snapshot,
     StartJob,
+    StorageView,
     fcfsm,
     get_policy,
 )
@@ -56,7 +57,7 @@ def snapshot(free, run=(), queue=(), points=(), machine=None):
     free = tuple(free)
     run = tuple(sorted(run, key=lambda r: r.end_estimate))
     nodes = tuple(range(machine)) if machine else tuple(sorted({*free, *(x for r in run for x in r.nodes)}))
-    return Snapshot(0.0, nodes, free, run, tuple(queue), points=frozenset(points))
+    return Snapshot(0.0, nodes, free, run, tuple(queue), io=StorageView(points=frozenset(points)))
 
 
 # -- (a) candidate choice ---------------------------------------------------------------------------------------
