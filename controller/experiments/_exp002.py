@@ -105,9 +105,10 @@ def exp_002(out: Path, quick: bool) -> Report:
                 pub = ({"handoff": "-40%", "intensive": "-33%", "spare": "-37%"} if n == 1000 else
                        {"spare": "-49%", "intensive": "-48%", "handoff": "-47%"})
             scenario(f"{n // 1000}K {arrival} MS", kit_like(n, arrival, "MS", 1.0), pub)
-        loads = [offered_load(kit_like(n, a, "MS", 1.0, exact=x)) for x in (False, True) for a in ("normal", "intensive")]
-        rep.runs[f"{n // 1000}K/offered_load"] = dict(zip(("normal", "intensive", "normal exact", "intensive exact"),
-                                                         loads))
+        loads = [offered_load(kit_like(n, a, "MS", 1.0, exact=x))
+                 for x in (False, True) for a in ("normal", "intensive")]
+        keys = ("normal", "intensive", "normal exact", "intensive exact")
+        rep.runs[f"{n // 1000}K/offered_load"] = dict(zip(keys, loads))
         rep.rows.append(Row(f"{n // 1000}K", "offered load normal / intensive", "KIT original / x 1/0.75",
                             f"{loads[0]:.3f} / {loads[1]:.3f} (exact load: {loads[2]:.3f} / {loads[3]:.3f})"))
     for n in sizes:
