@@ -50,12 +50,18 @@ def w000(n: int, model: str, seed: int = 1) -> Workload:
 
 
 def phased(w: Workload, seed: int = 2) -> Workload:
-    """``w`` with an application model per job: its run time split into ``PHASES`` (uniform) equal compute phases,
-    a scheduling point after each but the last (ElastiSim's malleable jobs, as in D3.3's evaluation)."""
+    """``w`` with an application model per job: its run time split into ``PHASES`` (uniform) compute phases of
+    equal whole seconds (the rest in the last), a scheduling point after each but the last (ElastiSim's malleable
+    jobs, as in D3.3's evaluation)."""
     rng = np.random.default_rng(seed)
     k = rng.integers(PHASES[0], PHASES[1] + 1, len(w))
-    w.phases = [tuple(Phase(PhaseKind.COMPUTE, float(w.run[i]) / int(k[i]), j < int(k[i]) - 1)
-                      for j in range(int(k[i]))) for i in range(len(w))]
+    out = []
+    for i in range(len(w)):
+        n, run = int(k[i]), float(w.run[i])
+        step = math.floor(run / n)        # whole seconds, the rest in the last phase: the sum is exactly the run
+        out.append(tuple(Phase(PhaseKind.COMPUTE, float(step) if j < n - 1 else run - step * (n - 1), j < n - 1)
+                         for j in range(n)))
+    w.phases = out
     return w
 
 
