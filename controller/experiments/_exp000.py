@@ -11,19 +11,24 @@ import numpy as np
 
 from malleable.controller.sched import get_policy
 from malleable.controller.sched._mebf000 import MEBF0, MEBF0Config
+from malleable.controller.sched._model import Phase, PhaseKind
 from malleable.controller.sched._speedup import amdahl, fixed_reconfig_cost
 from malleable.controller.sim._engine import simulate
+from malleable.controller.sim._ioengine import simulate_io
 from malleable.controller.sim._workload import Workload
 
 from ._common import Recorder, Report, Row, jobs_per_node, pct, plot_bars, plot_timelines, result_metrics
 from ._exp003 import columns
 
-__all__ = ["exp_000_mebf", "exp_000_sfsj", "failure_plan", "w000"]
+__all__ = ["exp_000_mebf", "exp_000_sfsj", "failure_plan", "phased", "w000"]
 
 log = logging.getLogger(__name__)
 
 
 SERIAL_000 = {"compute": 0.02, "read": 0.20, "write": 0.15}
+PHASES = (10, 25)           # compute phases per job, uniform (D3.3 Table 4.3's 10-25 repetitions)
+LINK = 100e9 / 8            # D3.3 Table 4.1: 100 Gbit/s per node (unused by compute phases)
+PFS = 48e9                  # D3.3 §4.2.5's file system (unused by compute phases)
 
 
 def w000(n: int, model: str, seed: int = 1) -> Workload:
@@ -44,6 +49,55 @@ def w000(n: int, model: str, seed: int = 1) -> Workload:
     return columns(rows, 500, f"000-{model}-{n}")
 
 
+def phased(w: Workload, seed: int = 2) -> Workload:
+    """``w`` with an application model per job: its run time split into ``PHASES`` (uniform) compute phases of
+    equal whole seconds (the rest in the last), a scheduling point after each but the last (ElastiSim's malleable
+    jobs, as in D3.3's evaluation)."""
+    rng = np.random.default_rng(seed)
+    k = rng.integers(PHASES[0], PHASES[1] + 1, len(w))
+    out = []
+    for i in range(len(w)):
+        n, run = int(k[i]), float(w.run[i])
+        step = math.floor(run / n)        # whole seconds, the rest in the last phase: the sum is exactly the run
+        out.append(tuple(Phase(PhaseKind.COMPUTE, float(step) if j < n - 1 else run - step * (n - 1), j < n - 1)
+                         for j in range(n)))
+    w.phases = out
+    return w
+
+
+def _reduction(e: dict[str, float], m: dict[str, float]) -> float:
+    """Reduction of the mean execution time of ``m`` against ``e``, in percent (positive = shorter)."""
+    return 100 * (e["mean_exec"] - m["mean_exec"]) / e["mean_exec"]
+
+
+def _points_runs(rep: Report, sizes: tuple[int, ...], pub: dict[str, str], pref_min: bool = False) -> None:
+    """The variant on the I/O-aware simulator: phased jobs, MEBF0 resizing only at scheduling points; beside it
+    the same jobs without phases on the plain engine without a reconfiguration cost (the I/O-aware simulator
+    charges none), so that the two differ only in the phases and points."""
+    pol, plain = MEBF0(MEBF0Config(alpha=120.0, at_points=True)), MEBF0(MEBF0Config(alpha=120.0))
+    for model in (("compute",) if pref_min else ("compute", "read", "write", "mixed")):
+        best, best0 = -math.inf, -math.inf
+        for n in sizes:
+            w = w000(n, model)
+            if pref_min:
+                w.procs = w.min_procs.copy()
+            wp = phased(w000(n, model))
+            if pref_min:
+                wp.procs = wp.min_procs.copy()
+            kw = {"pfs_bw": PFS, "link_bw": LINK, "speedup": amdahl}
+            e = result_metrics(simulate_io(wp, get_policy("easy"), name="easy", **kw).result)
+            m = result_metrics(simulate_io(wp, pol, name="mebf0-points", **kw).result)
+            e0 = result_metrics(simulate(w, get_policy("easy"), name="easy", speedup=amdahl))
+            m0 = result_metrics(simulate(w, plain, name="mebf0", speedup=amdahl))
+            tag = f"{model}-{n}-{'pref=min-' if pref_min else ''}"
+            rep.runs[tag + "points"] = {"easy": e, "mebf0": m}
+            rep.runs[tag + "no-cost"] = {"easy": e0, "mebf0": m0}
+            best, best0 = max(best, _reduction(e, m)), max(best0, _reduction(e0, m0))
+        scen = f"{model}, pref = min" if pref_min else f"{model}, phases + points"
+        rep.rows.append(Row(scen, "avg execution time vs EASY (best of sizes)", f"up to {pub[model]}",
+                            f"up to {-best:+.1f}% (no phases, no cost: {-best0:+.1f}%)"))
+
+
 def exp_000_mebf(out: Path, quick: bool) -> Report:
     rep = Report("000-mebf", "D3.3 §4.1: MEBF (Algorithm 1, sf 0.20, gamma 1.24) vs EASY backfilling", [
         "500 nodes; all jobs malleable and submitted at t=0; synthetic jobs (see w000: pref 2-24 nodes, "
@@ -51,7 +105,13 @@ def exp_000_mebf(out: Path, quick: bool) -> Report:
         "application models as Amdahl serial fractions: compute 0.02, read 0.20, write 0.15, mixed 50/25/25",
         "reconfiguration cost: fixed alpha = 120 s per resize in the engine and in Eq. 4.2",
         "EASY runs the same jobs rigid at pref; 'execution time' = end - first start; jobs per node = distinct "
-        "jobs that held a node, averaged over nodes"])
+        "jobs that held a node, averaged over nodes",
+        "'phases + points': the same jobs on the I/O-aware simulator, each split into 10-25 (uniform, D3.3 Table "
+        "4.3's repetitions) equal compute phases with a scheduling point after each; MEBF0 resizes only jobs at "
+        "a point (at_points); EASY on the same simulator; that simulator charges no reconfiguration cost, so "
+        "beside it: the plain engine without one ('no phases, no cost')",
+        "'pref = min' (sensitivity): the same runs with every job's preferred size set to its minimum (start "
+        "small, be grown), run time at pref unchanged"])
     pub = {"compute": "-30.4%", "write": "-27.1%", "read": "-29.27%", "mixed": "-28.9%"}
     sizes = (100, 200) if quick else (100, 200, 300)
     pol = MEBF0(MEBF0Config(alpha=120.0))
@@ -91,6 +151,8 @@ def exp_000_mebf(out: Path, quick: bool) -> Report:
         x = rep.runs[f"{model}-{sizes[-1]}"]
         rep.rows.append(Row(f"{model}, {sizes[-1]} jobs", "avg turnaround vs EASY", "(not given)",
                             pct(x["mebf0"]["mean_tat"], x["easy"]["mean_tat"])))
+    _points_runs(rep, sizes, pub)
+    _points_runs(rep, sizes, pub, pref_min=True)
     plot_timelines(out / "000-mebf.png", panels, "D3.3 MEBF vs EASY, mixed workload, 100 jobs at t=0")
     plot_bars(out / "000-mebf-bars.png", labels, ours, pubs, "avg execution time change vs EASY (%)",
               "D3.3 §4.1: MEBF vs EASY (red: published best per model)")

@@ -38,6 +38,9 @@ class MEBF0Config:
             text expands "the longest job"; one job per pass leaves nodes idle when all jobs arrive at t=0],
             or only the longest (False).
         all_or_nothing: apply a shrink round only if it frees the waiting job's minimum (True) [interp.].
+        at_points: resize only the running jobs waiting at a scheduling point (``Snapshot.points``; jobs with an
+            application model on the I/O-aware simulator, ElastiSim's semantics, which D3.3's evaluation ran on)
+            (True), or any running malleable job (False).
     """
 
     sharing_factor: float = 0.20
@@ -48,6 +51,7 @@ class MEBF0Config:
     expand_scope: str = "higher"
     expand_all: bool = True
     all_or_nothing: bool = True
+    at_points: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.sharing_factor < 1 or self.gamma < 1 or self.alpha < 0 or not 0 <= self.expand_guard <= 1:
@@ -90,7 +94,8 @@ class MEBF0:
     the pending job with the smallest need that fits without delaying W's EASY reservation (on
     ``min(pref, free)``), and if none fits, expand; otherwise expand. Expand gives the higher-priority running
     malleable job with the longest estimated remaining time ``min(free, max - size)`` nodes if it passes the
-    guard. When the queue is empty, free nodes go to the running jobs the same way.
+    guard. When the queue is empty, free nodes go to the running jobs the same way. With ``at_points`` only the
+    jobs in ``snapshot.points`` are shrunk or expanded.
     """
 
     cfg: MEBF0Config = MEBF0Config()
@@ -99,6 +104,11 @@ class MEBF0:
         pool = Pool(snapshot.free)
         out: list[Decision] = []
         running = list(snapshot.running)
+        if self.cfg.at_points:
+            pts = snapshot.points
+            resizable = [r for r in running if r.id in pts]
+        else:
+            resizable = running
         queue = snapshot.queue
         started: list[tuple[float, int]] = []
         i = 0
@@ -112,18 +122,18 @@ class MEBF0:
             i += 1
         if i == len(queue):
             if len(pool):
-                self._expand(None, running, pool, out, now)
+                self._expand(None, resizable, pool, out, now)
             return out
         wait = queue[i]
         if not len(pool):
-            if self._shrink(wait, running, pool, out, now):
+            if self._shrink(wait, resizable, pool, out, now):
                 out.append(pool.start(wait, min(wait.procs, len(pool))))
         elif i + 1 < len(queue):
             rest = list(islice(queue, i + 1, None))
             if not self._backfill(wait, rest, running, started, pool, out, now):
-                self._expand(wait, running, pool, out, now)
+                self._expand(wait, resizable, pool, out, now)
         else:
-            self._expand(wait, running, pool, out, now)
+            self._expand(wait, resizable, pool, out, now)
         return out
 
     def _shrink(self, wait: Job, running: list[RunningJob], pool: Pool, out: list[Decision], now: float) -> bool:
