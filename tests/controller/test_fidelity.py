@@ -13,7 +13,7 @@ from malleable.controller.experiments._exp002 import INTENSIVE, LOAD, kit_like, 
 from malleable.controller.experiments._exp003 import work_bound
 from malleable.controller.sched import get_policy
 from malleable.controller.sched._mebf000 import MEBF0, MEBF0Config
-from malleable.controller.sched._model import PhaseKind, ResizeJob
+from malleable.controller.sched._model import PhaseKind, ResizeJob, StorageView
 from malleable.controller.sched._speedup import amdahl
 from malleable.controller.sim._engine import simulate
 from malleable.controller.sim._ioengine import simulate_io
@@ -26,10 +26,10 @@ def test_at_points_resizes_only_jobs_at_a_point():
     s = snap(0.0, 8, run=[running(a, 4), running(b, 4)])
     anywhere = MEBF0(MEBF0Config())(s, 0.0)
     assert [d.job_id for d in anywhere if isinstance(d, ResizeJob)] == [2]   # the longest job is grown
-    s = dataclasses.replace(s, points=frozenset({1}))
+    s = dataclasses.replace(s, io=StorageView(points=frozenset({1})))
     out = MEBF0(MEBF0Config(at_points=True))(s, 0.0)
     assert [(d.job_id, len(d.nodes)) for d in out if isinstance(d, ResizeJob)] == [(1, 12)]
-    assert MEBF0(MEBF0Config(at_points=True))(dataclasses.replace(s, points=frozenset()), 0.0) == []
+    assert MEBF0(MEBF0Config(at_points=True))(dataclasses.replace(s, io=StorageView(points=frozenset())), 0.0) == []
 
 
 def test_at_points_never_resizes_outside_points_in_a_run():
