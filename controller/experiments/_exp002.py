@@ -98,13 +98,15 @@ def exp_002(out: Path, quick: bool) -> Report:
                 pubs.append(float(p.rstrip("%")) if p.endswith("%") else None)
         rep.rows.append(Row(tag, "utilisation EBF", "-", f"{100 * base['utilization']:.1f}%"))
 
+    def published_tat(n: int, arrival: str) -> dict[str, str]:
+        if arrival != "intensive":
+            return {}
+        return ({"handoff": "-40%", "intensive": "-33%", "spare": "-37%"} if n == 1000 else
+                {"spare": "-49%", "intensive": "-48%", "handoff": "-47%"})
+
     for n in sizes:
         for arrival in ("normal", "intensive"):
-            pub = {}
-            if arrival == "intensive":
-                pub = ({"handoff": "-40%", "intensive": "-33%", "spare": "-37%"} if n == 1000 else
-                       {"spare": "-49%", "intensive": "-48%", "handoff": "-47%"})
-            scenario(f"{n // 1000}K {arrival} MS", kit_like(n, arrival, "MS", 1.0), pub)
+            scenario(f"{n // 1000}K {arrival} MS", kit_like(n, arrival, "MS", 1.0), published_tat(n, arrival))
         loads = [offered_load(kit_like(n, a, "MS", 1.0, exact=x))
                  for x in (False, True) for a in ("normal", "intensive")]
         keys = ("normal", "intensive", "normal exact", "intensive exact")
@@ -113,12 +115,8 @@ def exp_002(out: Path, quick: bool) -> Report:
                             f"{loads[0]:.3f} / {loads[1]:.3f} (exact load: {loads[2]:.3f} / {loads[3]:.3f})"))
     for n in sizes:
         for arrival in ("normal", "intensive"):
-            pub = {}
-            if arrival == "intensive":
-                pub = ({"handoff": "-40%", "intensive": "-33%", "spare": "-37%"} if n == 1000 else
-                       {"spare": "-49%", "intensive": "-48%", "handoff": "-47%"})
             w = kit_like(n, arrival, "MS", 1.0, exact=True)
-            scenario(f"{n // 1000}K {arrival} MS, exact load {offered_load(w):.2f}", w, pub)
+            scenario(f"{n // 1000}K {arrival} MS, exact load {offered_load(w):.2f}", w, published_tat(n, arrival))
     for klass, pub in (("LS", {"handoff": "-40%", "intensive": "-37%", "spare": "-33%"}), ("HS", {"spare": "-17%"})):
         scenario(f"1K intensive {klass}", kit_like(1000, "intensive", klass, 1.0), pub)
     shares = (0.4, 0.6) if quick else (0.4, 0.6, 0.8)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ._model import Decision, Job, JobKind, RunningJob, Snapshot, Wake
-from ._resize import Pool, adapting, is_malleable, remaining
+from ._resize import Pool, adapting, is_malleable, remaining, valid_size
 
 __all__ = ["CONSTRAINTS", "EBS", "EBSConfig", "fpsma_grow", "fpsma_shrink", "egs_grow", "egs_shrink",
            "grow_target", "shrink_target"]
@@ -22,21 +22,6 @@ __all__ = ["CONSTRAINTS", "EBS", "EBSConfig", "fpsma_grow", "fpsma_shrink", "egs
 log = logging.getLogger(__name__)
 
 CONSTRAINTS = ("pof2", "even", "odd", "ncube")
-
-
-def _valid(v: int, constraint: str | None) -> bool:
-    if v < 1:
-        return False
-    if constraint is None:
-        return True
-    if constraint == "pof2":
-        return v & (v - 1) == 0
-    if constraint == "even":
-        return v % 2 == 0
-    if constraint == "odd":
-        return v % 2 == 1
-    c = round(v ** (1.0 / 3.0))
-    return any((c + d) ** 3 == v for d in (-1, 0, 1))
 
 
 def grow_target(size: int, idle: int, hi: int, constraint: str | None = None) -> int:
@@ -48,7 +33,7 @@ def grow_target(size: int, idle: int, hi: int, constraint: str | None = None) ->
     """
     limit = min(hi, size + idle)
     for v in range(limit, size, -1):
-        if _valid(v, constraint):
+        if valid_size(v, constraint):
             return v
     return size
 
@@ -62,7 +47,7 @@ def shrink_target(size: int, lo: int, required: int, constraint: str | None = No
     if constraint is None:
         return max(lo, size - required)
     for v in range(size - 1, lo - 1, -1):
-        if _valid(v, constraint):
+        if valid_size(v, constraint):
             return v
     return size
 

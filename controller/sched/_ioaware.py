@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from malleable.errors import ConfigError
 
 from ._model import Decision, Job, JobKind, RunningJob, Snapshot
-from ._resize import Pool
+from ._resize import Pool, valid_size
 
 __all__ = ["DENOMINATORS", "IOAware", "IOAwareConfig", "Load", "best_candidate", "best_configuration",
            "configurations", "fcfsm", "find_and_schedule", "system_intensity", "workload_intensity"]
@@ -79,22 +79,12 @@ def workload_intensity(running: Iterable[RunningJob], queue: Iterable[Job], deno
     return load.intensity(None if denominator == "nodes" else cluster)
 
 
-def _valid(n: int, constraint: str) -> bool:
-    if constraint == "pof2":
-        return n & (n - 1) == 0
-    if constraint == "even":
-        return n % 2 == 0
-    if constraint == "odd":
-        return n % 2 == 1
-    return True
-
-
 def configurations(job: Job, limit: int) -> list[int]:
     """The sizes ``Conf_j`` of ``job`` that are at most ``limit``: ``procs`` for a rigid job; else the sizes in
     ``[min_procs, max_procs]`` that meet the job's ``constraint``, ascending."""
     if job.kind is JobKind.RIGID:
         return [job.procs] if 0 < job.procs <= limit else []
-    return [n for n in range(max(1, job.min_procs), min(job.max_procs, limit) + 1) if _valid(n, job.constraint)]
+    return [n for n in range(max(1, job.min_procs), min(job.max_procs, limit) + 1) if valid_size(n, job.constraint)]
 
 
 def _least(job: Job) -> int:

@@ -13,7 +13,7 @@ from ._model import Job, JobKind, NodeId, ResizeJob, RunningJob, StartJob
 from ._speedup import ReconfigCost, SpeedupModel
 
 __all__ = ["Pool", "adapting", "first_fit_end", "is_malleable", "predicted_remaining", "remaining", "shadow",
-           "work_left"]
+           "valid_size", "work_left"]
 
 
 def remaining(r: RunningJob, now: float) -> float:
@@ -115,3 +115,20 @@ def first_fit_end(ends: Sequence[tuple[float, int]], avail: int, need: int) -> t
                 k += 1
             return t, avail - need
     return float("inf"), 0
+
+
+def valid_size(v: int, constraint: str | None) -> bool:
+    """Whether ``v`` nodes meet ``constraint``: None or ``""`` (any count >= 1), ``pof2``, ``even``, ``odd`` or
+    ``ncube`` (a cube)."""
+    if v < 1:
+        return False
+    if not constraint:
+        return True
+    if constraint == "pof2":
+        return v & (v - 1) == 0
+    if constraint == "even":
+        return v % 2 == 0
+    if constraint == "odd":
+        return v % 2 == 1
+    c = round(v ** (1.0 / 3.0))
+    return any((c + d) ** 3 == v for d in (-1, 0, 1))

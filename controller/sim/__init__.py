@@ -17,9 +17,9 @@ _WHERE = {
     "run_sweep": "._sweep", "IOResult": "._ioengine", "IOSimulator": "._ioengine", "simulate_io": "._ioengine",
 }
 __all__ = [
-    "IOResult", "IOSimulator", "simulate_io", "SimResult", "Simulator", "SizeHistory", "Workload", "bounded_slowdown", "load_sweep", "plot_result", "read_swf",
-    "run_sweep", "simulate", "summary", "synthetic", "utilization_curve", "write_batsim_csv", "write_jobs_csv",
-    "write_swf",
+    "IOResult", "IOSimulator", "SimResult", "Simulator", "SizeHistory", "Workload", "bounded_slowdown", "load_sweep",
+    "plot_result", "read_swf", "run_sweep", "simulate", "simulate_io", "summary", "synthetic", "utilization_curve",
+    "write_batsim_csv", "write_jobs_csv", "write_swf",
 ]
 
 if TYPE_CHECKING:

@@ -90,7 +90,8 @@ def test_a_start_beyond_the_free_buffer_is_refused_by_the_decision_path():
 
 
 def _jobs(rows):
-    return [Job(i, float(s), c, float(e), min_procs=c, max_procs=c, bb=float(b)) for i, (s, c, e, b) in enumerate(rows, 1)]
+    return [Job(i, float(s), c, float(e), min_procs=c, max_procs=c, bb=float(b))
+            for i, (s, c, e, b) in enumerate(rows, 1)]
 
 
 def test_the_plan_places_each_job_at_the_earliest_time_both_resources_allow():

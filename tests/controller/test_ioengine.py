@@ -125,7 +125,8 @@ def test_random_io_workloads_keep_every_invariant(rows, name):
 
 IO_FILE = """{"format": "malleable-jobs", "version": 1, "machine": 4, "bb_total": 10}
 {"id": 1, "submit": 0, "run": 600, "procs": 1, "bb": 4}
-{"id": 2, "submit": 0, "run": 240, "procs": 1, "bb": 2, "phases": [["stage-in", 2], ["compute", 200], ["checkpoint", 1], ["compute", 40], ["stage-out", 2]]}
+{"id": 2, "submit": 0, "run": 240, "procs": 1, "bb": 2, "phases": [["stage-in", 2], ["compute", 200], \
+["checkpoint", 1], ["compute", 40], ["stage-out", 2]]}
 {"id": 3, "submit": 60, "run": 60, "procs": 3, "bb": 8}
 """
 
