@@ -213,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--long-queue", action="store_true", help="HPC2N with halved inter-arrival times")
     ap.add_argument("--sweep-bench", action="store_true", help="16-run sweep: 1 process, all cores, Dask")
     ap.add_argument("--memory", metavar="N,N", help="peak RSS of simulate --trace on synthetic SWF files of N jobs")
+    ap.add_argument("--io", action="store_true", help="the I/O section only: benchmarks/simulator_io.py (the I/O "
+                                                       "model's cost when unused; fcfs-bb and plan-2 on KTH-SP2)")
     ap.add_argument("--old-python", default="/work/wt-base/.venv/bin/python",
                     help="interpreter whose malleable is the old engine (the same-run baseline)")
     args = ap.parse_args(argv)
@@ -221,6 +223,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.io:
+        from simulator_io import main as io_main
+        return io_main(["--out", str(out)])
     if args.scale or args.long_queue or args.sweep_bench or args.memory:
         from _sim_scale import run_all
         run_all(args, out, TRACE)
