@@ -523,6 +523,11 @@ def _status(args: argparse.Namespace) -> int:
     print(f"controller {st['controller_id']} at {st['address']} (pid {st['pid']}), up {format_duration(st['uptime'])}")
     print(f"pool: {st['pool']}, {st['hosts']} hosts ({st['free']} free), {st['slots']} slot(s) per host")
     print(f"policy: {st['policy']}, {st['passes']} passes; {jobs}; state {st['state']}")
+    if st.get("bb_total"):
+        from ._protocol import format_size
+
+        print(f"burst buffer: {format_size(st['bb_total'])} on {','.join(st['storage_hosts'])}, "
+              f"{format_size(st['bb_free'])} free")
     return 0
 
 

@@ -28,7 +28,7 @@ from ._store import JobRec
 if TYPE_CHECKING:
     from ._core import Core
 
-__all__ = ["check_submit", "ended", "failed", "forget", "progress", "ready", "ready_to_launch", "reasons",
+__all__ = ["check_submit", "ended", "failed", "forget", "progress", "ready", "ready_to_launch", "reasons", "reload",
            "stopped"]
 
 WAIT_REASON = "BurstBuffer"
@@ -45,6 +45,14 @@ def check_submit(core: Core, m: P.Submit) -> None:
     if m.bb > total:
         raise Refusal(f"--bb {P.format_size(m.bb)} is more than the controller's whole burst buffer "
                       f"({P.format_size(total)} on {len(core.storage)} storage host(s))")
+
+
+def reload(j: JobRec) -> JobRec:
+    """A job record read back at a restart: a file system that was being started for a job not launched yet is
+    not waited for (the shell that started it is gone); the job gets a new one when it is launched."""
+    if not j.launched and j.fs.get("phase") in ("starting", "ready"):
+        j.fs = {}
+    return j
 
 
 def fs_hosts(core: Core, j: JobRec) -> tuple[str, tuple[str, ...]]:

@@ -127,3 +127,13 @@ def test_stage_specs_are_checked_by_the_protocol(tmp_path):
                       ({"bb": 1.0, "fs_servers": 65}, "at most 64")):
         with pytest.raises(ProtocolError, match=match):
             check(**kw)
+
+
+def test_a_restart_while_the_file_system_starts_asks_for_a_new_one(tmp_path):
+    core = make(tmp_path)
+    jid = submit(core, bb=G)
+    assert of(core.schedule(1.0), StartFs)
+    again = make(tmp_path)                                             # the shell that was starting it is gone
+    assert again.jobs[jid].state == "STARTING" and again.jobs[jid].fs == {}
+    assert [a.job_id for a in of(again.schedule(2.0), StartFs)] == [jid]
+    assert again.snapshot(2.1).bb_free == 11 * G
