@@ -141,3 +141,23 @@ def test_bad_submit_input_is_one_line(env, tmp_path):
         assert d.core.status()["bb_free"] == 2 * G
 
 
+
+
+@pytest.mark.timeout(120)
+def test_cancelled_job_still_stages_out_on_a_local_pool(env, tmp_path):
+    data = os.urandom(M + 3)
+    (tmp_path / "data.bin").write_bytes(data)
+    script = (f"{PY} -m malleable fs put {tmp_path}/data.bin /keep.bin && touch {tmp_path}/written && "
+              "exec sleep 60")
+    with daemon_thread(tmp_path / "ctl.sqlite", HostPool.local(2), "sjf-bb", bb_capacity=8 * M,
+                       kill_wait=2.0) as (d, c):
+        jid = c.submit(["sh", "-c", script], 1, env=env, bb=4 * M, stage_out=[f"/keep.bin:{tmp_path}/back.bin"])
+        wait_for(lambda: (tmp_path / "written").exists(), 60, "the job to write into its file system")
+        assert c.info(jid).job["fs"]["meta"] == "local1"
+        c.call(P.Cancel(jid))
+        assert wait_final(c, [jid], 30)[jid] == "CANCELLED"
+        fs = wait_for(lambda: fs_done(c, jid), 30, "the file system to be stopped")
+        assert fs["phase"] == "stopped" and fs["left"] == []
+        assert (tmp_path / "back.bin").read_bytes() == data
+        assert no_servers_left(d, jid)
+        assert d.core.status()["bb_free"] == 16 * M
