@@ -27,7 +27,7 @@ from malleable.errors import MalleableError
 from ._events import FsFailed, FsProgress, FsReady, FsStopped, StartFs, StopFs
 from ._hostpool import TAG_VAR, HostPool
 
-__all__ = ["FS_ENV", "FsShell"]
+__all__ = ["FS_ENV", "FsShell", "fs_secret"]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,12 @@ TOKEN_ENV = "MALLEABLE_TOKEN"
 
 CHUNK = 4 << 20
 CLEAN_WAIT = 10.0        # seconds the servers may take to exit after the stop before they are killed
+
+
+def fs_secret(token: bytes, cid: str, job_id: int) -> str:
+    """The secret of job ``job_id``'s file system under controller ``cid`` whose operator's secret is ``token``
+    (derived, so it is never stored: the daemon and ``malleable fs --job`` compute it again)."""
+    return hmac.new(token, f"adhocfs:{cid}:{job_id}".encode(), hashlib.sha256).hexdigest()
 
 
 class FsShell:
@@ -61,7 +67,7 @@ class FsShell:
     # -- names and secrets -----------------------------------------------------------------------------------
     def secret(self, job_id: int) -> str:
         """The secret of job ``job_id``'s file system (never stored; derived again when needed)."""
-        return hmac.new(self.token, f"adhocfs:{self.cid}:{job_id}".encode(), hashlib.sha256).hexdigest()
+        return fs_secret(self.token, self.cid, job_id)
 
     def tag(self, job_id: int) -> str:
         """The tag the job's servers carry."""

@@ -14,7 +14,7 @@ import pytest
 
 from malleable.controller.daemon import _protocol as P
 from malleable.controller.daemon._hostpool import HostPool, scan_tagged
-from tests.controller._daemon_util import cli, daemon_thread, isolate, wait_final, wait_for
+from tests.controller._daemon_util import TOKEN, cli, daemon_thread, isolate, wait_final, wait_for
 
 M = 1 << 20
 G = 1 << 30
@@ -144,7 +144,7 @@ def test_bad_submit_input_is_one_line(env, tmp_path):
 
 
 @pytest.mark.timeout(120)
-def test_cancelled_job_still_stages_out_on_a_local_pool(env, tmp_path):
+def test_cancelled_job_still_stages_out_and_fs_job_reaches_its_file_system(env, tmp_path, monkeypatch):
     data = os.urandom(M + 3)
     (tmp_path / "data.bin").write_bytes(data)
     script = (f"{PY} -m malleable fs put {tmp_path}/data.bin /keep.bin && touch {tmp_path}/written && "
@@ -154,6 +154,12 @@ def test_cancelled_job_still_stages_out_on_a_local_pool(env, tmp_path):
         jid = c.submit(["sh", "-c", script], 1, env=env, bb=4 * M, stage_out=[f"/keep.bin:{tmp_path}/back.bin"])
         wait_for(lambda: (tmp_path / "written").exists(), 60, "the job to write into its file system")
         assert c.info(jid).job["fs"]["meta"] == "local1"
+        monkeypatch.setenv("MALLEABLE_CONTROLLER_STATE", str(tmp_path / "ctl.sqlite"))
+        code, out, err = cli("fs", "ls", "-l", "--job", str(jid))     # the operator reaches the job's file system
+        assert code == 0 and out.splitlines()[-1].split()[1] == str(M + 3), err
+        monkeypatch.setenv("MALLEABLE_TOKEN", TOKEN)                  # --job set this process's secret to the fs's
+        code, out, err = cli("fs", "ls", "--job", str(jid + 1))
+        assert (code, err) == (1, f"malleable fs: error: no job {jid + 1}\n")
         c.call(P.Cancel(jid))
         assert wait_final(c, [jid], 30)[jid] == "CANCELLED"
         fs = wait_for(lambda: fs_done(c, jid), 30, "the file system to be stopped")
