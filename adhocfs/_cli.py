@@ -16,7 +16,7 @@ from typing import Any
 
 from malleable.errors import ConfigError, FsError, MalleableError
 
-__all__ = ["hosts_arg", "meta_option", "one_line", "parse_size", "register"]
+__all__ = ["hosts_arg", "job_fs", "meta_option", "one_line", "parse_size", "register"]
 
 CHUNK = 4 << 20
 _ADDR = re.compile(r"^tcp://[^\s:/]+:\d{1,5}$")
@@ -44,6 +44,10 @@ def one_line(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
         import zmq
 
         cmd = getattr(args, "fs_command", "fs")
+        if getattr(args, "job", None) is not None:
+            if args.meta is not None:
+                raise ConfigError(f"{cmd}: give --meta or --job, not both")
+            args.meta = job_fs(cmd, args.job)
         meta = getattr(args, "meta", None)
         if cmd != "start" and hasattr(args, "meta") and meta is None:
             meta = args.meta = os.environ.get("MALLEABLE_FS") or None
@@ -66,10 +70,36 @@ def one_line(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
 
 
 def meta_option(p: argparse.ArgumentParser) -> None:
-    """The ``--meta`` option of every command but ``start``."""
+    """The ``--meta`` and ``--job`` options of every command but ``start``."""
     p.add_argument("--meta", metavar="ADDR",
                    help="metadata address tcp://HOST:PORT (default $MALLEABLE_FS, set for a job that has a file "
                         "system)")
+    p.add_argument("--job", type=int, metavar="ID",
+                   help="the file system of controller job ID (submitted with --bb; the controller is found as "
+                        "'malleable queue' finds it; needs the operator's secret)")
+
+
+def job_fs(cmd: str, job: int) -> str:
+    """The address of controller job ``job``'s file system; sets this process's secret to that file system's
+    (derived from the operator's, so only the operator reaches a job's file system from outside the job).
+
+    Raises:
+        ConfigError: the job has no file system, or it is not running.
+    """
+    from malleable._secret import load_token
+    from malleable.controller.daemon._client import Client
+    from malleable.controller.daemon._fsshell import fs_secret
+
+    with Client(timeout=10.0) as c:
+        cid = c.status()["controller_id"]
+        rec = c.info(job).job
+    fs = rec.get("fs") or {}
+    if not rec.get("bb"):
+        raise ConfigError(f"{cmd}: job {job} has no file system (it was submitted without --bb)")
+    if fs.get("phase") not in ("ready", "staging-out") or not fs.get("address"):
+        raise ConfigError(f"{cmd}: job {job}'s file system is {fs.get('phase') or 'not started yet'}, not in use")
+    os.environ["MALLEABLE_TOKEN"] = fs_secret(load_token(create=False), cid, job)
+    return str(fs["address"])
 
 
 def hosts_arg(text: str) -> list[str]:

@@ -141,8 +141,10 @@ def _python_cmd(module: str, *args: str) -> list[str]:
     return [sys.executable, "-P", "-m", module, *args]
 
 
-def _spawn(host: str, cmd: list[str], launcher: str | None, errfile: str | None = None) -> subprocess.Popen:
-    """Start ``cmd`` on ``host``; the launcher's (and the early server's) stderr goes to ``errfile``."""
+def _spawn(host: str, cmd: list[str], launcher: str | None, errfile: str | None = None,
+           env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start ``cmd`` on ``host`` (with ``env``, default this process's); the launcher's (and the early server's)
+    stderr goes to ``errfile``."""
     err = open(errfile, "ab") if errfile else subprocess.DEVNULL  # noqa: SIM115 - closed below, kept by the child
     try:
         return spawn_on(
@@ -153,6 +155,7 @@ def _spawn(host: str, cmd: list[str], launcher: str | None, errfile: str | None 
             stdout=subprocess.PIPE,
             stderr=err,
             start_new_session=True,
+            env=env,
         )
     finally:
         if errfile:
@@ -223,6 +226,7 @@ def start_data_servers(
     token: bytes | None = None,
     sids: Sequence[int] | None = None,
     capacity: int = 0,
+    env: dict[str, str] | None = None,
 ) -> tuple[dict[int, tuple[str, str]], dict[str, subprocess.Popen]]:
     """Start data servers on ``hosts`` for the metadata server ``meta`` and wait until they registered.
 
@@ -235,6 +239,8 @@ def start_data_servers(
         token: shared secret.
         sids: restart these existing server ids instead of reserving new ones (same length as ``hosts``).
         capacity: most bytes each server holds (0: no limit); writes beyond it fail with ENOSPC.
+        env: the servers' environment (default: this process's); the controller passes a job file system's own
+            secret and tag this way.
 
     Returns:
         ``({sid: (host, address)}, {name: process})``; the servers are registered but not yet
@@ -258,7 +264,8 @@ def start_data_servers(
                 args += ["--dir", os.path.join(dir, f"ds{sid}")]
             if capacity:
                 args += ["--capacity", str(int(capacity))]
-            procs[name] = _spawn(host, _python_cmd("malleable.adhocfs._data", *args), launcher, logs[name] + ".launch")
+            procs[name] = _spawn(host, _python_cmd("malleable.adhocfs._data", *args), launcher,
+                                 logs[name] + ".launch", env)
         addrs = _wait_ready(procs, logs, START_TIMEOUT)
     except BaseException:
         for p in procs.values():
@@ -270,10 +277,11 @@ def start_data_servers(
 
 def start_meta(
     meta: str, state: str, block_size: int = 0, launcher: str | None = None, replicas: int = 1,
-    owns_state: bool = False,
+    owns_state: bool = False, env: dict[str, str] | None = None,
 ) -> tuple[str, subprocess.Popen]:
     """Start (or restart, on the same ``state`` directory) a metadata server on ``HOST[:PORT]``; with
-    ``owns_state`` it removes the directory when it is stopped without ``keep``.
+    ``owns_state`` it removes the directory when it is stopped without ``keep``; ``env`` is its environment
+    (default: this process's).
 
     Returns:
         ``(address, process)`` once it answers; a restarted server finishes or rolls back any change
@@ -289,7 +297,7 @@ def start_meta(
         args += ["--replicas", str(replicas)]
     if owns_state:
         args.append("--owns-state")
-    proc = _spawn(host, _python_cmd("malleable.adhocfs._meta", *args), launcher, log_path + ".launch")
+    proc = _spawn(host, _python_cmd("malleable.adhocfs._meta", *args), launcher, log_path + ".launch", env)
     try:
         addr = _wait_ready({"metadata server": proc}, {"metadata server": log_path}, START_TIMEOUT)[
             "metadata server"
@@ -311,6 +319,7 @@ def start_fs(
     token: bytes | None = None,
     replicas: int = 1,
     capacity: int = 0,
+    env: dict[str, str] | None = None,
 ) -> Deployment:
     """Start a metadata server on ``meta`` (``HOST[:PORT]``) and one data server per entry of ``data``.
 
@@ -326,6 +335,7 @@ def start_fs(
         token: shared secret (servers read it themselves from the environment or the key file).
         replicas: copies kept of each block, on the next servers in rendezvous order (default 1).
         capacity: most bytes each data server holds (0: no limit).
+        env: the servers' environment (default: this process's).
 
     Raises:
         FsError: a server failed to start (its log tail is in the message).
@@ -337,11 +347,12 @@ def start_fs(
         raise ConfigError(f"replicas must be >= 1 and capacity >= 0, got {replicas} and {capacity}")
     owned = state is None
     state = state or tempfile.mkdtemp(prefix="malleable-fs-")
-    addr, mproc = start_meta(meta, state, block_size, launcher, replicas, owns_state=owned)
+    addr, mproc = start_meta(meta, state, block_size, launcher, replicas, owns_state=owned, env=env)
     procs = {"metadata server": mproc}
     try:
         dep = Deployment(addr, state, procs, dir=dir)
-        servers, dprocs = start_data_servers(addr, list(data), state, dir, launcher, token, capacity=capacity)
+        servers, dprocs = start_data_servers(addr, list(data), state, dir, launcher, token, capacity=capacity,
+                                             env=env)
         dep.procs.update(dprocs)
         dep.data.update(servers)
         with MetaClient(addr, token) as mc:

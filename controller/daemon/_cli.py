@@ -113,6 +113,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host-check", type=float, default=5.0, metavar="SECONDS",
                    help="seconds between checks that every host answers; a host that does not is marked down, its "
                         "jobs are re-queued, and it returns once it answers and is clean (0: never; default 5)")
+    p.add_argument("--bb-capacity", default="0", metavar="SIZE",
+                   help="burst buffer per storage host, e.g. 10G: what its data servers may hold; jobs ask for a "
+                        "share with 'submit --bb' (default 0: none)")
+    p.add_argument("--storage-hosts", metavar="H1,H2", help="hosts that may run data servers (default: every host)")
     p.add_argument("--foreground", action="store_true", help="run in this process (logs to stderr)")
     p.set_defaults(func=one_line(_start))
 
@@ -250,11 +254,35 @@ def _daemon_config(args: argparse.Namespace) -> Any:
         raise ConfigError(f"--host-check must be between 0 and 86400 seconds, got {args.host_check:g}")
     params = _params(args.param)
     make_policy(args.policy, params)  # fail here, before anything starts
+    pool = _pool(args)
+    bb, storage = _storage_opts(args, pool.nodes)
     core = CoreConfig(slots=args.slots, ack_timeout=args.ack_timeout, default_time=parse_limit(args.default_time),
-                      kill_wait=args.kill_wait)
+                      kill_wait=args.kill_wait, bb_capacity=bb, storage_hosts=storage)
     state = _state_path(args.state or default_state())
-    return DaemonConfig(state, _pool(args), args.policy, params, args.bind, args.port, args.tick, core,
+    return DaemonConfig(state, pool, args.policy, params, args.bind, args.port, args.tick, core,
                         host_check=args.host_check)
+
+
+def _storage_opts(args: argparse.Namespace, nodes: tuple[str, ...]) -> tuple[float, tuple[str, ...]]:
+    """``--bb-capacity`` in bytes and the ``--storage-hosts`` (which must be hosts of the pool)."""
+    from malleable.launch import expand_hostlist
+
+    bb = _size(args.bb_capacity, "--bb-capacity")
+    storage = tuple(expand_hostlist(args.storage_hosts)) if args.storage_hosts else ()
+    bad = [h for h in storage if h not in nodes]
+    if bad:
+        raise ConfigError(f"--storage-hosts: {', '.join(bad)} not in the pool ({', '.join(nodes)})")
+    return float(bb), storage
+
+
+def _size(text: str, option: str) -> int:
+    """A size such as 512M or 10G (adhocfs's own parser), as one line naming the option when it is not one."""
+    from malleable.adhocfs._cli import parse_size
+
+    try:
+        return parse_size(text)
+    except argparse.ArgumentTypeError as e:
+        raise ConfigError(f"{option}: {e}") from None
 
 
 def _state_path(path: str) -> str:
@@ -349,7 +377,7 @@ def _start_argv(args: argparse.Namespace, state: str) -> list[str]:
         out += ["--hostfile", os.path.abspath(args.hostfile)]
     else:
         out += ["--hosts", args.hosts]
-    for opt in ("launcher_exec", "bind", "port"):
+    for opt in ("launcher_exec", "bind", "port", "bb_capacity", "storage_hosts"):
         v = getattr(args, opt)
         if v is not None:
             out += ["--" + opt.replace("_", "-"), str(v)]
@@ -495,6 +523,11 @@ def _status(args: argparse.Namespace) -> int:
     print(f"controller {st['controller_id']} at {st['address']} (pid {st['pid']}), up {format_duration(st['uptime'])}")
     print(f"pool: {st['pool']}, {st['hosts']} hosts ({st['free']} free), {st['slots']} slot(s) per host")
     print(f"policy: {st['policy']}, {st['passes']} passes; {jobs}; state {st['state']}")
+    if st.get("bb_total"):
+        from ._protocol import format_size
+
+        print(f"burst buffer: {format_size(st['bb_total'])} on {','.join(st['storage_hosts'])}, "
+              f"{format_size(st['bb_free'])} free")
     return 0
 
 

@@ -25,6 +25,7 @@ MAX_SCRIPT_LINES = 1000   # directives are looked for in the script's first line
 DEFAULTS: dict[str, Any] = {
     "nodes": None, "ntasks": None, "ntasks_per_node": None, "min": None, "max": None, "pref": None, "time": None,
     "output": "", "error": "", "job_name": "", "wrap": None, "speedup": "", "constraint": "", "parsable": False,
+    "bb": None, "fs_servers": None, "stage_in": [], "stage_out": [],
 }
 
 
@@ -48,6 +49,14 @@ def add_submit_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--constraint", choices=("pof2", "even", "odd"),
                    help="malleable: node counts the job may take (powers of two, even or odd)")
     p.add_argument("--parsable", action="store_true", help="print only the job id")
+    p.add_argument("--bb", metavar="SIZE",
+                   help="burst buffer for the run, e.g. 2G: the job gets a file system of its own (address in "
+                        "MALLEABLE_FS) and waits, reason (BurstBuffer), while that much is not free")
+    p.add_argument("--fs-servers", type=int, metavar="N", help="data servers of the job's file system (default 1)")
+    p.add_argument("--stage-in", action="append", metavar="LOCAL:/FS/PATH",
+                   help="copy a local file into the job's file system before it starts (repeatable)")
+    p.add_argument("--stage-out", action="append", metavar="/FS/PATH:LOCAL",
+                   help="copy a file of the job's file system out after it ends, also when it failed (repeatable)")
 
 
 class _DirectiveParser(argparse.ArgumentParser):
@@ -196,11 +205,47 @@ def resolve(given: dict[str, Any], slots: Callable[[], int]) -> tuple[dict[str, 
             speedup = parse_speedup(o["speedup"])
         except ValueError as e:
             raise ConfigError(str(e)) from None
+    storage = _storage(o)
     limit = parse_limit(o["time"]) if o["time"] else None        # None: the controller's default; 0: none
     out = os.path.abspath(o["output"]) if o["output"] else ""
     err = os.path.abspath(o["error"]) if o["error"] else ""
     name = o["job_name"] or ("wrap" if wrap is not None else "")          # sbatch names --wrap jobs "wrap"
     return ({"cmd": cmd, "nodes": pref, "min_nodes": lo, "max_nodes": hi, "malleable": malleable,
              "time_limit": limit or 0.0, "unlimited": limit == 0.0, "name": name, "out": out, "err": err,
-             "speedup": speedup, "constraint": constraint},
+             "speedup": speedup, "constraint": constraint, **storage},
             bool(o["parsable"]))
+
+
+def _storage(o: dict[str, Any]) -> dict[str, Any]:
+    """The burst-buffer request: ``--bb`` in bytes, the servers, the stage-in/out pairs as ``SRC:DST`` with the
+    local side made absolute (the daemon runs elsewhere)."""
+    from malleable.adhocfs._cli import parse_size
+
+    from ._protocol import MAX_FS_SERVERS, parse_stage
+
+    if o["bb"] is None:
+        if o["fs_servers"] is not None or o["stage_in"] or o["stage_out"]:
+            raise ConfigError("--fs-servers, --stage-in and --stage-out need a burst buffer: add --bb SIZE")
+        return {}
+    try:
+        bb = parse_size(o["bb"])
+    except argparse.ArgumentTypeError as e:
+        raise ConfigError(f"--bb: {e}") from None
+    if bb <= 0:
+        raise ConfigError(f"--bb must be more than 0 bytes, got {o['bb']!r}")
+    servers = 1 if o["fs_servers"] is None else o["fs_servers"]
+    if not 1 <= servers <= MAX_FS_SERVERS:
+        raise ConfigError(f"--fs-servers must be between 1 and {MAX_FS_SERVERS}, got {servers}")
+    stages: dict[str, list[str]] = {"in": [], "out": []}
+    for direction in ("in", "out"):
+        for spec in o[f"stage_{direction}"]:
+            try:
+                src, dst = parse_stage(spec, direction)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+            if direction == "in":
+                src = os.path.abspath(src)
+            else:
+                dst = os.path.abspath(dst)
+            stages[direction].append(f"{src}:{dst}")
+    return {"bb": float(bb), "fs_servers": servers, "stage_in": stages["in"], "stage_out": stages["out"]}

@@ -9,7 +9,7 @@ from typing import Any
 
 from ._timefmt import format_duration, format_elapsed, format_limit
 
-__all__ = ["JSON_SCHEMA", "STATE_CODES", "document", "exit_code", "history_lines", "info_lines", "job_json",
+__all__ = ["JSON_SCHEMA", "STATE_CODES", "document", "exit_code", "fs_lines", "history_lines", "info_lines", "job_json",
            "node_lines", "queue_lines"]
 
 JSON_SCHEMA = 1
@@ -67,6 +67,8 @@ def job_json(j: dict[str, Any], now: float) -> dict[str, Any]:
         "resizing": {"kind": order["kind"], "target": list(order["target"]), "procs": order["procs"]}
         if order else None,
         "unresponsive": bool(j.get("unresponsive")), "expected_start": j.get("expected_start"),
+        "bb": j.get("bb", 0.0), "fs_servers": j.get("fs_servers", 0), "stage_in": list(j.get("stage_in") or []),
+        "stage_out": list(j.get("stage_out") or []), "fs": j.get("fs") or {},
     }
 
 
@@ -180,6 +182,27 @@ def progress_lines(progress: dict[str, Any]) -> list[str]:
     return lines
 
 
+def fs_lines(j: dict[str, Any]) -> list[str]:
+    """The job's burst buffer and file system: address, state, and each stage-in/out file done so far."""
+    from ._protocol import format_size
+
+    fs = j.get("fs") or {}
+    hosts = f" Meta={fs['meta']} Data={','.join(fs.get('data', []))}" if fs.get("meta") else ""
+    out = [f"  BurstBuffer={format_size(j['bb'])} FsServers={j.get('fs_servers') or 1} "
+           f"Fs={fs.get('address') or '-'} FsState={fs.get('phase') or 'waiting'}{hosts}"]
+    if fs.get("error"):
+        out.append(f"  FsError={fs['error']}")
+    for direction in ("in", "out"):
+        planned, done = j.get(f"stage_{direction}") or [], fs.get(f"stage_{direction}") or []
+        if not planned:
+            continue
+        ok = sum(1 for *_, err in done if not err)
+        out.append(f"  stage-{direction}: {ok}/{len(planned)} file(s) done, {sum(d[2] for d in done)} bytes")
+        for src, dst, size, err in done:
+            out.append(f"    {src} -> {dst}: " + (f"FAILED: {err}" if err else f"{size} bytes"))
+    return out
+
+
 def info_lines(job: dict[str, Any], steps: list[dict[str, Any]], events: list[dict[str, Any]], n_events: int,
                now: float) -> list[str]:
     """scontrol show job's record, then the progress table, the size history and the last ``n_events`` events."""
@@ -197,6 +220,8 @@ def info_lines(job: dict[str, Any], steps: list[dict[str, Any]], events: list[di
     out.append(f"  WorkDir={j['cwd']} StdOut={o}" + (f" StdErr={e}" if e != o else ""))
     if j.get("speedup") or j.get("constraint"):
         out.append(f"  Speedup={j.get('speedup') or '-'} Constraint={j.get('constraint') or '-'}")
+    if j.get("bb"):
+        out += fs_lines(j)
     prog = progress_lines(j.get("progress") or {})
     if prog:
         out.append("  progress (last report per phase):")

@@ -161,18 +161,20 @@ class Client:
     def submit(self, cmd: list[str], nodes: int = 1, min_nodes: int = 0, max_nodes: int = 0,
                malleable: bool = False, time_limit: float = 0.0, name: str = "", out: str = "", err: str = "",
                cwd: str | None = None, env: dict[str, str] | None = None, speedup: str = "",
-               constraint: str = "", user: str | None = None, unlimited: bool = False) -> int:
+               constraint: str = "", user: str | None = None, unlimited: bool = False, bb: float = 0.0,
+               fs_servers: int = 0, stage_in: Sequence[str] = (), stage_out: Sequence[str] = ()) -> int:
         """Submit a job; returns its id (see :class:`~._protocol.Submit`; ``nodes`` is the preferred size of a
         malleable job, ``user`` defaults to the login name (a user's key submits as that user whatever it says),
         ``env`` to this process's environment, without secret-looking variables, which are never sent;
-        ``time_limit`` 0 is the controller's default, ``unlimited`` no limit)."""
+        ``time_limit`` 0 is the controller's default, ``unlimited`` no limit; ``bb`` bytes of burst buffer give the
+        job a file system of ``fs_servers`` data servers, with ``stage_in``/``stage_out`` as ``SRC:DST``)."""
         e = dict(os.environ) if env is None else dict(env)
         for k in ("MALLEABLE_JOB", "MALLEABLE_CONTROLLER", "MALLEABLE_JOB_TAG", SERVER_KEY_ENV):
             e.pop(k, None)
         e = {k: v for k, v in e.items() if not secret_looking(k)}
         m = P.Submit(name, list(cmd), nodes, min_nodes or nodes, max_nodes or nodes, malleable, float(time_limit),
                      out, err, cwd or os.getcwd(), e, speedup, constraint, _login() if user is None else user,
-                     unlimited)
+                     unlimited, float(bb), fs_servers, list(stage_in), list(stage_out))
         reply = self.call(m)
         assert isinstance(reply, P.Submitted)
         return reply.job_id

@@ -40,7 +40,7 @@ from malleable.controller.sched._model import (
 from malleable.controller.sched._speedup import declared, speedup_params
 from malleable.errors import Refusal, UnknownJob
 
-from . import _link, _pass
+from . import _link, _pass, _storage
 from . import _protocol as P
 from ._access import authorize, secret_looking, submitter
 from ._events import (
@@ -48,6 +48,10 @@ from ._events import (
     AddStep,
     DeleteHost,
     Event,
+    FsFailed,
+    FsProgress,
+    FsReady,
+    FsStopped,
     HostClean,
     HostDown,
     HostUp,
@@ -94,6 +98,8 @@ class CoreConfig:
         default_time: time limit of jobs submitted without one (s; 0: unlimited).
         kill_wait: seconds between the SIGTERM that stops a job (cancel, time limit, interruption) and the SIGKILL
             of whatever is left of it (Slurm's KillWait).
+        bb_capacity: bytes each storage host's data servers may hold; the burst buffer is their sum.
+        storage_hosts: the hosts that may run data servers (empty: every host of the pool).
     """
 
     slots: int = 1
@@ -102,6 +108,8 @@ class CoreConfig:
     drain_grace: float = 5.0
     default_time: float = 3600.0
     kill_wait: float = 30.0
+    bb_capacity: float = 0.0
+    storage_hosts: tuple[str, ...] = ()
 
 
 class Core:
@@ -125,6 +133,10 @@ class Core:
         self.policy_name = policy_name or getattr(policy, "__name__", type(policy).__name__)
         self.config = config or CoreConfig()
         self.pool: tuple[str, ...] = tuple(nodes)
+        self.storage: tuple[str, ...] = tuple(self.config.storage_hosts) or self.pool
+        if not set(self.storage) <= set(self.pool) or self.config.bb_capacity < 0:
+            raise ValueError("storage hosts must be hosts of the pool and the capacity >= 0")
+        self.fs_old: dict[int, tuple[JobRec, float, dict]] = {}   # file systems being stopped: record, buffer, fs
         self.jobs: dict[int, JobRec] = {}
         self.hosts: dict[str, HostRec] = {}
         self.ended: dict[int, str] = dict(ended or {})
@@ -172,11 +184,12 @@ class Core:
             else:
                 h.idx = len(self.hosts)
                 self.hosts[name] = h
-        led = self.ledger = Ledger(tuple(self.hosts), speedup=declared, progress=self._progress_of, order="pool")
+        led = self.ledger = Ledger(tuple(self.hosts), speedup=declared, progress=self._progress_of, order="pool",
+                                   bb_total=self.config.bb_capacity * len(self.storage))
         led.track_owner = led.dirty_release = True
         led.withhold(n for n in self.hosts if n not in self.pool)
         for j in jobs:
-            self.jobs[j.id] = j
+            self.jobs[j.id] = _storage.reload(j)
         for j in sorted(self.jobs.values(), key=lambda j: j.id):
             if j.state in (JobState.STARTING, JobState.RUNNING) and j.reason != "INTERRUPTED":
                 led.restore(None, self._view(j))
@@ -205,8 +218,7 @@ class Core:
             serial = measured
         kind = JobKind.MALLEABLE if j.malleable else JobKind.RIGID
         return Job(j.id, j.submit, j.nodes, j.time_limit or UNLIMITED_ESTIMATE, kind, j.min_nodes, j.max_nodes,
-                   serial, rho,
-                   j.priority, j.constraint)
+                   serial, rho, j.priority, j.constraint, bb=j.bb)
 
     def _progress_of(self, v: RunningJob, now: float) -> float:
         rep = self.reported.get(v.job.id)
@@ -247,6 +259,8 @@ class Core:
         for j in self.jobs.values():
             states[str(j.state)] = states.get(str(j.state), 0) + 1
         return {"hosts": len(self.nodes), "free": sum(self.hosts[n].free for n in self.nodes),
+                "storage_hosts": list(self.storage), "bb_total": self.ledger.bb_total,
+                "bb_free": self.ledger.bb_total - self.ledger.bb_used,
                 "down": sorted(n for n, h in self.hosts.items() if h.down), "jobs": states, "passes": self.passes,
                 "policy_errors": self.policy_errors, "last_policy_error": self.last_error,
                 "decisions": dict(self.ledger.counts)}
@@ -313,6 +327,7 @@ class Core:
             raise Refusal(str(e)) from None
         if constraint not in CONSTRAINTS:
             raise Refusal(f"unknown node constraint {constraint!r}; known: pof2, even, odd")
+        _storage.check_submit(self, m)
         hi = min(hi, n_hosts)
         pref = min(pref, hi)
         limit = 0.0 if m.unlimited else (m.time_limit or self.config.default_time)    # 0: no limit
@@ -322,12 +337,15 @@ class Core:
         self.next_id += 1
         j = JobRec(jid, m.name or m.cmd[0].rsplit("/", 1)[-1], list(m.cmd), pref, lo, hi, m.malleable, limit,
                    m.out.replace("%j", str(jid)), m.err.replace("%j", str(jid)), m.cwd, env, now,
-                   reason="Priority", speedup=speedup, constraint=constraint, user=m.user)
+                   reason="Priority", speedup=speedup, constraint=constraint, user=m.user, bb=m.bb,
+                   fs_servers=m.fs_servers, stage_in=[list(P.parse_stage(x, "in")) for x in m.stage_in],
+                   stage_out=[list(P.parse_stage(x, "out")) for x in m.stage_out])
         self.ledger.submit(self.to_job(j))
         self.save(j)
         self.log_event(jid, "submit", f"{'malleable' if m.malleable else 'rigid'} {lo}..{hi} pref {pref} nodes, "
                     f"limit {f'{limit:g} s' if limit else 'UNLIMITED'}, speedup {speedup or 'linear'}, user "
-                    f"{m.user or '-'}: {' '.join(m.cmd)[:200]}", now)
+                    f"{m.user or '-'}{f', burst buffer {P.format_size(m.bb)}' if m.bb else ''}: "
+                    f"{' '.join(m.cmd)[:200]}", now)
         if dropped:
             self.log_event(jid, "env", f"not stored or passed on (secret-looking names): {', '.join(dropped)[:300]}",
                            now)
@@ -341,7 +359,7 @@ class Core:
             raise UnknownJob(f"no job {m.job_id}")
         self.log_event(j.id, "cancel", "cancel requested", now)
         if j.state == JobState.PENDING or (j.state == JobState.STARTING and not j.launched):
-            self.forget_unlaunched(j)
+            self.forget_unlaunched(j, now)
             self.finish(j, JobState.CANCELLED, None, now, "cancelled before it started")
         else:
             j.cancel = True
@@ -356,8 +374,9 @@ class Core:
         self.save(j)
         self.emit(Stop(j.id, j.pid, reason))
 
-    def forget_unlaunched(self, j: JobRec) -> None:
-        """Take a job that never ran out of the ledger (queue or granted hosts)."""
+    def forget_unlaunched(self, j: JobRec, now: float) -> None:
+        """Take a job that never ran out of the ledger (queue or granted hosts) and drop its file system."""
+        _storage.forget(self, j, now)
         led = self.ledger
         if j.id in led.running:
             led.unstart(j.id)
@@ -394,6 +413,7 @@ class Core:
         j = self.active(e.job_id)
         self.drain_all(j, e.now)
         self.finish(j, JobState.FAILED, None, e.now, f"launch failed: {e.reason}")
+        _storage.ended(self, j, e.now)
 
     def _relaunch(self, e: Relaunch) -> None:
         j = self.active(e.job_id)
@@ -429,6 +449,7 @@ class Core:
         else:
             why = e.reason or (f"exit code {e.code}" if e.code is not None else "exit code unknown")
             self.finish(j, JobState.FAILED, e.code, now, why)
+        _storage.ended(self, j, now)
         self.launch_ready(now)
 
     def drain_all(self, j: JobRec, now: float) -> None:
@@ -537,6 +558,8 @@ class Core:
     def launch_ready(self, now: float) -> None:
         for j in list(self.jobs.values()):
             if j.state == JobState.STARTING and not j.launched and self.hosts_clean(j.hosts):
+                if j.bb and not _storage.ready_to_launch(self, j, now):
+                    continue
                 j.launched, j.state, j.start, j.since, j.reason = True, JobState.RUNNING, now, now, ""
                 self.save(j)
                 self.emit(AddStep(j.id, now, "start", tuple(j.hosts)))
@@ -554,6 +577,10 @@ _HANDLERS: dict[type, Callable[[Core, Any], None]] = {
     HostUp: Core._host_up,
     Tick: Core._tick,
     Schedule: _pass.schedule,
+    FsReady: _storage.ready,
+    FsProgress: _storage.progress,
+    FsFailed: _storage.failed,
+    FsStopped: _storage.stopped,
 }
 """One handler per event type."""
 

@@ -62,9 +62,12 @@ from ._events import (
     Reply,
     Request,
     Schedule,
+    StartFs,
     Stop,
+    StopFs,
     Tick,
 )
+from ._fsshell import FsShell
 from ._hostpool import HostPool, Prober, application, proc_info, scan_tagged
 from ._keys import KeyBook, job_credential
 from ._launch import job_argv, job_env, read_rc, start_job, stop_job
@@ -158,6 +161,7 @@ class Daemon(DaemonViews):
         self.keyring = Keyring(KeyBook(self.token, cid, self.users, lambda jid: jid in self.core.jobs).secret)
         self.cgroups = JobCgroups(cid)
         self.prober = Prober(self.pool)
+        self.fs = FsShell(self.pool, self.token, cid)
         self.curve_public = server_public_key(self.token) if encryption_wanted() else ""
         self.core = Core(self.pool.nodes, make_policy(config.policy, config.params), config.core,
                          hosts=self.store.load_hosts(), jobs=self.store.load_jobs(),
@@ -231,6 +235,7 @@ class Daemon(DaemonViews):
     def close(self) -> None:
         """Close the socket and the database (running jobs are left alone)."""
         self.prober.join(12.0)
+        self.fs.join(30.0)
         self.cgroups.close()
         if self.sock is not None:
             self.sock.close(0)
@@ -261,7 +266,8 @@ class Daemon(DaemonViews):
             if self.shutdown and (not self.cancel_on_exit or not self.procs):
                 break
             now = time.time()
-            wait = min(tick, max(0.0, self._last_tick + tick - now), CHECK_EVERY if self.core.draining() else tick)
+            busy = self.core.draining() or self.fs.busy()
+            wait = min(tick, max(0.0, self._last_tick + tick - now), CHECK_EVERY if busy else tick)
             if self.core.wakes:
                 wait = min(wait, max(0.0, min(self.core.wakes) - now))
             if self.dirty:
@@ -301,6 +307,9 @@ class Daemon(DaemonViews):
     def _housekeeping(self) -> None:
         now = time.time()
         self._reap(now)
+        for ev in self.fs.events():
+            self.handle(ev)
+            self.dirty = True
         if now - self._last_check >= CHECK_EVERY:
             self._last_check = now
             self._check_hosts(now)
@@ -327,6 +336,7 @@ class Daemon(DaemonViews):
             argv = job_argv(j, self.pool, self.config.core.slots)
             env = job_env(j, self.pool, self.config.core.slots, self.job_address,
                           job_credential(self.token, self.cid, j.id), self.tag(j.id), self.curve_public)
+            env.update(self.fs.job_env(j))
             p = start_job(j, argv, env, self.jobs_dir, self.cgroups.create(j.id))
         except (OSError, MalleableError) as e:
             log.error("job %d: launch failed: %s", j.id, e)  # noqa: TRY400 - the reason is the message
@@ -545,6 +555,8 @@ _ACTIONS: dict[type, Callable[[Daemon, Any], None]] = {
     Launch: Daemon._launch,
     Stop: Daemon._stop,
     Kill: Daemon._kill,
+    StartFs: lambda d, a: d.fs.start(a),
+    StopFs: lambda d, a: d.fs.stop(a),
 }
 """How the daemon carries out each process action of the core."""
 

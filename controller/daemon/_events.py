@@ -21,6 +21,10 @@ __all__ = [
     "AddStep",
     "DeleteHost",
     "Event",
+    "FsFailed",
+    "FsProgress",
+    "FsReady",
+    "FsStopped",
     "HostClean",
     "HostDown",
     "HostUp",
@@ -37,7 +41,9 @@ __all__ = [
     "SaveHost",
     "SaveJob",
     "Schedule",
+    "StartFs",
     "Stop",
+    "StopFs",
     "Tick",
 ]
 
@@ -187,8 +193,52 @@ class Schedule:
     now: float
 
 
+@dataclass(frozen=True, slots=True)
+class FsReady:
+    """The job's file system answers at ``address`` and every stage-in file is in it: the job can be launched."""
+
+    now: float
+    job_id: int
+    address: str
+
+
+@dataclass(frozen=True, slots=True)
+class FsProgress:
+    """One file of a job's stage-in (``direction`` "in") or stage-out ("out") is done: ``size`` bytes copied
+    from ``src`` to ``dst``, or ``error`` says why not."""
+
+    now: float
+    job_id: int
+    direction: str
+    src: str
+    dst: str
+    size: int
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class FsFailed:
+    """The job's file system could not be started or a stage-in failed (``reason``); whatever was started of it
+    is stopped already."""
+
+    now: float
+    job_id: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class FsStopped:
+    """The job's file system was stopped after its stage-out; ``left`` names hosts where a server process was
+    still found (and killed), ``errors`` what went wrong on the way ("": nothing)."""
+
+    now: float
+    job_id: int
+    left: tuple[str, ...] = ()
+    errors: str = ""
+
+
 Event: TypeAlias = (Request | JobLaunched | LaunchFailed | Relaunch | JobExited | HostClean | HostDown | HostUp
-                    | Tick | Schedule)
+                    | Tick | Schedule | FsReady | FsProgress | FsFailed | FsStopped)
 
 
 # -- actions -----------------------------------------------------------------------------------------------
@@ -275,7 +325,32 @@ class Reply:
     msg: Any = field(default=None)
 
 
-Action: TypeAlias = SaveJob | SaveHost | DeleteHost | AddStep | AddEvent | Launch | Stop | Kill | Reply
+@dataclass(frozen=True, slots=True)
+class StartFs:
+    """Start a job's file system: a metadata server on ``meta`` and one data server per entry of ``data`` (each
+    holding at most ``capacity`` bytes, 0: no limit), then copy each ``(local, fs path)`` of ``stage_in`` into
+    it. Answered by :class:`FsProgress` per file, then :class:`FsReady` or :class:`FsFailed`."""
+
+    job_id: int
+    meta: str
+    data: tuple[str, ...]
+    capacity: int
+    stage_in: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StopFs:
+    """Copy each ``(fs path, local)`` of ``stage_out`` out of the job's file system at ``address`` (as far as
+    possible), stop its servers and check that none is left on ``hosts``. Answered by :class:`FsStopped`."""
+
+    job_id: int
+    address: str
+    hosts: tuple[str, ...]
+    stage_out: tuple[tuple[str, str], ...] = ()
+
+
+Action: TypeAlias = (SaveJob | SaveHost | DeleteHost | AddStep | AddEvent | Launch | Stop | Kill | Reply | StartFs
+                     | StopFs)
 
 PERSIST: tuple[type, ...] = (SaveJob, SaveHost, DeleteHost, AddStep, AddEvent)
 """Action types that change the state file (carried out first, in one transaction)."""

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 from malleable.controller.sched._ledger import Effect
 from malleable.controller.sched._model import NodeId, ResizeJob, RunningJob, Snapshot, StartJob
 
-from . import _link
+from . import _link, _storage
 from ._events import JobState, ResizeOrder, Schedule
 from ._store import JobRec
 
@@ -63,6 +63,7 @@ def schedule(core: Core, e: Schedule) -> None:
             core.ledger.dequeue(jid, keep_reservation=True)
     core.holding.clear()
     core.launch_ready(now)
+    _storage.reasons(core)
 
 
 def reject(core: Core, text: str, now: float) -> None:
@@ -133,7 +134,7 @@ def interrupted(core: Core, j: JobRec, priority: int, now: float, why: str, in_p
     j.priority = priority
     if not j.launched:
         hosts = core.all_hosts(j)
-        core.forget_unlaunched(j)
+        core.forget_unlaunched(j, now)
         for name in hosts:                 # it never ran there: hosts without an older job's leftovers
             if core.hosts[name].drain is None:
                 core.ledger.clean(name)

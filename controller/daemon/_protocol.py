@@ -55,6 +55,7 @@ from malleable.errors import ConfigError, ProtocolError
 __all__ = [
     "CONSTRAINTS",
     "MAX_FRAME",
+    "MAX_FS_SERVERS",
     "SERVER_KEY_ENV",
     "SPEEDUP_MODELS",
     "STATES",
@@ -88,7 +89,9 @@ __all__ = [
     "decode_keyed",
     "encode_keyed",
     "encode",
+    "format_size",
     "parse_speedup",
+    "parse_stage",
     "prepare_socket",
 ]
 
@@ -111,7 +114,35 @@ CONSTRAINTS = ("pof2", "even", "odd")
 USER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
 """A user name of ``add-user`` (a POSIX login name, as Slurm's accounts use)."""
 
+MAX_FS_SERVERS = 64
+"""Most data servers a job's file system may have (``submit --fs-servers``)."""
+
 _TYPES = MessageTypes()
+
+
+def parse_stage(text: str, direction: str) -> tuple[str, str]:
+    """``SRC:DST`` of ``submit --stage-in`` (``direction`` "in": a local file, then a path in the job's file
+    system) or ``--stage-out`` ("out": a path in the file system, then a local file), split at the first colon;
+    the file-system side must be absolute (``/...``).
+
+    Raises:
+        ValueError: not of that form (the message says which form is expected).
+    """
+    src, sep, dst = text.partition(":")
+    form = "LOCAL:/FS/PATH" if direction == "in" else "/FS/PATH:LOCAL"
+    inner = src if direction == "out" else dst
+    if not sep or not src or not dst or not inner.startswith("/"):
+        raise ValueError(f"--stage-{direction} wants {form} (the file-system path absolute), got {text[:200]!r}")
+    return src, dst
+
+
+def format_size(n: float) -> str:
+    """Bytes as ``512M``/``1.5G`` (powers of 1024, what ``--bb`` and ``--bb-capacity`` accept)."""
+    for unit in ("", "K", "M", "G", "T"):
+        if n < 1024 or unit == "T":
+            return f"{n:.0f}{unit}" if n == int(n) else f"{n:.1f}{unit}"
+        n /= 1024
+    return f"{n:.1f}T"
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +237,10 @@ class Submit(Message):
     constraint: str = ""    # "" or one of CONSTRAINTS
     user: str = ""          # who submitted (shown and filtered by history -u); a user's key decides it
     unlimited: bool = False  # no time limit (-t 0 or UNLIMITED); time_limit 0 alone means the default
+    bb: float = 0.0          # burst buffer in bytes: the job gets a file system of its own for its run
+    fs_servers: int = 0      # data servers of that file system (0: one)
+    stage_in: list[str] = field(default_factory=list, metadata={"optional": ()})   # "LOCAL:/FS/PATH" copied in
+    stage_out: list[str] = field(default_factory=list, metadata={"optional": ()})  # "/FS/PATH:LOCAL" copied out
 
 
 @_msg("queue")
@@ -457,6 +492,19 @@ def _check_submit(m: Submit) -> None:
             raise ProtocolError(f"submit: {e}") from None
     if m.constraint and m.constraint not in CONSTRAINTS:
         raise ProtocolError(f"submit: bad constraint {m.constraint[:64]!r}: use one of {', '.join(CONSTRAINTS)}")
+    if m.fs_servers > MAX_FS_SERVERS:
+        raise ProtocolError(f"submit: --fs-servers must be at most {MAX_FS_SERVERS}, got {m.fs_servers}")
+    if not m.bb and (m.fs_servers or m.stage_in or m.stage_out):
+        raise ProtocolError("submit: --fs-servers, --stage-in and --stage-out need a burst buffer (--bb SIZE)")
+    for direction, specs in (("in", m.stage_in), ("out", m.stage_out)):
+        for spec in specs:
+            try:
+                src, dst = parse_stage(spec, direction)
+            except ValueError as e:
+                raise ProtocolError(f"submit: {e}") from None
+            local = src if direction == "in" else dst
+            if not local.startswith("/"):
+                raise ProtocolError(f"submit: --stage-{direction} {spec[:200]!r}: the local path must be absolute")
 
 
 def _check_user(m: AddUser | RemoveUser) -> None:
@@ -530,6 +578,8 @@ def _message(header: dict[str, Any], payloads: list[Any]) -> tuple[Message, int]
     for f in dataclasses.fields(cls):      # fields with a default (added later) may be left out
         if f.name not in header and f.default is not dataclasses.MISSING:
             header[f.name] = f.default
+        elif f.name not in header and "optional" in f.metadata:      # a list added later: may be left out
+            header[f.name] = list(f.metadata["optional"])
     check_fields(header, spec, cls.TYPE)
     kwargs = {}
     for f in dataclasses.fields(cls):

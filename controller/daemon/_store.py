@@ -93,6 +93,11 @@ class JobRec:
     user: str = ""                           # who submitted it
     view: list[Any] | None = None            # the scheduler's view: start, since, progress, est. end, resizes
     paused: str = ""                         # "" running, "pause" asked, "paused" told, "resume" asked
+    bb: float = 0.0                          # burst buffer (bytes) held for the whole run: a job file system
+    fs_servers: int = 0                      # data servers of that file system (0: one)
+    stage_in: list[list[str]] = field(default_factory=list)    # [local, fs path] copied in before the start
+    stage_out: list[list[str]] = field(default_factory=list)   # [fs path, local] copied out after the end
+    fs: dict[str, Any] = field(default_factory=dict)           # the file system: phase, hosts, address, files
 
     @property
     def size(self) -> int:

@@ -1,0 +1,236 @@
+"""The shell's side of job file systems: starting a job's adhocfs servers, staging files in and out, stopping the
+servers and checking their hosts clean, for the core's :class:`~._events.StartFs` and :class:`~._events.StopFs`.
+
+Each request runs in a thread of its own (starting servers and copying files take seconds, the daemon's loop must
+go on answering), which reports what happened as core events (:class:`~._events.FsProgress`,
+:class:`~._events.FsReady`, :class:`~._events.FsFailed`, :class:`~._events.FsStopped`); the loop takes them with
+:meth:`FsShell.events` and hands them to the core. The servers are started with adhocfs's own code
+(:func:`~malleable.adhocfs.start_fs`, as ``malleable fs start`` does), under a secret of their own that is derived
+from the operator's and the job id, so the job's environment gets a credential that opens that file system and
+nothing else; they carry a tag of their own (``<controller>.fs<job>``), by which the hosts are searched for
+leftovers after the stop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import os
+import queue
+import threading
+import time
+from typing import Any
+
+from malleable.errors import MalleableError
+
+from ._events import FsFailed, FsProgress, FsReady, FsStopped, StartFs, StopFs
+from ._hostpool import TAG_VAR, HostPool
+
+__all__ = ["FS_ENV", "FsShell", "fs_secret"]
+
+log = logging.getLogger(__name__)
+
+FS_ENV = "MALLEABLE_FS"
+"""The job's file-system address (what every ``malleable fs`` command reads when ``--meta`` is not given)."""
+
+TOKEN_ENV = "MALLEABLE_TOKEN"
+"""Where adhocfs servers and clients read their shared secret."""
+
+CHUNK = 4 << 20
+CLEAN_WAIT = 10.0        # seconds the servers may take to exit after the stop before they are killed
+
+
+def fs_secret(token: bytes, cid: str, job_id: int) -> str:
+    """The secret of job ``job_id``'s file system under controller ``cid`` whose operator's secret is ``token``
+    (derived, so it is never stored: the daemon and ``malleable fs --job`` compute it again)."""
+    return hmac.new(token, f"adhocfs:{cid}:{job_id}".encode(), hashlib.sha256).hexdigest()
+
+
+class FsShell:
+    """Job file systems of one daemon.
+
+    Args:
+        pool: the host pool (how to reach hosts and look for leftovers).
+        token: the operator's secret (each file system's secret is derived from it).
+        cid: the controller id (part of the servers' tag and of the derivation).
+    """
+
+    def __init__(self, pool: HostPool, token: bytes, cid: str) -> None:
+        self.pool = pool
+        self.token = token
+        self.cid = cid
+        self.results: queue.Queue[Any] = queue.Queue()
+        self.threads: list[threading.Thread] = []
+        self.deps: dict[int, Any] = {}           # job id -> the Deployment this daemon started
+
+    # -- names and secrets -----------------------------------------------------------------------------------
+    def secret(self, job_id: int) -> str:
+        """The secret of job ``job_id``'s file system (never stored; derived again when needed)."""
+        return fs_secret(self.token, self.cid, job_id)
+
+    def tag(self, job_id: int) -> str:
+        """The tag the job's servers carry."""
+        return f"{self.cid}.fs{job_id}"
+
+    def host(self, name: str) -> str:
+        """Where a server for pool host ``name`` runs: this machine for a ``local`` pool's slots."""
+        return "127.0.0.1" if self.pool.kind == "local" else name
+
+    def job_env(self, job: Any) -> dict[str, str]:
+        """What a job with a ready file system gets in its environment: the address and the file system's secret."""
+        addr = (job.fs or {}).get("address") if job.bb else ""
+        return {FS_ENV: addr, TOKEN_ENV: self.secret(job.id)} if addr else {}
+
+    def _server_env(self, job_id: int) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in ("MALLEABLE_KEY", "MALLEABLE_KEY_FILE")}
+        env.update({TOKEN_ENV: self.secret(job_id), TAG_VAR: self.tag(job_id)})
+        if self.pool.launcher_exec:
+            env["MALLEABLE_LAUNCHER_EXEC"] = self.pool.launcher_exec
+        return env
+
+    # -- requests --------------------------------------------------------------------------------------------
+    def start(self, a: StartFs) -> None:
+        """Start the file system of ``a`` in a thread."""
+        self._thread(self._start, a, f"fs-start-{a.job_id}")
+
+    def stop(self, a: StopFs) -> None:
+        """Stage out and stop the file system of ``a`` in a thread."""
+        self._thread(self._stop, a, f"fs-stop-{a.job_id}")
+
+    def events(self) -> list[Any]:
+        """The core events reported since the last call."""
+        out = []
+        while True:
+            try:
+                out.append(self.results.get_nowait())
+            except queue.Empty:
+                return out
+
+    def join(self, timeout: float) -> None:
+        """Wait (bounded) for the threads still starting or stopping file systems."""
+        deadline = time.monotonic() + timeout
+        for t in self.threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+    def busy(self) -> bool:
+        """Whether a file system is being started or stopped."""
+        self.threads = [t for t in self.threads if t.is_alive()]
+        return bool(self.threads)
+
+    def _thread(self, fn: Any, a: Any, name: str) -> None:
+        t = threading.Thread(target=fn, args=(a,), name=name, daemon=True)
+        self.threads = [x for x in self.threads if x.is_alive()] + [t]
+        t.start()
+
+    def _post(self, event: Any) -> None:
+        self.results.put(event)
+
+    # -- the work --------------------------------------------------------------------------------------------
+    def _start(self, a: StartFs) -> None:
+        from malleable.adhocfs._deploy import start_fs
+
+        jid = a.job_id
+        for src, _ in a.stage_in:              # nothing is started for a stage-in that cannot succeed
+            if not os.path.isfile(src) or not os.access(src, os.R_OK):
+                self._post(FsFailed(time.time(), jid, f"stage-in: {src} is not a readable file"))
+                return
+        secret = self.secret(jid).encode()
+        try:
+            dep = start_fs(self.host(a.meta), [self.host(h) for h in a.data], launcher=self.pool.launcher_exec,
+                           token=secret, capacity=a.capacity, env=self._server_env(jid))
+        except (MalleableError, OSError, ValueError) as e:
+            log.error("job %d: file system did not start: %s", jid, e)  # noqa: TRY400 - the reason is the message
+            self._post(FsFailed(time.time(), jid, f"the servers did not start: {' '.join(str(e).split())[:400]}"))
+            return
+        self.deps[jid] = dep
+        log.info("job %d: file system at %s", jid, dep.address)
+        for src, dst in a.stage_in:
+            try:
+                n = _copy_in(dep.address, secret, src, dst)
+            except (MalleableError, OSError) as e:
+                why = " ".join(str(e).split())[:400]
+                self._post(FsProgress(time.time(), jid, "in", src, dst, 0, why))
+                self._shut(jid, dep.address, (a.meta, *a.data))
+                self._post(FsFailed(time.time(), jid, f"stage-in {src} -> {dst}: {why}"))
+                return
+            self._post(FsProgress(time.time(), jid, "in", src, dst, n))
+        self._post(FsReady(time.time(), jid, dep.address))
+
+    def _stop(self, a: StopFs) -> None:
+        jid = a.job_id
+        secret = self.secret(jid).encode()
+        errors = []
+        for src, dst in a.stage_out:
+            try:
+                n = _copy_out(a.address, secret, src, dst)
+            except (MalleableError, OSError) as e:
+                why = " ".join(str(e).split())[:400]
+                errors.append(f"stage-out {src}: {why}")
+                self._post(FsProgress(time.time(), jid, "out", src, dst, 0, why))
+                continue
+            self._post(FsProgress(time.time(), jid, "out", src, dst, n))
+        left, err = self._shut(jid, a.address, a.hosts)
+        if err:
+            errors.append(err)
+        self._post(FsStopped(time.time(), jid, left, "; ".join(errors)[:500]))
+
+    def _shut(self, jid: int, address: str, hosts: Any) -> tuple[tuple[str, ...], str]:
+        """Stop the servers, wait for them, kill what is left on ``hosts``; returns (hosts with leftovers, error)."""
+        from malleable.adhocfs._deploy import stop_fs
+
+        err = ""
+        try:
+            stop_fs(address, timeout=10.0, token=self.secret(jid).encode())
+        except (MalleableError, OSError) as e:
+            err = f"stop: {' '.join(str(e).split())[:300]}"
+            log.warning("job %d: stopping its file system at %s: %s", jid, address, err)
+        dep = self.deps.pop(jid, None)
+        if dep is not None:
+            dep.wait(CLEAN_WAIT)
+        tag, names = self.tag(jid), [h for h in dict.fromkeys(hosts) if h]
+        deadline = time.monotonic() + CLEAN_WAIT
+        while True:
+            left = {h: self.pool.leftovers(tag, h, ended=True) for h in names}
+            left = {h: p for h, p in left.items() if p}
+            if not left or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        for h, pids in left.items():
+            log.warning("job %d: file-system processes left on %s: %s; killing them", jid, h, pids)
+            self.pool.kill(tag, h, pids)
+        return tuple(sorted(left)), err
+
+
+def _copy_in(address: str, secret: bytes, src: str, dst: str) -> int:
+    """Copy local ``src`` to ``dst`` in the file system (its folders made first); returns the bytes copied."""
+    from malleable.adhocfs._client import connect
+
+    total = 0
+    with connect(address, token=secret) as fs, open(src, "rb") as f:
+        parent = dst.rsplit("/", 1)[0]
+        if parent:
+            fs.makedirs(parent, exist_ok=True)
+        with fs.open(dst, "wb") as out:
+            while chunk := f.read(CHUNK):
+                total += out.write(chunk)
+    return total
+
+
+def _copy_out(address: str, secret: bytes, src: str, dst: str) -> int:
+    """Copy ``src`` of the file system to local ``dst`` (written to a temporary name, renamed when complete, so a
+    failed copy leaves no partial file); returns the bytes copied."""
+    from malleable.adhocfs._client import connect
+
+    total = 0
+    tmp = f"{dst}.stage-out.{os.getpid()}"
+    try:
+        with connect(address, token=secret) as fs, fs.open(src, "rb") as f, open(tmp, "wb") as out:
+            while chunk := f.read(CHUNK):
+                out.write(chunk)
+                total += len(chunk)
+        os.replace(tmp, dst)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return total

@@ -1,0 +1,139 @@
+"""Job file systems in the live core, without processes: the burst buffer as a resource, the StartFs/StopFs
+actions it returns and how it reacts to FsReady, FsProgress, FsFailed and FsStopped."""
+
+from __future__ import annotations
+
+import pytest
+
+from malleable.controller.daemon import _protocol as P
+from malleable.controller.daemon._events import FsFailed, FsProgress, FsReady, FsStopped, Launch, StartFs, StopFs
+from malleable.controller.sched import get_policy
+from malleable.errors import ProtocolError, Refusal
+from tests.controller._core_shell import Shell
+
+HOSTS = ("n1", "n2", "n3")
+G = 1 << 30
+
+
+def make(tmp_path, storage=(), cap=4 * G):
+    return Shell(str(tmp_path / "s.sqlite"), HOSTS, get_policy("fcfs-bb"), bb_capacity=cap, storage_hosts=storage)
+
+
+def submit(core, bb=0.0, nodes=1, servers=0, stage_in=(), stage_out=(), t=0.0):
+    m = P.Submit("j", ["prog"], nodes, nodes, nodes, False, 100.0, "", "", "/work", {}, bb=bb, fs_servers=servers,
+                 stage_in=list(stage_in), stage_out=list(stage_out))
+    return core.submit(m, t)
+
+
+def of(actions, kind):
+    return [a for a in actions if isinstance(a, kind)]
+
+
+def test_capacity_is_the_sum_over_storage_hosts_and_too_much_is_refused(tmp_path):
+    core = make(tmp_path, storage=("n1", "n2"))
+    assert core.snapshot(0.0).bb_total == 8 * G
+    assert core.core.status()["bb_total"] == 8 * G and core.core.status()["storage_hosts"] == ["n1", "n2"]
+    with pytest.raises(Refusal, match=r"more than the controller's whole burst buffer \(8G on 2"):
+        submit(core, bb=9 * G)
+    assert core.jobs == {} and core.store.load_job(1) is None           # nothing stored
+    assert submit(core, bb=8 * G) == 1
+    none = Shell(str(tmp_path / "t.sqlite"), HOSTS, get_policy("fcfs-bb"))
+    with pytest.raises(Refusal, match="no burst buffer"):
+        submit(none, bb=1)
+
+
+def test_a_job_with_a_buffer_runs_after_its_file_system_is_ready_and_stops_it_after(tmp_path):
+    core = make(tmp_path, storage=("n2",))
+    jid = submit(core, bb=3 * G, servers=2, stage_in=["/d/in.bin:/in.bin"], stage_out=["/out.bin:/d/out.bin"])
+    acts = core.schedule(1.0)
+    assert of(acts, Launch) == []                                       # not before its file system
+    (start,) = of(acts, StartFs)
+    # the metadata server on its host, the data servers on the storage host (it holds none itself)
+    assert start == StartFs(jid, "n1", ("n2", "n2"), int(1.5 * G), (("/d/in.bin", "/in.bin"),))
+    assert core.jobs[jid].fs["phase"] == "starting" and core.jobs[jid].reason == "StageIn"
+    assert of(core.schedule(1.5), StartFs) == []                        # asked once
+    core.do(FsProgress(2.0, jid, "in", "/d/in.bin", "/in.bin", 1234))
+    (launch,) = of(core.do(FsReady(2.5, jid, "tcp://n1:5000")), Launch)
+    assert launch.job.fs["address"] == "tcp://n1:5000" and launch.job.start == 2.5
+    rec = core.store.load_job(jid)
+    assert rec.state == "RUNNING" and rec.fs["stage_in"] == [["/d/in.bin", "/in.bin", 1234, ""]]
+    core.launched(jid, 100, 5.0, 2.6)
+    acts = core.exited(jid, 1, 9.0)                                    # failed: its files still come out
+    assert of(acts, StopFs) == [StopFs(jid, "tcp://n1:5000", ("n1", "n2"), (("/out.bin", "/d/out.bin"),))]
+    rec = core.store.load_job(jid)
+    assert rec.state == "FAILED" and rec.fs["phase"] == "staging-out"
+    assert core.snapshot(9.1).bb_free == 1 * G                          # held until the servers are gone
+    core.do(FsProgress(9.5, jid, "out", "/out.bin", "/d/out.bin", 77))
+    core.do(FsStopped(10.0, jid, ()))
+    rec = core.store.load_job(jid)
+    assert rec.fs["phase"] == "stopped" and rec.fs["stage_out"] == [["/out.bin", "/d/out.bin", 77, ""]]
+    assert core.snapshot(10.1).bb_free == 4 * G
+    kinds = [e["kind"] for e in core.store.events(jid)]
+    assert kinds.count("fs-start") == 1 and "fs-ready" in kinds and "fs-stopped" in kinds
+
+
+def test_buffers_that_do_not_fit_together_wait_with_the_reason(tmp_path):
+    core = make(tmp_path, cap=2 * G)                                   # 6G over three hosts
+    a, b = submit(core, bb=4 * G), submit(core, bb=4 * G)
+    starts = of(core.schedule(1.0), StartFs)
+    assert [s.job_id for s in starts] == [a]
+    assert core.jobs[b].state == "PENDING" and core.jobs[b].reason == "BurstBuffer"
+    core.do(FsReady(1.5, a, "tcp://n1:1"))
+    core.launched(a, 100, 5.0, 1.6)
+    assert of(core.exited(a, 0, 3.0), StopFs)
+    core.host_clean("n1", 3.1)
+    assert of(core.schedule(3.2), StartFs) == []                       # a's servers still hold the buffer
+    assert core.jobs[b].reason == "BurstBuffer"
+    core.do(FsStopped(4.0, a, ()))
+    assert [s.job_id for s in of(core.schedule(4.1), StartFs)] == [b]
+    assert core.jobs[b].reason == ""
+
+
+def test_a_failed_stage_in_fails_the_job_with_the_reason_and_frees_everything(tmp_path):
+    core = make(tmp_path)
+    jid = submit(core, bb=G, stage_in=["/nope:/x"])
+    assert of(core.schedule(1.0), StartFs)
+    core.do(FsFailed(2.0, jid, "stage-in: /nope is not a readable file"))
+    rec = core.store.load_job(jid)
+    assert rec.state == "FAILED" and rec.reason == "file system: stage-in: /nope is not a readable file"
+    assert rec.fs["phase"] == "failed" and not rec.launched
+    assert core.snapshot(2.1).bb_free == 12 * G
+
+
+def test_cancel_while_the_file_system_starts_stops_it_when_it_answers(tmp_path):
+    core = make(tmp_path)
+    jid = submit(core, bb=G)
+    assert of(core.schedule(1.0), StartFs)
+    core.cancel(jid, 1.5)
+    assert core.store.load_job(jid).state == "CANCELLED"
+    assert core.snapshot(1.6).bb_free == 11 * G                        # the servers starting still hold it
+    assert of(core.do(FsReady(2.0, jid, "tcp://n1:9")), StopFs) == [StopFs(jid, "tcp://n1:9", ("n1",), ())]
+    core.do(FsStopped(3.0, jid, ("n1",), "stop: timeout"))
+    assert core.snapshot(3.1).bb_free == 12 * G
+    assert "processes left on n1 were killed" in core.store.events(jid)[-1]["text"]
+
+
+def test_stage_specs_are_checked_by_the_protocol(tmp_path):
+    def check(**kw):
+        m = P.Submit("j", ["prog"], 1, 1, 1, False, 0.0, "", "", "/w", {}, **kw)
+        P._check_submit(m)
+
+    check(bb=1.0, stage_in=["/a:/b"], stage_out=["/b:/c"])
+    for kw, match in (({"stage_in": ["/a:/b"]}, "need a burst buffer"),
+                      ({"bb": 1.0, "stage_in": ["/a"]}, "LOCAL:/FS/PATH"),
+                      ({"bb": 1.0, "stage_in": ["/a:b"]}, "LOCAL:/FS/PATH"),
+                      ({"bb": 1.0, "stage_out": ["b:/a"]}, "/FS/PATH:LOCAL"),
+                      ({"bb": 1.0, "stage_in": ["a:/b"]}, "local path must be absolute"),
+                      ({"bb": 1.0, "fs_servers": 65}, "at most 64")):
+        with pytest.raises(ProtocolError, match=match):
+            check(**kw)
+
+
+def test_a_restart_while_the_file_system_starts_asks_for_a_new_one(tmp_path):
+    core = make(tmp_path)
+    jid = submit(core, bb=G)
+    assert of(core.schedule(1.0), StartFs)
+    again = make(tmp_path)                                             # the shell that was starting it is gone
+    assert again.jobs[jid].state == "STARTING" and again.jobs[jid].fs == {}
+    assert [a.job_id for a in of(again.schedule(2.0), StartFs)] == [jid]
+    assert again.snapshot(2.1).bb_free == 11 * G
