@@ -22,6 +22,7 @@ from __future__ import annotations
 import heapq
 import logging
 import math
+import os
 import sys
 import time
 from array import array
@@ -90,6 +91,9 @@ class Simulator:
             ``("up", t, node)``, ``("pass", t, decisions, effects)``.
         nodes: keep every job's node ids per allocation segment in ``SimResult.history`` (Gantt with node rows,
             Batsim files); memory grows with the jobs' sizes. Sizes of resized jobs are always kept.
+        fast: let rigid runs under the built-in ``fcfs`` or ``easy`` take the compiled twin of this engine
+            (:mod:`._fastpath`: the same schedule, several times faster); ``MALLEABLE_NO_FASTPATH=1`` also
+            turns it off.
     """
 
     def __init__(self, workload: Workload, policy: Policy, *, name: str | None = None,
@@ -98,7 +102,8 @@ class Simulator:
                  progress: Callable[[int], None] | None = None,
                  failures: Sequence[tuple[float, Hashable, float]] = (),
                  mtct: MtctModel | None = None, record: list[tuple[Any, ...]] | None = None,
-                 order: str = "release", tick: float | None = None, nodes: bool = False) -> None:
+                 order: str = "release", tick: float | None = None, nodes: bool = False,
+                 fast: bool = True) -> None:
         self.workload = workload
         self.policy = policy
         self.name = name or getattr(policy, "__name__", "policy")
@@ -115,6 +120,8 @@ class Simulator:
         if tick is not None and not tick > 0:
             raise SimulationError(f"tick must be > 0, got {tick}")
         self.tick = tick
+        self.fast = fast
+        self._keep_nodes = keep_nodes
         n = len(workload)
         self._start = array("d", [math.nan]) * n
         self._end = array("d", [math.nan]) * n
@@ -166,6 +173,8 @@ class Simulator:
         if self._done:
             raise SimulationError("a Simulator runs once; create a new one")
         self._done = True
+        if self._fast_ok():
+            return self._run_fast()
         w = self.workload
         n = len(w)
         c0 = c1 = 0                 # rows [c0, c1) of the workload are in subs/jobs (chunks: memory stays small)
@@ -272,6 +281,43 @@ class Simulator:
                          np.frombuffer(self._end, dtype=np.float64), np.frombuffer(self._size, dtype=np.int64),
                          np.frombuffer(self._area, dtype=np.float64), np.frombuffer(self._resizes, dtype=np.int64),
                          elapsed, passes, dict(led.counts), restarts, lost, history, self.nodes)
+
+    # -- the compiled twin (rigid fcfs / easy) ---------------------------------------------------------------
+
+    def _fast_ok(self) -> bool:
+        """Whether this run may take the compiled twin: nothing it leaves out could matter (module docstring of
+        :mod:`._fastpath`)."""
+        from malleable.controller.sched._rigid import easy, fcfs
+
+        w = self.workload
+        return (self.fast and os.environ.get("MALLEABLE_NO_FASTPATH") != "1" and len(w) > 0
+                and (self.policy is easy or self.policy is fcfs) and w.kind is None and not w.has_io
+                and not w.bb_total and not self._failures and self.tick is None and self.record is None
+                and self.mtct is None and not self._keep_nodes and int(w.procs.min()) >= 1
+                and int(w.procs.max()) <= w.machine and len(np.unique(w.ids)) == len(w))
+
+    def _run_fast(self) -> SimResult:
+        from ._fastpath import fast_kernel
+
+        w = self.workload
+        n = len(w)
+        start = np.full(n, np.nan)
+        end = np.full(n, np.nan)
+        procs = w.procs.astype(np.int64)
+        t0 = time.perf_counter()
+        passes = fast_kernel()(w.submit.astype(np.float64), w.run.astype(np.float64),
+                               w.estimate.astype(np.float64), procs, int(w.machine),
+                               self.policy.__name__ == "easy", start, end)
+        elapsed = time.perf_counter() - t0
+        if self.progress is not None:
+            self.progress(n)
+        log.info("%s: %d jobs simulated in %.3f s (%d passes, compiled)", self.name, n, elapsed, passes)
+        counts = dict.fromkeys(("StartJob", "ResizeJob", "Reserve", "Wake", "Remember", "Interrupt"), 0)
+        counts["StartJob"] = n
+        empty = np.zeros(0, dtype=np.int64)
+        return SimResult(w, self.name, start, end, procs, procs * (end - start), np.zeros(n, dtype=np.int64),
+                         elapsed, int(passes), counts, None, None,
+                         SizeHistory(empty, np.zeros(0), empty.copy(), None), self.nodes)
 
     # -- the size history ------------------------------------------------------------------------------------
 

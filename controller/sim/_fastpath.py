@@ -1,0 +1,187 @@
+"""A compiled twin of the simulator for the commonest runs: rigid jobs under the built-in ``fcfs`` or ``easy``.
+
+The whole event loop (ends, submissions, one pass per event time) and the two policies run as one Numba-compiled
+function over arrays: counts of free nodes instead of node ids, the running jobs in an array sorted by estimated
+end. It gives exactly the schedule of :class:`~._engine.Simulator` with the policy functions of
+:mod:`malleable.controller.sched._rigid` (same event order, same float arithmetic, same EASY shadow and extra
+nodes; the tests compare both job by job), and is taken only where nothing else could differ: rigid jobs without
+burst buffers or phases, no failures, no periodic passes, no recording, no node histories, no MTCT model.
+``Simulator(..., fast=False)`` or ``MALLEABLE_NO_FASTPATH=1`` turns it off.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+__all__ = ["fast_kernel", "run_rigid"]
+
+log = logging.getLogger(__name__)
+
+
+def run_rigid(submit: np.ndarray, run: np.ndarray, est: np.ndarray, procs: np.ndarray, machine: int, easy: bool,
+              start: np.ndarray, end: np.ndarray) -> int:
+    """Replay rigid jobs (rows sorted by submit) under FCFS (``easy`` False) or EASY; fills ``start``/``end``
+    and returns the number of passes. Every job must fit the machine."""
+    n = submit.shape[0]
+    inf = math.inf
+    # running jobs, sorted by (estimated end, start order)
+    r_est = np.empty(n + 1)
+    r_seq = np.empty(n + 1, dtype=np.int64)
+    r_end = np.empty(n + 1)
+    r_size = np.empty(n + 1, dtype=np.int64)
+    r_row = np.empty(n + 1, dtype=np.int64)
+    nr = 0
+    q = np.empty(n, dtype=np.int64)       # queued rows in order; -1 = started (removed)
+    qh = 0                                # first entry that may still be queued
+    qt = 0                                # one past the last entry
+    gone = 0                              # removed entries in q[qh:qt]
+    avail = machine
+    seq = 0
+    i = 0
+    passes = 0
+    while True:
+        ts = submit[i] if i < n else inf
+        te = inf
+        for k in range(nr):
+            if r_end[k] < te:
+                te = r_end[k]
+        now = ts if ts < te else te
+        if now == inf:
+            break
+        if te <= now:                     # job ends (all at this time), in one sweep keeping the order
+            w = 0
+            for k in range(nr):
+                if r_end[k] <= now:
+                    avail += r_size[k]
+                    end[r_row[k]] = r_end[k]
+                else:
+                    r_est[w] = r_est[k]
+                    r_seq[w] = r_seq[k]
+                    r_end[w] = r_end[k]
+                    r_size[w] = r_size[k]
+                    r_row[w] = r_row[k]
+                    w += 1
+            nr = w
+        while i < n and submit[i] <= now:
+            q[qt] = i
+            qt += 1
+            i += 1
+        passes += 1
+        if gone > 64 and gone * 2 > qt - qh:   # compact the queue now and then
+            w = qh
+            for k in range(qh, qt):
+                if q[k] >= 0:
+                    q[w] = q[k]
+                    w += 1
+            qt = w
+            gone = 0
+        # FCFS: the leading jobs while they fit
+        while qh < qt:
+            j = q[qh]
+            if j < 0:
+                qh += 1
+                gone -= 1
+                continue
+            p = procs[j]
+            if p > avail:
+                break
+            e = now + est[j]
+            nr = _insert(r_est, r_seq, r_end, r_size, r_row, nr, e, seq, now + run[j], p, j)
+            seq += 1
+            start[j] = now
+            avail -= p
+            qh += 1
+        if not easy or qh >= qt or avail == 0:
+            continue
+        need = procs[q[qh]]
+        shadow = -1.0
+        extra = 0
+        for k in range(qh + 1, qt):
+            j = q[k]
+            if j < 0:
+                continue
+            p = procs[j]
+            if p > avail:
+                continue
+            if shadow < 0:
+                a = avail
+                m = 0
+                shadow = inf
+                while m < nr:
+                    t = r_est[m]
+                    a += r_size[m]
+                    m += 1
+                    if a >= need:
+                        while m < nr and r_est[m] == t:
+                            a += r_size[m]
+                            m += 1
+                        shadow = t
+                        extra = a - need
+                        break
+            if now + est[j] <= shadow:
+                pass
+            elif p <= extra:
+                extra -= p
+            else:
+                continue
+            nr = _insert(r_est, r_seq, r_end, r_size, r_row, nr, now + est[j], seq, now + run[j], p, j)
+            seq += 1
+            start[j] = now
+            avail -= p
+            q[k] = -1
+            gone += 1
+            if avail == 0:
+                break
+    return passes
+
+
+def _insert(r_est: np.ndarray, r_seq: np.ndarray, r_end: np.ndarray, r_size: np.ndarray, r_row: np.ndarray,
+            nr: int, e: float, s: int, t_end: float, p: int, row: int) -> int:
+    """Insert a running job by (estimated end, start order); returns the new count."""
+    lo = 0
+    hi = nr
+    while lo < hi:                        # after every job with an estimated end <= e (start order breaks ties)
+        mid = (lo + hi) // 2
+        if r_est[mid] <= e:
+            lo = mid + 1
+        else:
+            hi = mid
+    for k in range(nr, lo, -1):
+        r_est[k] = r_est[k - 1]
+        r_seq[k] = r_seq[k - 1]
+        r_end[k] = r_end[k - 1]
+        r_size[k] = r_size[k - 1]
+        r_row[k] = r_row[k - 1]
+    r_est[lo] = e
+    r_seq[lo] = s
+    r_end[lo] = t_end
+    r_size[lo] = p
+    r_row[lo] = row
+    return nr + 1
+
+
+_READY: list[Callable[..., Any]] = []
+
+
+def fast_kernel() -> Callable[..., Any]:
+    """:func:`run_rigid`, compiled with Numba when it is there (and ``MALLEABLE_NO_JIT`` is not 1)."""
+    if _READY:
+        return _READY[0]
+    f: Callable[..., Any] = run_rigid
+    if os.environ.get("MALLEABLE_NO_JIT") != "1":
+        try:
+            import numba
+        except ImportError:                                    # pragma: no cover - numba is a dependency
+            log.warning("numba is not installed: the simulator's fast path runs as plain Python")
+        else:
+            ins = numba.njit(cache=True, nogil=True)(_insert)
+            globals()["_insert"] = ins
+            f = numba.njit(cache=True, nogil=True)(run_rigid)
+    _READY.append(f)
+    return f
