@@ -21,11 +21,19 @@ SIZES = (128, 1024, 8192, 16384)
 RIGID = ("fcfs", "easy", "conservative")
 
 
+PYTHON_ENGINE = "python-engine"
+"""``--old-python`` value naming this code with its compiled twin turned off (``MALLEABLE_NO_FASTPATH=1``)."""
+
+
 def case(python: str, spec: dict, timeout: float) -> dict:
-    """One case in a fresh interpreter ``python`` (clean peak RSS); ``{"timeout": ...}`` when it ran too long."""
+    """One case in a fresh interpreter ``python`` (clean peak RSS); ``{"timeout": ...}`` when it ran too long.
+    ``python`` = :data:`PYTHON_ENGINE` runs this code on its Python engine only."""
+    env = dict(os.environ)
+    if python == PYTHON_ENGINE:
+        python, env["MALLEABLE_NO_FASTPATH"] = sys.executable, "1"
     try:
         proc = subprocess.run([python, str(HERE / "simulator.py"), "--one", json.dumps(spec)], capture_output=True,
-                              text=True, timeout=timeout, check=False)
+                              text=True, timeout=timeout, check=False, env=env)
     except subprocess.TimeoutExpired:
         return dict(spec, timeout=timeout, jobs_per_s=float("nan"), peak_rss_mib=float("nan"))
     if proc.returncode:
@@ -192,7 +200,8 @@ def plot(scale: list[dict], path: Path) -> None:
 
 def run_all(args, out: Path, trace: Path) -> None:  # noqa: ANN001 - the driver's argparse namespace
     """The scale sections selected on the command line; writes ``simulator_scale.json`` and ``.png``."""
-    old = args.old_python if args.old_python and Path(args.old_python).exists() else None
+    old = (args.old_python if args.old_python == PYTHON_ENGINE or
+           (args.old_python and Path(args.old_python).exists()) else None)
     if not old:
         print("no old engine interpreter (--old-python): figures without a same-run baseline")
     path = out / "simulator_scale.json"

@@ -76,6 +76,8 @@ def one_case(spec: dict) -> dict:
     try:                            # load Numba and the compiled loops before the timed event loop (~0.5 s)
         from malleable.controller.sched._kernels import kernel
         kernel("base"), kernel("place")
+        from malleable.controller.sim._fastpath import warm
+        warm()
     except ImportError:             # the old engine has none
         pass
     cpu = time.process_time()
@@ -216,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--io", action="store_true", help="the I/O section only: benchmarks/simulator_io.py (the I/O "
                                                        "model's cost when unused; fcfs-bb and plan-2 on KTH-SP2)")
     ap.add_argument("--old-python", default="/work/wt-base/.venv/bin/python",
-                    help="interpreter whose malleable is the old engine (the same-run baseline)")
+                    help="interpreter whose malleable is the old engine (the same-run baseline); 'python-engine': "
+                         "this code with its compiled twin turned off")
     args = ap.parse_args(argv)
     if args.one:
         print(json.dumps(one_case(json.loads(args.one))))
