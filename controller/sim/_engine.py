@@ -287,33 +287,43 @@ class Simulator:
     def _fast_ok(self) -> bool:
         """Whether this run may take the compiled twin: nothing it leaves out could matter (module docstring of
         :mod:`._fastpath`)."""
-        from malleable.controller.sched._rigid import easy, fcfs
+        from malleable.controller.sched._registry import POLICIES
 
         w = self.workload
         return (self.fast and os.environ.get("MALLEABLE_NO_FASTPATH") != "1" and len(w) > 0
-                and (self.policy is easy or self.policy is fcfs) and w.kind is None and not w.has_io
+                and any(self.policy is POLICIES[k] for k in ("fcfs", "easy", "conservative"))
+                and w.kind is None and not w.has_io
                 and not w.bb_total and not self._failures and self.tick is None and self.record is None
                 and self.mtct is None and not self._keep_nodes and int(w.procs.min()) >= 1
                 and int(w.procs.max()) <= w.machine and len(np.unique(w.ids)) == len(w))
 
     def _run_fast(self) -> SimResult:
-        from ._fastpath import fast_kernel
+        from malleable.controller.sched._registry import POLICIES
+
+        from ._fastpath import conservative_kernel, fast_kernel
 
         w = self.workload
         n = len(w)
         start = np.full(n, np.nan)
         end = np.full(n, np.nan)
         procs = w.procs.astype(np.int64)
+        cols = (w.submit.astype(np.float64), w.run.astype(np.float64), w.estimate.astype(np.float64), procs,
+                int(w.machine))
+        reserves = np.zeros(1, dtype=np.int64)
+        conservative = self.policy is POLICIES["conservative"]
         t0 = time.perf_counter()
-        passes = fast_kernel()(w.submit.astype(np.float64), w.run.astype(np.float64),
-                               w.estimate.astype(np.float64), procs, int(w.machine),
-                               self.policy.__name__ == "easy", start, end)
+        if conservative:
+            passes = conservative_kernel()(*cols, start, end, reserves)
+        else:
+            passes = fast_kernel()(*cols, self.policy is POLICIES["easy"], start, end)
         elapsed = time.perf_counter() - t0
         if self.progress is not None:
             self.progress(n)
         log.info("%s: %d jobs simulated in %.3f s (%d passes, compiled)", self.name, n, elapsed, passes)
         counts = dict.fromkeys(("StartJob", "ResizeJob", "Reserve", "Wake", "Remember", "Interrupt"), 0)
         counts["StartJob"] = n
+        if conservative:
+            counts["Reserve"], counts["Remember"] = int(reserves[0]), int(passes)
         empty = np.zeros(0, dtype=np.int64)
         return SimResult(w, self.name, start, end, procs, procs * (end - start), np.zeros(n, dtype=np.int64),
                          elapsed, int(passes), counts, None, None,

@@ -19,7 +19,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["fast_kernel", "run_rigid", "warm"]
+from malleable.controller.sched._kernels import base_profile, place
+
+__all__ = ["conservative_kernel", "fast_kernel", "run_conservative", "run_rigid", "warm"]
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +168,110 @@ def _insert(r_est: np.ndarray, r_seq: np.ndarray, r_end: np.ndarray, r_size: np.
     return nr + 1
 
 
+def run_conservative(submit: np.ndarray, run: np.ndarray, est: np.ndarray, procs: np.ndarray, machine: int,
+                     start: np.ndarray, end: np.ndarray, reserves: np.ndarray) -> int:
+    """Replay rigid jobs under conservative backfilling (the registered ``conservative``); fills ``start``/``end``,
+    ``reserves[0]`` (Reserve decisions: new or moved reservations) and returns the number of passes.
+
+    As the policy does: after a job end, the profile is rebuilt from the running jobs' estimated ends and every
+    queued job placed in queue order; otherwise the previous profile stays exact and only arrivals are placed. Jobs
+    placed at ``now`` start in queue order (after a zero-length start the others wait for the next pass)."""
+    n = submit.shape[0]
+    inf = math.inf
+    r_est = np.empty(n + 1)
+    r_seq = np.empty(n + 1, dtype=np.int64)
+    r_end = np.empty(n + 1)
+    r_size = np.empty(n + 1, dtype=np.int64)
+    r_row = np.empty(n + 1, dtype=np.int64)
+    nr = 0
+    q = np.empty(n, dtype=np.int64)       # queued rows in order (compacted after every pass)
+    nq = 0
+    times = np.empty(2 * n + 2)
+    free = np.empty(2 * n + 2, dtype=np.int64)
+    steps = 0
+    prev = np.full(n, np.nan)             # each job's reserved start at the previous pass
+    needs = np.empty(n, dtype=np.int64)
+    ests = np.empty(n)
+    slots = np.empty(n)
+    last_t = np.zeros(machine + 1)
+    last_e = np.full(machine + 1, -1.0)
+    b_ends = np.empty(n + 1)
+    b_sizes = np.empty(n + 1, dtype=np.int64)
+    avail = machine
+    seq = 0
+    i = 0
+    passes = 0
+    ended = True
+    while True:
+        ts = submit[i] if i < n else inf
+        te = inf
+        for k in range(nr):
+            if r_end[k] < te:
+                te = r_end[k]
+        now = ts if ts < te else te
+        if now == inf:
+            break
+        if te <= now:
+            w = 0
+            for k in range(nr):
+                if r_end[k] <= now:
+                    avail += r_size[k]
+                    end[r_row[k]] = r_end[k]
+                else:
+                    r_est[w] = r_est[k]
+                    r_seq[w] = r_seq[k]
+                    r_end[w] = r_end[k]
+                    r_size[w] = r_size[k]
+                    r_row[w] = r_row[k]
+                    w += 1
+            nr = w
+            ended = True
+        old = nq
+        while i < n and submit[i] <= now:
+            q[nq] = i
+            nq += 1
+            i += 1
+        passes += 1
+        if ended or (steps > 1 and times[1] <= now):
+            for k in range(nr):
+                b_ends[k] = r_est[k]
+                b_sizes[k] = r_size[k]
+            steps = base_profile(now, avail, b_ends[:nr], b_sizes[:nr], times, free)
+            first = 0
+            ended = False
+        else:
+            times[0] = now
+            first = old
+        m = nq - first
+        for k in range(m):
+            j = q[first + k]
+            needs[k] = procs[j]
+            ests[k] = est[j]
+        steps = place(times, free, steps, needs[:m], ests[:m], slots[:m], last_t, last_e)
+        for k in range(m):
+            last_e[needs[k]] = -1.0       # only the sizes used: the next call finds them fresh
+        stop = False
+        w = first
+        for k in range(m):
+            j = q[first + k]
+            if not stop and slots[k] == now:
+                e = now + est[j]
+                nr = _insert(r_est, r_seq, r_end, r_size, r_row, nr, e, seq, now + run[j], procs[j], j)
+                seq += 1
+                start[j] = now
+                avail -= procs[j]
+                if est[j] <= 0:
+                    stop = True
+                continue
+            if slots[k] != prev[j]:
+                reserves[0] += 1
+            prev[j] = slots[k]
+            q[w] = j
+            w += 1
+        nq = w
+    return passes
+
+
 _READY: list[Callable[..., Any]] = []
 
 
@@ -180,14 +286,24 @@ def fast_kernel() -> Callable[..., Any]:
         except ImportError:                                    # pragma: no cover - numba is a dependency
             log.warning("numba is not installed: the simulator's fast path runs as plain Python")
         else:
-            ins = numba.njit(cache=True, nogil=True)(_insert)
-            globals()["_insert"] = ins
+            g = globals()
+            for name in ("_insert", "base_profile", "place"):
+                g[name] = numba.njit(cache=True, nogil=True)(g[name])
             f = numba.njit(cache=True, nogil=True)(run_rigid)
+            g["_conservative_jit"] = numba.njit(cache=True, nogil=True)(run_conservative)
     _READY.append(f)
     return f
+
+
+def conservative_kernel() -> Callable[..., Any]:
+    """:func:`run_conservative`, compiled when Numba is there."""
+    fast_kernel()
+    return globals().get("_conservative_jit", run_conservative)
 
 
 def warm() -> None:
     """Compile (or load from Numba's cache) the kernel now, with a one-job run (benchmarks time the loop only)."""
     one = np.ones(1)
     fast_kernel()(np.zeros(1), one, one, np.ones(1, dtype=np.int64), 1, True, np.zeros(1), np.zeros(1))
+    conservative_kernel()(np.zeros(1), one, one, np.ones(1, dtype=np.int64), 1, np.zeros(1), np.zeros(1),
+                          np.zeros(1, dtype=np.int64))
