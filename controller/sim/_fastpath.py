@@ -33,11 +33,12 @@ def run_rigid(submit: np.ndarray, run: np.ndarray, est: np.ndarray, procs: np.nd
     n = submit.shape[0]
     inf = math.inf
     # running jobs, sorted by (estimated end, start order)
-    r_est = np.empty(n + 1)
-    r_seq = np.empty(n + 1, dtype=np.int64)
-    r_end = np.empty(n + 1)
-    r_size = np.empty(n + 1, dtype=np.int64)
-    r_row = np.empty(n + 1, dtype=np.int64)
+    cap = min(n, machine) + 1             # every running job holds at least one node
+    r_est = np.empty(cap)
+    r_seq = np.empty(cap, dtype=np.int64)
+    r_end = np.empty(cap)
+    r_size = np.empty(cap, dtype=np.int64)
+    r_row = np.empty(cap, dtype=np.int64)
     nr = 0
     q = np.empty(n, dtype=np.int64)       # queued rows in order; -1 = started (removed)
     qh = 0                                # first entry that may still be queued
@@ -178,11 +179,12 @@ def run_conservative(submit: np.ndarray, run: np.ndarray, est: np.ndarray, procs
     placed at ``now`` start in queue order (after a zero-length start the others wait for the next pass)."""
     n = submit.shape[0]
     inf = math.inf
-    r_est = np.empty(n + 1)
-    r_seq = np.empty(n + 1, dtype=np.int64)
-    r_end = np.empty(n + 1)
-    r_size = np.empty(n + 1, dtype=np.int64)
-    r_row = np.empty(n + 1, dtype=np.int64)
+    cap = min(n, machine) + 1             # every running job holds at least one node
+    r_est = np.empty(cap)
+    r_seq = np.empty(cap, dtype=np.int64)
+    r_end = np.empty(cap)
+    r_size = np.empty(cap, dtype=np.int64)
+    r_row = np.empty(cap, dtype=np.int64)
     nr = 0
     q = np.empty(n, dtype=np.int64)       # queued rows in order (compacted after every pass)
     nq = 0
@@ -195,8 +197,8 @@ def run_conservative(submit: np.ndarray, run: np.ndarray, est: np.ndarray, procs
     slots = np.empty(n)
     last_t = np.zeros(machine + 1)
     last_e = np.full(machine + 1, -1.0)
-    b_ends = np.empty(n + 1)
-    b_sizes = np.empty(n + 1, dtype=np.int64)
+    b_ends = np.empty(cap)
+    b_sizes = np.empty(cap, dtype=np.int64)
     avail = machine
     seq = 0
     i = 0
