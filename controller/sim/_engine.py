@@ -300,7 +300,7 @@ class Simulator:
     def _run_fast(self) -> SimResult:
         from malleable.controller.sched._registry import POLICIES
 
-        from ._fastpath import conservative_kernel, fast_kernel
+        from ._fastpath import conservative_kernel, fast_kernel, warm
 
         w = self.workload
         n = len(w)
@@ -311,6 +311,7 @@ class Simulator:
                 int(w.machine))
         reserves = np.zeros(1, dtype=np.int64)
         conservative = self.policy is POLICIES["conservative"]
+        warm("conservative" if conservative else "rigid")      # loading Numba's code is not simulating
         t0 = time.perf_counter()
         if conservative:
             passes = conservative_kernel()(*cols, start, end, reserves)

@@ -303,9 +303,12 @@ def conservative_kernel() -> Callable[..., Any]:
     return globals().get("_conservative_jit", run_conservative)
 
 
-def warm() -> None:
-    """Compile (or load from Numba's cache) the kernel now, with a one-job run (benchmarks time the loop only)."""
+def warm(which: str = "both") -> None:
+    """Compile (or load from Numba's cache) the kernels now with a one-job run, so that timings cover the event
+    loop only: ``"rigid"`` (fcfs, easy), ``"conservative"`` or ``"both"``."""
     one = np.ones(1)
-    fast_kernel()(np.zeros(1), one, one, np.ones(1, dtype=np.int64), 1, True, np.zeros(1), np.zeros(1))
-    conservative_kernel()(np.zeros(1), one, one, np.ones(1, dtype=np.int64), 1, np.zeros(1), np.zeros(1),
-                          np.zeros(1, dtype=np.int64))
+    if which in ("rigid", "both"):
+        fast_kernel()(np.zeros(1), one, one, np.ones(1, dtype=np.int64), 1, True, np.zeros(1), np.zeros(1))
+    if which in ("conservative", "both"):
+        conservative_kernel()(np.zeros(1), one, one, np.ones(1, dtype=np.int64), 1, np.zeros(1), np.zeros(1),
+                              np.zeros(1, dtype=np.int64))
