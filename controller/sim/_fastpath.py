@@ -48,22 +48,22 @@ def run_rigid(submit: np.ndarray, run: np.ndarray, est: np.ndarray, procs: np.nd
     seq = 0
     i = 0
     passes = 0
+    te = inf
     while True:
         ts = submit[i] if i < n else inf
-        te = inf
-        for k in range(nr):
-            if r_end[k] < te:
-                te = r_end[k]
-        now = ts if ts < te else te
+        now = ts if ts < te else te       # te: the earliest real end of a running job (kept up to date)
         if now == inf:
             break
-        if te <= now:                     # job ends (all at this time), in one sweep keeping the order
+        if te <= now:
+            te = inf                     # job ends (all at this time), in one sweep keeping the order
             w = 0
             for k in range(nr):
                 if r_end[k] <= now:
                     avail += r_size[k]
                     end[r_row[k]] = r_end[k]
                 else:
+                    if r_end[k] < te:
+                        te = r_end[k]
                     r_est[w] = r_est[k]
                     r_seq[w] = r_seq[k]
                     r_end[w] = r_end[k]
@@ -96,6 +96,8 @@ def run_rigid(submit: np.ndarray, run: np.ndarray, est: np.ndarray, procs: np.nd
                 break
             e = now + est[j]
             nr = _insert(r_est, r_seq, r_end, r_size, r_row, nr, e, seq, now + run[j], p, j)
+            if now + run[j] < te:
+                te = now + run[j]
             seq += 1
             start[j] = now
             avail -= p
@@ -134,6 +136,8 @@ def run_rigid(submit: np.ndarray, run: np.ndarray, est: np.ndarray, procs: np.nd
             else:
                 continue
             nr = _insert(r_est, r_seq, r_end, r_size, r_row, nr, now + est[j], seq, now + run[j], p, j)
+            if now + run[j] < te:
+                te = now + run[j]
             seq += 1
             start[j] = now
             avail -= p
@@ -204,22 +208,22 @@ def run_conservative(submit: np.ndarray, run: np.ndarray, est: np.ndarray, procs
     i = 0
     passes = 0
     ended = True
+    te = inf
     while True:
         ts = submit[i] if i < n else inf
-        te = inf
-        for k in range(nr):
-            if r_end[k] < te:
-                te = r_end[k]
-        now = ts if ts < te else te
+        now = ts if ts < te else te       # te: the earliest real end of a running job (kept up to date)
         if now == inf:
             break
         if te <= now:
+            te = inf
             w = 0
             for k in range(nr):
                 if r_end[k] <= now:
                     avail += r_size[k]
                     end[r_row[k]] = r_end[k]
                 else:
+                    if r_end[k] < te:
+                        te = r_end[k]
                     r_est[w] = r_est[k]
                     r_seq[w] = r_seq[k]
                     r_end[w] = r_end[k]
@@ -259,6 +263,8 @@ def run_conservative(submit: np.ndarray, run: np.ndarray, est: np.ndarray, procs
             if not stop and slots[k] == now:
                 e = now + est[j]
                 nr = _insert(r_est, r_seq, r_end, r_size, r_row, nr, e, seq, now + run[j], procs[j], j)
+                if now + run[j] < te:
+                    te = now + run[j]
                 seq += 1
                 start[j] = now
                 avail -= procs[j]
