@@ -24,7 +24,8 @@ record of the file system lives in ``JobRec.fs`` (``phase``: starting, ready, st
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from malleable.errors import Refusal
 
@@ -265,7 +266,7 @@ def sampled(core: Core, e: FsSample) -> None:
         core.save(j)
         return
     free = [h for h in core.storage if core.hosts[h].free and core.hosts[h].drain is None]
-    taken = {h: core.hosts[h].owner for h in core.storage if core.hosts[h].owner is not None}
+    taken = {h: o for h in core.storage if (o := core.hosts[h].owner) is not None}
     for d in decide_storage(_state(core, j, e.now), core.storage, free, taken, _donors(core, j), e.now, RULE):
         _carry_out(core, j, d, e.now)
     core.save(j)
@@ -339,6 +340,6 @@ def scaled(core: Core, e: FsScaled) -> None:
     core.save(j)
 
 
-HANDLERS = {FsReady: ready, FsProgress: progress, FsFailed: failed, FsStopped: stopped, FsSample: sampled,
+HANDLERS: dict[type, Callable[[Core, Any], None]] = {FsReady: ready, FsProgress: progress, FsFailed: failed, FsStopped: stopped, FsSample: sampled,
             FsScaled: scaled}
 """The core's handler of each file-system event (entries of its one table of handlers)."""
