@@ -69,6 +69,7 @@ def job_json(j: dict[str, Any], now: float) -> dict[str, Any]:
         "unresponsive": bool(j.get("unresponsive")), "expected_start": j.get("expected_start"),
         "bb": j.get("bb", 0.0), "fs_servers": j.get("fs_servers", 0), "stage_in": list(j.get("stage_in") or []),
         "stage_out": list(j.get("stage_out") or []), "fs": j.get("fs") or {},
+        "fs_min": j.get("fs_min", 0), "fs_max": j.get("fs_max", 0), "io_rate": j.get("io_rate", 0.0),
     }
 
 

@@ -64,9 +64,9 @@ def test_job_file_system_stage_in_write_stage_out_and_clean_hosts(env, tmp_path,
         assert fs["stage_in"] == [[str(src), "/in/in.bin", 3 * M + 17, ""]]
         assert fs["stage_out"] == [["/out/result.bin", f"{tmp_path}/result.bin", 2 * M + 5, ""]]
         assert no_servers_left(d, jid)
-        for h in hosts:                                  # nothing of adhocfs in any namespace
+        for h in hosts:                                  # nothing of this checkout's adhocfs in any namespace
             cmds = [" ".join(psutil_cmdline(p)) for p in netns_cluster.pids_on(h)]
-            assert not [x for x in cmds if "malleable.adhocfs" in x], (h, cmds)
+            assert not [x for x in cmds if "malleable.adhocfs" in x and PY in x], (h, cmds)
         code, out, _ = cli("info", str(jid), "--state", str(tmp_path / "ctl.sqlite"))
         assert code == 0 and f"Fs={addr} FsState=stopped" in out and "stage-out: 1/1 file(s) done" in out
 
