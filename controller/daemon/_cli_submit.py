@@ -53,7 +53,8 @@ def add_submit_options(p: argparse.ArgumentParser) -> None:
                    help="burst buffer for the run, e.g. 2G: the job gets a file system of its own (address in "
                         "MALLEABLE_FS) and waits, reason (BurstBuffer), while that much is not free")
     p.add_argument("--fs-servers", type=int, metavar="N", help="data servers of the job's file system (default 1)")
-    p.add_argument("--fs-min", type=int, metavar="A", help="fewest data servers it may shrink to (default --fs-servers)")
+    p.add_argument("--fs-min", type=int, metavar="A",
+                   help="fewest data servers it may shrink to (default --fs-servers)")
     p.add_argument("--fs-max", type=int, metavar="B", help="most data servers it may grow to (default --fs-servers)")
     p.add_argument("--io-rate", metavar="BYTES_S",
                    help="the I/O rate the job wants from its file system (RIO; 200M = 200 MiB/s); it grows for it")

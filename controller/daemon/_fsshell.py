@@ -236,11 +236,11 @@ class FsShell:
 
         jid, secret = a.job_id, self.secret(a.job_id).encode()
         sid, error = a.sid, ""
+        dep = self.deps.get(jid)
         try:
-            dep = self.deps.get(jid)
             if dep is None:
-                raise MalleableError("the file system is not one this controller started")
-            if a.kind == "add":
+                error = "the file system is not one this controller started (or it is being stopped)"
+            elif a.kind == "add":
                 servers, procs, _ = expand_fs(a.address, [self.host(a.host)], state=dep.state, token=secret,
                                               launcher=self.pool.launcher_exec, capacity=a.capacity,
                                               env=self._server_env(jid))
@@ -275,7 +275,7 @@ class FsShell:
             for jid, address in jobs:
                 try:
                     ev = self.sample(jid, address, time.time())
-                except (MalleableError, OSError) as e:
+                except Exception as e:  # noqa: BLE001 - a file system being stopped must not end the sampling
                     log.debug("job %d: no sample of its file system: %s", jid, e)
                     continue
                 if ev is not None:

@@ -30,15 +30,26 @@ from typing import TYPE_CHECKING, Any
 from malleable.errors import Refusal
 
 from . import _protocol as P
-from ._events import FsFailed, FsProgress, FsReady, FsSample, FsScaled, FsStopped, JobState, ScaleFs, StartFs, StopFs
+from ._events import (
+    FsFailed,
+    FsProgress,
+    FsReady,
+    FsSample,
+    FsScaled,
+    FsStopped,
+    JobState,
+    ScaleFs,
+    StartFs,
+    StopFs,
+)
 from ._fspolicy import Donor, FsDecision, FsState, StorageRule, decide_storage
 from ._store import JobRec
 
 if TYPE_CHECKING:
     from ._core import Core
 
-__all__ = ["HANDLERS", "RULE", "check_submit", "ended", "failed", "forget", "progress", "ready", "ready_to_launch", "reasons",
-           "reload", "sampled", "scaled", "stopped", "submitted"]
+__all__ = ["HANDLERS", "RULE", "check_submit", "ended", "failed", "forget", "progress", "ready", "ready_to_launch",
+           "reasons", "reload", "sampled", "scaled", "stopped", "submitted"]
 
 WAIT_REASON = "BurstBuffer"
 """The pending reason of a job whose burst buffer does not fit in what is free now."""
@@ -340,6 +351,6 @@ def scaled(core: Core, e: FsScaled) -> None:
     core.save(j)
 
 
-HANDLERS: dict[type, Callable[[Core, Any], None]] = {FsReady: ready, FsProgress: progress, FsFailed: failed, FsStopped: stopped, FsSample: sampled,
-            FsScaled: scaled}
+HANDLERS: dict[type, Callable[[Core, Any], None]] = {
+    FsReady: ready, FsProgress: progress, FsFailed: failed, FsStopped: stopped, FsSample: sampled, FsScaled: scaled}
 """The core's handler of each file-system event (entries of its one table of handlers)."""
