@@ -79,16 +79,19 @@ def expand_fs(
     token: bytes | None = None,
     wait: bool = True,
     capacity: int = 0,
+    env: dict[str, str] | None = None,
 ) -> tuple[dict[int, tuple[str, str]], dict[str, Any], dict[str, Any]]:
     """Start data servers on ``hosts`` and commission them (a new placement epoch; nothing moves unless
-    ``rebalance``). I/O continues meanwhile; files show ``commissioning``.
+    ``rebalance``). I/O continues meanwhile; files show ``commissioning``. ``env`` is the new servers'
+    environment (default: this process's; the controller passes a job file system's secret and tag).
 
     Returns:
         ``({sid: (host, address)}, {name: process}, change info)``.
     """
     state = state or tempfile.mkdtemp(prefix="malleable-fs-expand-")
     try:
-        servers, procs = start_data_servers(addr, list(hosts), state, dir, launcher, token, capacity=capacity)
+        servers, procs = start_data_servers(addr, list(hosts), state, dir, launcher, token, capacity=capacity,
+                                            env=env)
     except BaseException:
         with MetaClient(addr, token) as mc:
             mc.call(Expand([]))  # end the commissioning state

@@ -25,7 +25,7 @@ MAX_SCRIPT_LINES = 1000   # directives are looked for in the script's first line
 DEFAULTS: dict[str, Any] = {
     "nodes": None, "ntasks": None, "ntasks_per_node": None, "min": None, "max": None, "pref": None, "time": None,
     "output": "", "error": "", "job_name": "", "wrap": None, "speedup": "", "constraint": "", "parsable": False,
-    "bb": None, "fs_servers": None, "stage_in": [], "stage_out": [],
+    "bb": None, "fs_servers": None, "stage_in": [], "stage_out": [], "fs_min": None, "fs_max": None, "io_rate": None,
 }
 
 
@@ -53,6 +53,11 @@ def add_submit_options(p: argparse.ArgumentParser) -> None:
                    help="burst buffer for the run, e.g. 2G: the job gets a file system of its own (address in "
                         "MALLEABLE_FS) and waits, reason (BurstBuffer), while that much is not free")
     p.add_argument("--fs-servers", type=int, metavar="N", help="data servers of the job's file system (default 1)")
+    p.add_argument("--fs-min", type=int, metavar="A",
+                   help="fewest data servers it may shrink to (default --fs-servers)")
+    p.add_argument("--fs-max", type=int, metavar="B", help="most data servers it may grow to (default --fs-servers)")
+    p.add_argument("--io-rate", metavar="BYTES_S",
+                   help="the I/O rate the job wants from its file system (RIO; 200M = 200 MiB/s); it grows for it")
     p.add_argument("--stage-in", action="append", metavar="LOCAL:/FS/PATH",
                    help="copy a local file into the job's file system before it starts (repeatable)")
     p.add_argument("--stage-out", action="append", metavar="/FS/PATH:LOCAL",
@@ -221,11 +226,13 @@ def _storage(o: dict[str, Any]) -> dict[str, Any]:
     local side made absolute (the daemon runs elsewhere)."""
     from malleable.adhocfs._cli import parse_size
 
-    from ._protocol import MAX_FS_SERVERS, parse_stage
+    from ._protocol import check_fs_bounds, parse_stage
 
     if o["bb"] is None:
-        if o["fs_servers"] is not None or o["stage_in"] or o["stage_out"]:
-            raise ConfigError("--fs-servers, --stage-in and --stage-out need a burst buffer: add --bb SIZE")
+        if any(o[k] is not None for k in ("fs_servers", "fs_min", "fs_max", "io_rate")) or o["stage_in"] \
+                or o["stage_out"]:
+            raise ConfigError("--fs-servers, --fs-min, --fs-max, --io-rate, --stage-in and --stage-out need a burst "
+                              "buffer: add --bb SIZE")
         return {}
     try:
         bb = parse_size(o["bb"])
@@ -233,9 +240,20 @@ def _storage(o: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"--bb: {e}") from None
     if bb <= 0:
         raise ConfigError(f"--bb must be more than 0 bytes, got {o['bb']!r}")
-    servers = 1 if o["fs_servers"] is None else o["fs_servers"]
-    if not 1 <= servers <= MAX_FS_SERVERS:
-        raise ConfigError(f"--fs-servers must be between 1 and {MAX_FS_SERVERS}, got {servers}")
+    servers = (o["fs_min"] or 1) if o["fs_servers"] is None else o["fs_servers"]
+    lo = servers if o["fs_min"] is None else o["fs_min"]
+    hi = servers if o["fs_max"] is None else o["fs_max"]
+    why = check_fs_bounds(servers, lo, hi) or ("" if lo and hi else "--fs-min and --fs-max must be at least 1")
+    if why:
+        raise ConfigError(why)
+    rate = 0.0
+    if o["io_rate"] is not None:
+        try:
+            rate = float(parse_size(o["io_rate"]))
+        except argparse.ArgumentTypeError as e:
+            raise ConfigError(f"--io-rate: {e}") from None
+        if rate <= 0:
+            raise ConfigError(f"--io-rate must be more than 0 bytes/s, got {o['io_rate']!r}")
     stages: dict[str, list[str]] = {"in": [], "out": []}
     for direction in ("in", "out"):
         for spec in o[f"stage_{direction}"]:
@@ -248,4 +266,5 @@ def _storage(o: dict[str, Any]) -> dict[str, Any]:
             else:
                 dst = os.path.abspath(dst)
             stages[direction].append(f"{src}:{dst}")
-    return {"bb": float(bb), "fs_servers": servers, "stage_in": stages["in"], "stage_out": stages["out"]}
+    return {"bb": float(bb), "fs_servers": servers, "stage_in": stages["in"], "stage_out": stages["out"],
+            "fs_min": lo, "fs_max": hi, "io_rate": rate}

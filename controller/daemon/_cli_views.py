@@ -69,6 +69,7 @@ def job_json(j: dict[str, Any], now: float) -> dict[str, Any]:
         "unresponsive": bool(j.get("unresponsive")), "expected_start": j.get("expected_start"),
         "bb": j.get("bb", 0.0), "fs_servers": j.get("fs_servers", 0), "stage_in": list(j.get("stage_in") or []),
         "stage_out": list(j.get("stage_out") or []), "fs": j.get("fs") or {},
+        "fs_min": j.get("fs_min", 0), "fs_max": j.get("fs_max", 0), "io_rate": j.get("io_rate", 0.0),
     }
 
 
@@ -192,6 +193,7 @@ def fs_lines(j: dict[str, Any]) -> list[str]:
            f"Fs={fs.get('address') or '-'} FsState={fs.get('phase') or 'waiting'}{hosts}"]
     if fs.get("error"):
         out.append(f"  FsError={fs['error']}")
+    out += _growth_lines(j, fs)
     for direction in ("in", "out"):
         planned, done = j.get(f"stage_{direction}") or [], fs.get(f"stage_{direction}") or []
         if not planned:
@@ -200,6 +202,27 @@ def fs_lines(j: dict[str, Any]) -> list[str]:
         out.append(f"  stage-{direction}: {ok}/{len(planned)} file(s) done, {sum(d[2] for d in done)} bytes")
         for src, dst, size, err in done:
             out.append(f"    {src} -> {dst}: " + (f"FAILED: {err}" if err else f"{size} bytes"))
+    return out
+
+
+def _growth_lines(j: dict[str, Any], fs: dict[str, Any]) -> list[str]:
+    """How the file system grows with the job: its bounds, the requested and achieved rates, its servers and its
+    last decisions (from the storage policy)."""
+    rate = j.get("io_rate") or 0.0
+    lo, hi = j.get("fs_min") or j.get("fs_servers") or 1, j.get("fs_max") or j.get("fs_servers") or 1
+    if lo == hi and not rate:
+        return []
+    aio = fs.get("aio")
+    window = ",".join(f"{x / 1e6:.1f}" for x in (fs.get("samples") or [])[-3:]) or "-"
+    out = [f"  FsBounds={lo}..{hi} RIO={rate / 1e6:g}MB/s AIO={'-' if aio is None else f'{aio / 1e6:.1f}'}MB/s "
+           f"Window=[{window}]" + (f" Reclaiming={fs['reclaiming']}" if fs.get("reclaiming") else "")]
+    servers = fs.get("servers") or []
+    if servers:
+        out.append("  data servers: " + ", ".join(f"{sid}@{h}" for sid, h in servers))
+    for d in fs.get("decisions") or []:
+        what = {"add": f"add on {d['host']}", "remove": f"remove {d['sid']}@{d['host']}",
+                "reclaim": f"take back {d['host']}"}.get(d["kind"], d["kind"])
+        out.append(f"    {time.strftime('%H:%M:%S', time.localtime(d['t']))}  {what}: {d['reason']}"[:160])
     return out
 
 

@@ -48,10 +48,6 @@ from ._events import (
     AddStep,
     DeleteHost,
     Event,
-    FsFailed,
-    FsProgress,
-    FsReady,
-    FsStopped,
     HostClean,
     HostDown,
     HostUp,
@@ -337,9 +333,8 @@ class Core:
         self.next_id += 1
         j = JobRec(jid, m.name or m.cmd[0].rsplit("/", 1)[-1], list(m.cmd), pref, lo, hi, m.malleable, limit,
                    m.out.replace("%j", str(jid)), m.err.replace("%j", str(jid)), m.cwd, env, now,
-                   reason="Priority", speedup=speedup, constraint=constraint, user=m.user, bb=m.bb,
-                   fs_servers=m.fs_servers, stage_in=[list(P.parse_stage(x, "in")) for x in m.stage_in],
-                   stage_out=[list(P.parse_stage(x, "out")) for x in m.stage_out])
+                   reason="Priority", speedup=speedup, constraint=constraint, user=m.user,
+                   **_storage.submitted(m))
         self.ledger.submit(self.to_job(j))
         self.save(j)
         self.log_event(jid, "submit", f"{'malleable' if m.malleable else 'rigid'} {lo}..{hi} pref {pref} nodes, "
@@ -577,10 +572,7 @@ _HANDLERS: dict[type, Callable[[Core, Any], None]] = {
     HostUp: Core._host_up,
     Tick: Core._tick,
     Schedule: _pass.schedule,
-    FsReady: _storage.ready,
-    FsProgress: _storage.progress,
-    FsFailed: _storage.failed,
-    FsStopped: _storage.stopped,
+    **_storage.HANDLERS,
 }
 """One handler per event type."""
 

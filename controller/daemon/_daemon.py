@@ -61,6 +61,7 @@ from ._events import (
     Relaunch,
     Reply,
     Request,
+    ScaleFs,
     Schedule,
     StartFs,
     Stop,
@@ -557,6 +558,7 @@ _ACTIONS: dict[type, Callable[[Daemon, Any], None]] = {
     Kill: Daemon._kill,
     StartFs: lambda d, a: d.fs.start(a),
     StopFs: lambda d, a: d.fs.stop(a),
+    ScaleFs: lambda d, a: d.fs.scale(a),
 }
 """How the daemon carries out each process action of the core."""
 

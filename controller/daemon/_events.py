@@ -24,6 +24,8 @@ __all__ = [
     "FsFailed",
     "FsProgress",
     "FsReady",
+    "FsSample",
+    "FsScaled",
     "FsStopped",
     "HostClean",
     "HostDown",
@@ -38,6 +40,7 @@ __all__ = [
     "Reply",
     "Request",
     "ResizeOrder",
+    "ScaleFs",
     "SaveHost",
     "SaveJob",
     "Schedule",
@@ -237,8 +240,33 @@ class FsStopped:
     errors: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class FsSample:
+    """The job's file system measured: ``aio`` is the achieved I/O rate (bytes/s read and written by its data
+    servers since the previous sample; None: no I/O, which is no sample for the rule), ``servers`` its active data
+    servers as ``(server id, host)``, oldest first."""
+
+    now: float
+    job_id: int
+    aio: float | None
+    servers: tuple[tuple[int, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FsScaled:
+    """A :class:`ScaleFs` was carried out (``error`` "") or not: ``kind`` add or remove, server ``sid`` on
+    ``host``."""
+
+    now: float
+    job_id: int
+    kind: str
+    host: str
+    sid: int = 0
+    error: str = ""
+
+
 Event: TypeAlias = (Request | JobLaunched | LaunchFailed | Relaunch | JobExited | HostClean | HostDown | HostUp
-                    | Tick | Schedule | FsReady | FsProgress | FsFailed | FsStopped)
+                    | Tick | Schedule | FsReady | FsProgress | FsFailed | FsStopped | FsSample | FsScaled)
 
 
 # -- actions -----------------------------------------------------------------------------------------------
@@ -349,8 +377,22 @@ class StopFs:
     stage_out: tuple[tuple[str, str], ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class ScaleFs:
+    """Change the job's running file system at ``address`` with adhocfs's own expand and shrink: ``kind`` add (a
+    data server on ``host`` holding at most ``capacity`` bytes) or remove (server ``sid``, its blocks moved to the
+    others by partial redistribution). Answered by :class:`FsScaled`."""
+
+    job_id: int
+    address: str
+    kind: str
+    host: str
+    sid: int = 0
+    capacity: int = 0
+
+
 Action: TypeAlias = (SaveJob | SaveHost | DeleteHost | AddStep | AddEvent | Launch | Stop | Kill | Reply | StartFs
-                     | StopFs)
+                     | StopFs | ScaleFs)
 
 PERSIST: tuple[type, ...] = (SaveJob, SaveHost, DeleteHost, AddStep, AddEvent)
 """Action types that change the state file (carried out first, in one transaction)."""

@@ -9,6 +9,12 @@ go on answering), which reports what happened as core events (:class:`~._events.
 from the operator's and the job id, so the job's environment gets a credential that opens that file system and
 nothing else; they carry a tag of their own (``<controller>.fs<job>``), by which the hosts are searched for
 leftovers after the stop.
+
+While a file system is up, a sampler thread measures it every :data:`SAMPLE_EVERY` seconds (the bytes its data
+servers read and wrote since the last look, from the metadata server's status, as ``malleable fs status`` shows
+them) and reports :class:`~._events.FsSample`; a :class:`~._events.ScaleFs` of the core adds a data server with
+adhocfs's own expand or removes one with its shrink (partial redistribution), in a thread, answered by
+:class:`~._events.FsScaled`.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from typing import Any
 
 from malleable.errors import MalleableError
 
-from ._events import FsFailed, FsProgress, FsReady, FsStopped, StartFs, StopFs
+from ._events import FsFailed, FsProgress, FsReady, FsSample, FsScaled, FsStopped, ScaleFs, StartFs, StopFs
 from ._hostpool import TAG_VAR, HostPool
 
 __all__ = ["FS_ENV", "FsShell", "fs_secret"]
@@ -39,6 +45,9 @@ TOKEN_ENV = "MALLEABLE_TOKEN"
 
 CHUNK = 4 << 20
 CLEAN_WAIT = 10.0        # seconds the servers may take to exit after the stop before they are killed
+SAMPLE_EVERY = 2.0       # seconds between two measurements of a running file system
+SAMPLE_TIMEOUT = 5.0     # seconds a measurement may wait for the metadata server
+SCALE_TIMEOUT = 300.0    # seconds a shrink's redistribution may take
 
 
 def fs_secret(token: bytes, cid: str, job_id: int) -> str:
@@ -63,6 +72,12 @@ class FsShell:
         self.results: queue.Queue[Any] = queue.Queue()
         self.threads: list[threading.Thread] = []
         self.deps: dict[int, Any] = {}           # job id -> the Deployment this daemon started
+        self.names: dict[int, dict[int, str]] = {}   # job id -> {data server id: pool host}
+        self.scaling: set[int] = set()           # jobs whose file system is being changed (not sampled meanwhile)
+        self.last: dict[int, tuple[float, dict[int, int]]] = {}   # job id -> (time, bytes per server) last seen
+        self.lock = threading.Lock()
+        self.quit = threading.Event()
+        self.sampler: threading.Thread | None = None
 
     # -- names and secrets -----------------------------------------------------------------------------------
     def secret(self, job_id: int) -> str:
@@ -98,6 +113,12 @@ class FsShell:
         """Stage out and stop the file system of ``a`` in a thread."""
         self._thread(self._stop, a, f"fs-stop-{a.job_id}")
 
+    def scale(self, a: ScaleFs) -> None:
+        """Add or remove a data server of ``a``'s file system in a thread."""
+        with self.lock:
+            self.scaling.add(a.job_id)
+        self._thread(self._scale, a, f"fs-{a.kind}-{a.job_id}")
+
     def events(self) -> list[Any]:
         """The core events reported since the last call."""
         out = []
@@ -108,7 +129,8 @@ class FsShell:
                 return out
 
     def join(self, timeout: float) -> None:
-        """Wait (bounded) for the threads still starting or stopping file systems."""
+        """Wait (bounded) for the threads still starting or stopping file systems; stop sampling."""
+        self.quit.set()
         deadline = time.monotonic() + timeout
         for t in self.threads:
             t.join(max(0.0, deadline - time.monotonic()))
@@ -143,7 +165,10 @@ class FsShell:
             log.error("job %d: file system did not start: %s", jid, e)  # noqa: TRY400 - the reason is the message
             self._post(FsFailed(time.time(), jid, f"the servers did not start: {' '.join(str(e).split())[:400]}"))
             return
-        self.deps[jid] = dep
+        with self.lock:
+            self.deps[jid] = dep
+            self.names[jid] = dict(zip(dep.data, a.data, strict=True))
+        self._sampling()
         log.info("job %d: file system at %s", jid, dep.address)
         for src, dst in a.stage_in:
             try:
@@ -185,7 +210,10 @@ class FsShell:
         except (MalleableError, OSError) as e:
             err = f"stop: {' '.join(str(e).split())[:300]}"
             log.warning("job %d: stopping its file system at %s: %s", jid, address, err)
-        dep = self.deps.pop(jid, None)
+        with self.lock:
+            dep = self.deps.pop(jid, None)
+            self.names.pop(jid, None)
+            self.last.pop(jid, None)
         if dep is not None:
             dep.wait(CLEAN_WAIT)
         tag, names = self.tag(jid), [h for h in dict.fromkeys(hosts) if h]
@@ -200,6 +228,80 @@ class FsShell:
             log.warning("job %d: file-system processes left on %s: %s; killing them", jid, h, pids)
             self.pool.kill(tag, h, pids)
         return tuple(sorted(left)), err
+
+
+    # -- growing and shrinking -------------------------------------------------------------------------------
+    def _scale(self, a: ScaleFs) -> None:
+        from malleable.adhocfs._admin import expand_fs, shrink_fs
+
+        jid, secret = a.job_id, self.secret(a.job_id).encode()
+        sid, error = a.sid, ""
+        dep = self.deps.get(jid)
+        try:
+            if dep is None:
+                error = "the file system is not one this controller started (or it is being stopped)"
+            elif a.kind == "add":
+                servers, procs, _ = expand_fs(a.address, [self.host(a.host)], state=dep.state, token=secret,
+                                              launcher=self.pool.launcher_exec, capacity=a.capacity,
+                                              env=self._server_env(jid))
+                sid = next(iter(servers))
+                with self.lock:
+                    dep.procs.update(procs)         # waited for at the stop, with the others
+                    dep.data.update(servers)
+                    self.names.setdefault(jid, {})[sid] = a.host
+            else:
+                shrink_fs(a.address, [a.sid], "partial", timeout=SCALE_TIMEOUT, token=secret)
+        except (MalleableError, OSError, ValueError) as e:
+            error = " ".join(str(e).split())[:400]
+            log.warning("job %d: %s of a data server on %s failed: %s", jid, a.kind, a.host, error)
+        finally:
+            with self.lock:
+                self.scaling.discard(jid)
+                self.last.pop(jid, None)             # the next sample starts a new interval
+        self._post(FsScaled(time.time(), jid, a.kind, a.host, sid, error))
+
+    # -- measuring -------------------------------------------------------------------------------------------
+    def _sampling(self) -> None:
+        """Start the sampler thread once (it measures every file system this daemon runs)."""
+        with self.lock:
+            if self.sampler is None or not self.sampler.is_alive():
+                self.sampler = threading.Thread(target=self._sample_loop, name="fs-sampler", daemon=True)
+                self.sampler.start()
+
+    def _sample_loop(self) -> None:
+        while not self.quit.wait(SAMPLE_EVERY):
+            with self.lock:
+                jobs = [(jid, dep.address) for jid, dep in self.deps.items() if jid not in self.scaling]
+            for jid, address in jobs:
+                try:
+                    ev = self.sample(jid, address, time.time())
+                except Exception as e:  # noqa: BLE001 - a file system being stopped must not end the sampling
+                    log.debug("job %d: no sample of its file system: %s", jid, e)
+                    continue
+                if ev is not None:
+                    self._post(ev)
+
+    def sample(self, jid: int, address: str, now: float) -> FsSample | None:
+        """Measure job ``jid``'s file system: its active data servers and the bytes/s they moved since the last
+        sample (None at the first look or without I/O); None if it is being changed or stopped meanwhile."""
+        from malleable.adhocfs._deploy import MetaClient
+
+        with MetaClient(address, self.secret(jid).encode(), SAMPLE_TIMEOUT) as mc:
+            st = mc.status()
+        counts = {s["sid"]: s.get("read_bytes", 0) + s.get("write_bytes", 0) for s in st.servers
+                  if s.get("reachable")}
+        with self.lock:
+            if jid not in self.deps or jid in self.scaling:
+                return None
+            names = self.names.get(jid, {})
+            prev, self.last[jid] = self.last.get(jid), (now, counts)
+        servers = tuple((s["sid"], names.get(s["sid"], s["host"])) for s in sorted(st.servers, key=lambda s: s["sid"])
+                        if s["state"] == "active")
+        aio = None
+        if prev is not None and now > prev[0]:
+            moved = sum(max(0, c - prev[1][sid]) for sid, c in counts.items() if sid in prev[1])
+            aio = moved / (now - prev[0]) if moved > 0 else None
+        return FsSample(now, jid, aio, servers)
 
 
 def _copy_in(address: str, secret: bytes, src: str, dst: str) -> int:

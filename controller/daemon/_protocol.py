@@ -53,46 +53,11 @@ from malleable.controller.sched._speedup import SPEEDUP_MODELS, parse_speedup
 from malleable.errors import ConfigError, ProtocolError
 
 __all__ = [
-    "CONSTRAINTS",
-    "MAX_FRAME",
-    "MAX_FS_SERVERS",
-    "SERVER_KEY_ENV",
-    "SPEEDUP_MODELS",
-    "STATES",
-    "VERSION",
-    "AddUser",
-    "Cancel",
-    "Committed",
-    "Error",
-    "History",
-    "Info",
-    "JobInfo",
-    "Message",
-    "Nodes",
-    "Ok",
-    "Order",
-    "Poll",
-    "Progress",
-    "Queue",
-    "Refused",
-    "Register",
-    "RemoveUser",
-    "Shutdown",
-    "Status",
-    "StatusReply",
-    "Submit",
-    "Submitted",
-    "Table",
-    "USER_NAME",
-    "Users",
-    "decode",
-    "decode_keyed",
-    "encode_keyed",
-    "encode",
-    "format_size",
-    "parse_speedup",
-    "parse_stage",
-    "prepare_socket",
+    "AddUser", "CONSTRAINTS", "Cancel", "Committed", "Error", "History", "Info", "JobInfo", "MAX_FRAME",
+    "MAX_FS_SERVERS", "Message", "Nodes", "Ok", "Order", "Poll", "Progress", "Queue", "Refused", "Register",
+    "RemoveUser", "SERVER_KEY_ENV", "SPEEDUP_MODELS", "STATES", "Shutdown", "Status", "StatusReply", "Submit",
+    "Submitted", "Table", "USER_NAME", "Users", "VERSION", "check_fs_bounds", "decode", "decode_keyed", "encode",
+    "encode_keyed", "format_size", "parse_speedup", "parse_stage", "prepare_socket",
 ]
 
 VERSION = 2             # 2: submit carries speedup, constraint and user; history carries filters
@@ -134,6 +99,19 @@ def parse_stage(text: str, direction: str) -> tuple[str, str]:
     if not sep or not src or not dst or not inner.startswith("/"):
         raise ValueError(f"--stage-{direction} wants {form} (the file-system path absolute), got {text[:200]!r}")
     return src, dst
+
+
+def check_fs_bounds(servers: int, fs_min: int, fs_max: int) -> str:
+    """Why ``--fs-servers``/``--fs-min``/``--fs-max`` do not fit together ("" when they do): each between 1 and
+    :data:`MAX_FS_SERVERS` (0 for a bound: ``servers``) and ``fs_min <= servers <= fs_max``. Shared by the command
+    line and the message check, so both refuse with the same line."""
+    lo, hi = fs_min or servers, fs_max or servers
+    for name, n in (("--fs-servers", servers), ("--fs-min", lo), ("--fs-max", hi)):
+        if not 1 <= n <= MAX_FS_SERVERS:
+            return f"{name} must be between 1 and {MAX_FS_SERVERS}, got {n}"
+    if not lo <= servers <= hi:
+        return f"need --fs-min <= --fs-servers <= --fs-max, got {lo} <= {servers} <= {hi}"
+    return ""
 
 
 def format_size(n: float) -> str:
@@ -241,6 +219,9 @@ class Submit(Message):
     fs_servers: int = 0      # data servers of that file system (0: one)
     stage_in: list[str] = field(default_factory=list, metadata={"optional": ()})   # "LOCAL:/FS/PATH" copied in
     stage_out: list[str] = field(default_factory=list, metadata={"optional": ()})  # "/FS/PATH:LOCAL" copied out
+    fs_min: int = 0          # fewest data servers the file system may shrink to (0: fs_servers)
+    fs_max: int = 0          # most data servers it may grow to (0: fs_servers)
+    io_rate: float = 0.0     # requested I/O rate (RIO) in bytes/s: what the file system grows for (0: none)
 
 
 @_msg("queue")
@@ -492,10 +473,12 @@ def _check_submit(m: Submit) -> None:
             raise ProtocolError(f"submit: {e}") from None
     if m.constraint and m.constraint not in CONSTRAINTS:
         raise ProtocolError(f"submit: bad constraint {m.constraint[:64]!r}: use one of {', '.join(CONSTRAINTS)}")
-    if m.fs_servers > MAX_FS_SERVERS:
-        raise ProtocolError(f"submit: --fs-servers must be at most {MAX_FS_SERVERS}, got {m.fs_servers}")
-    if not m.bb and (m.fs_servers or m.stage_in or m.stage_out):
-        raise ProtocolError("submit: --fs-servers, --stage-in and --stage-out need a burst buffer (--bb SIZE)")
+    if not m.bb and (m.fs_servers or m.stage_in or m.stage_out or m.fs_min or m.fs_max or m.io_rate):
+        raise ProtocolError("submit: --fs-servers, --fs-min, --fs-max, --io-rate, --stage-in and --stage-out need a "
+                            "burst buffer (--bb SIZE)")
+    why = check_fs_bounds(m.fs_servers or 1, m.fs_min, m.fs_max)
+    if why:
+        raise ProtocolError(f"submit: {why}")
     for direction, specs in (("in", m.stage_in), ("out", m.stage_out)):
         for spec in specs:
             try:

@@ -10,6 +10,13 @@ After the job ends (whatever its state) the shell copies the stage-out files bac
 that none is left (:class:`~._events.StopFs`, answered by :class:`~._events.FsStopped`); until then the job's
 buffer stays held. A failed start or stage-in fails the job (:class:`~._events.FsFailed`).
 
+While the job runs, its file system grows and shrinks with it: the shell measures the achieved I/O rate every few
+seconds (:class:`~._events.FsSample`); the pure storage policy (:mod:`._fspolicy`) compares it with the rate the
+job asked for (``--io-rate``) within ``--fs-min``/``--fs-max`` and picks the host; the core asks the shell to add
+or remove one data server (:class:`~._events.ScaleFs`, answered by :class:`~._events.FsScaled`), or orders a
+malleable job to give back a host for a later server. The file system's servers and its last decisions are kept
+in ``JobRec.fs`` (``servers``, ``samples``, ``decisions``), which ``malleable info`` shows.
+
 Plain functions over the :class:`~._core.Core` they are given, as :mod:`._pass` and :mod:`._link` are; the
 record of the file system lives in ``JobRec.fs`` (``phase``: starting, ready, staging-out, stopped or failed).
 """
@@ -17,22 +24,50 @@ record of the file system lives in ``JobRec.fs`` (``phase``: starting, ready, st
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from malleable.errors import Refusal
 
 from . import _protocol as P
-from ._events import FsFailed, FsProgress, FsReady, FsStopped, JobState, StartFs, StopFs
+from ._events import (
+    FsFailed,
+    FsProgress,
+    FsReady,
+    FsSample,
+    FsScaled,
+    FsStopped,
+    JobState,
+    ScaleFs,
+    StartFs,
+    StopFs,
+)
+from ._fspolicy import Donor, FsDecision, FsState, StorageRule, decide_storage
 from ._store import JobRec
 
 if TYPE_CHECKING:
     from ._core import Core
 
-__all__ = ["check_submit", "ended", "failed", "forget", "progress", "ready", "ready_to_launch", "reasons", "reload",
-           "stopped"]
+__all__ = ["HANDLERS", "RULE", "check_submit", "ended", "failed", "forget", "progress", "ready", "ready_to_launch",
+           "reasons", "reload", "sampled", "scaled", "stopped", "submitted"]
 
 WAIT_REASON = "BurstBuffer"
 """The pending reason of a job whose burst buffer does not fit in what is free now."""
+
+
+RULE = StorageRule()
+"""The storage policy's parameters (tolerance, window, cool-down)."""
+KEEP_SAMPLES = 12           # AIO samples kept per file system (the window is the last RULE.k of them)
+KEEP_DECISIONS = 8          # decisions kept per file system for ``malleable info``
+RECLAIM_WAIT = 120.0        # seconds a host being taken back is waited for before the policy decides afresh
+
+
+def submitted(m: P.Submit) -> dict:
+    """The storage fields of a new job record from its submit request."""
+    servers = m.fs_servers or (1 if m.bb else 0)
+    return {"bb": m.bb, "fs_servers": m.fs_servers, "fs_min": m.fs_min or servers, "fs_max": m.fs_max or servers,
+            "io_rate": m.io_rate, "stage_in": [list(P.parse_stage(x, "in")) for x in m.stage_in],
+            "stage_out": [list(P.parse_stage(x, "out")) for x in m.stage_out]}
 
 
 def check_submit(core: Core, m: P.Submit) -> None:
@@ -86,7 +121,8 @@ def ready_to_launch(core: Core, j: JobRec, now: float) -> bool:
 
 
 def _hosts_of(fs: dict) -> tuple[str, ...]:
-    return tuple(dict.fromkeys([fs.get("meta", ""), *fs.get("data", [])]))
+    """Every host a server of the file system ran on (those removed since included: searched for leftovers)."""
+    return tuple(dict.fromkeys([fs.get("meta", ""), *fs.get("data", []), *fs.get("used", [])]))
 
 
 def _stop(core: Core, j: JobRec, now: float, stage_out: bool) -> None:
@@ -200,3 +236,121 @@ def reasons(core: Core) -> None:
         elif j.reason == WAIT_REASON and j.bb <= free + 1e-9:
             j.reason = "Priority"
             core.save(j)
+
+
+# -- growing and shrinking with the job ------------------------------------------------------------------------
+def _donors(core: Core, j: JobRec) -> list[Donor]:
+    """Running malleable jobs (not ``j``) whose newest host is a storage host, with no order in flight."""
+    out = []
+    for o in core.jobs.values():
+        if (o.id != j.id and o.malleable and o.state == JobState.RUNNING and o.registered and not o.order
+                and not o.cancel and o.hosts and o.hosts[-1] in core.storage):
+            out.append(Donor(o.id, o.hosts[-1], len(o.hosts), o.min_nodes))
+    return out
+
+
+def _state(core: Core, j: JobRec, now: float) -> FsState:
+    fs = j.fs
+    if fs.get("reclaiming") and now - fs.get("reclaim_since", now) > RECLAIM_WAIT:
+        core.log_event(j.id, "fs-reclaim", f"{fs['reclaiming']} was not released in {RECLAIM_WAIT:g} s; "
+                       "deciding afresh", now)
+        fs["reclaiming"] = ""
+    last = fs.get("last_change")
+    return FsState(j.id, tuple((int(s), str(h)) for s, h in fs.get("servers", [])), j.fs_min or 1,
+                   j.fs_max or 1, j.io_rate, tuple(fs.get("samples", [])), fs.get("since"), last,
+                   tuple(j.hosts), fs.get("reclaiming", ""))
+
+
+def sampled(core: Core, e: FsSample) -> None:
+    """A new measurement of a running job's file system: record it, run the storage policy, act on its decision."""
+    j = core.jobs.get(e.job_id)
+    if j is None or j.state != JobState.RUNNING or j.fs.get("phase") != "ready":
+        return
+    fs = j.fs
+    fs["servers"] = [[sid, h] for sid, h in e.servers]
+    fs["data"] = [h for _, h in e.servers]
+    fs["aio"] = e.aio
+    if e.aio is not None:
+        fs["samples"] = [*fs.get("samples", []), e.aio][-KEEP_SAMPLES:]
+        fs["since"] = fs.get("since", 0) + 1
+    if fs.get("scaling"):
+        core.save(j)
+        return
+    free = [h for h in core.storage if core.hosts[h].free and core.hosts[h].drain is None]
+    taken = {h: o for h in core.storage if (o := core.hosts[h].owner) is not None}
+    for d in decide_storage(_state(core, j, e.now), core.storage, free, taken, _donors(core, j), e.now, RULE):
+        _carry_out(core, j, d, e.now)
+    core.save(j)
+
+
+def _note(j: JobRec, d: FsDecision, now: float) -> None:
+    """Keep the decision for ``malleable info`` (a keep replaces an earlier keep: only changes pile up)."""
+    rec = {"t": now, "kind": d.kind, "host": d.host, "sid": d.sid, "reason": d.reason[:300]}
+    out = j.fs.setdefault("decisions", [])
+    if d.kind == "keep" and out and out[-1]["kind"] == "keep":
+        out[-1] = rec
+    else:
+        out.append(rec)
+    del out[:-KEEP_DECISIONS]
+
+
+def _carry_out(core: Core, j: JobRec, d: FsDecision, now: float) -> None:
+    fs = j.fs
+    _note(j, d, now)
+    if d.kind == "add":
+        fs.update(scaling="add", reclaiming="", used=list(dict.fromkeys([*fs.get("used", []), d.host])))
+        core.log_event(j.id, "fs-grow", f"one data server more on {d.host}: {d.reason}"[:300], now)
+        core.emit(ScaleFs(j.id, fs["address"], "add", d.host, 0, math.ceil(j.bb / (j.fs_servers or 1))))
+    elif d.kind == "remove":
+        fs["scaling"] = "remove"
+        core.log_event(j.id, "fs-shrink", f"data server {d.sid} on {d.host} leaves: {d.reason}"[:300], now)
+        core.emit(ScaleFs(j.id, fs["address"], "remove", d.host, d.sid))
+    elif d.kind == "reclaim":
+        _reclaim(core, j, d, now)
+
+
+def _reclaim(core: Core, j: JobRec, d: FsDecision, now: float) -> None:
+    """Order the donor to give its newest host, through the ledger's decision path (as a pass's shrink)."""
+    from malleable.controller.sched._model import ResizeJob
+
+    from . import _pass
+
+    donor = core.jobs[d.donor]
+    _pass.refresh_busy(core, now)
+    done = core.ledger.apply([ResizeJob(donor.id, tuple(donor.hosts[:-1]))], now, strict=False,
+                             sink=lambda ef: _pass.effect(core, ef, now))
+    if done.rejected or done.deferred:
+        why = "; ".join(w for _, w in [*done.rejected, *done.deferred])
+        core.log_event(j.id, "fs-reclaim", f"job {donor.id} cannot give {d.host} now: {why}"[:300], now)
+        return
+    j.fs.update(reclaiming=d.host, reclaim_since=now, last_change=now, since=0)
+    core.log_event(j.id, "fs-reclaim", f"job {donor.id} gives {d.host} for a data server: {d.reason}"[:300], now)
+
+
+def scaled(core: Core, e: FsScaled) -> None:
+    """A server was added or removed (or not): the file system's hosts follow, the rule's cool-down starts."""
+    j = core.jobs.get(e.job_id)
+    if j is None or not j.fs:
+        return
+    fs = j.fs
+    fs["scaling"] = ""
+    if e.error:
+        core.log_event(j.id, f"fs-{'grow' if e.kind == 'add' else 'shrink'}", f"failed: {e.error}"[:300], e.now)
+    elif e.kind == "add":
+        fs["servers"] = [*fs.get("servers", []), [e.sid, e.host]]
+        fs["data"] = [*fs.get("data", []), e.host]
+        core.log_event(j.id, "fs-grown", f"data server {e.sid} on {e.host} serves new blocks", e.now)
+    else:
+        fs["servers"] = [s for s in fs.get("servers", []) if s[0] != e.sid]
+        fs["data"] = [h for _, h in fs["servers"]]
+        core.log_event(j.id, "fs-shrunk", f"data server {e.sid} on {e.host} left; its blocks moved to the others",
+                       e.now)
+    if not e.error:
+        fs["used"] = list(dict.fromkeys([*fs.get("used", []), e.host]))
+    fs.update(last_change=e.now, since=0)
+    core.save(j)
+
+
+HANDLERS: dict[type, Callable[[Core, Any], None]] = {
+    FsReady: ready, FsProgress: progress, FsFailed: failed, FsStopped: stopped, FsSample: sampled, FsScaled: scaled}
+"""The core's handler of each file-system event (entries of its one table of handlers)."""

@@ -98,6 +98,9 @@ class JobRec:
     stage_in: list[list[str]] = field(default_factory=list)    # [local, fs path] copied in before the start
     stage_out: list[list[str]] = field(default_factory=list)   # [fs path, local] copied out after the end
     fs: dict[str, Any] = field(default_factory=dict)           # the file system: phase, hosts, address, files
+    fs_min: int = 0                          # fewest data servers its file system may shrink to (0: fs_servers)
+    fs_max: int = 0                          # most data servers it may grow to (0: fs_servers)
+    io_rate: float = 0.0                     # requested I/O rate (RIO, bytes/s) its file system grows for
 
     @property
     def size(self) -> int:

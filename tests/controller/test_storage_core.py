@@ -124,7 +124,7 @@ def test_stage_specs_are_checked_by_the_protocol(tmp_path):
                       ({"bb": 1.0, "stage_in": ["/a:b"]}, "LOCAL:/FS/PATH"),
                       ({"bb": 1.0, "stage_out": ["b:/a"]}, "/FS/PATH:LOCAL"),
                       ({"bb": 1.0, "stage_in": ["a:/b"]}, "local path must be absolute"),
-                      ({"bb": 1.0, "fs_servers": 65}, "at most 64")):
+                      ({"bb": 1.0, "fs_servers": 65}, "between 1 and 64")):
         with pytest.raises(ProtocolError, match=match):
             check(**kw)
 

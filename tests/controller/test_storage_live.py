@@ -64,9 +64,9 @@ def test_job_file_system_stage_in_write_stage_out_and_clean_hosts(env, tmp_path,
         assert fs["stage_in"] == [[str(src), "/in/in.bin", 3 * M + 17, ""]]
         assert fs["stage_out"] == [["/out/result.bin", f"{tmp_path}/result.bin", 2 * M + 5, ""]]
         assert no_servers_left(d, jid)
-        for h in hosts:                                  # nothing of adhocfs in any namespace
+        for h in hosts:                                  # nothing of this checkout's adhocfs in any namespace
             cmds = [" ".join(psutil_cmdline(p)) for p in netns_cluster.pids_on(h)]
-            assert not [x for x in cmds if "malleable.adhocfs" in x], (h, cmds)
+            assert not [x for x in cmds if "malleable.adhocfs" in x and PY in x], (h, cmds)
         code, out, _ = cli("info", str(jid), "--state", str(tmp_path / "ctl.sqlite"))
         assert code == 0 and f"Fs={addr} FsState=stopped" in out and "stage-out: 1/1 file(s) done" in out
 
@@ -167,3 +167,70 @@ def test_cancelled_job_still_stages_out_and_fs_job_reaches_its_file_system(env, 
         assert (tmp_path / "back.bin").read_bytes() == data
         assert no_servers_left(d, jid)
         assert d.core.status()["bb_free"] == 16 * M
+
+
+WRITER = '''
+import hashlib, os, sys, time
+from malleable.adhocfs import connect
+tmp, deadline = sys.argv[1], time.time() + float(sys.argv[2])
+written = {}
+with connect(os.environ["MALLEABLE_FS"]) as fs:
+    fs.makedirs("/w", exist_ok=True)
+    i, after = 0, None
+    while time.time() < deadline and (after is None or i < after + 6):
+        data = hashlib.sha256(str(i).encode()).digest() * (32768 + 97 * i)     # about 1 MiB, each file different
+        with fs.open(f"/w/f{i % 24}.bin", "wb") as f:                            # 24 files rewritten in turn
+            f.write(data)
+        written[f"/w/f{i % 24}.bin"] = data
+        i += 1
+        time.sleep(0.05)
+        if after is None and os.path.exists(f"{tmp}/grown"):
+            after = i                                                            # a few more files once grown
+    bad = [p for p, data in written.items() if fs.open(p, "rb").read() != data]
+    with open(f"{tmp}/result.txt", "w") as out:
+        out.write(f"{i} {sum(map(len, written.values()))} {after} {len(bad)}\\n")
+sys.exit(1 if bad or after is None else 0)
+'''
+
+
+@pytest.mark.netns
+@pytest.mark.timeout(300)
+def test_a_job_file_system_grows_onto_another_host_while_the_job_writes(env, tmp_path, netns_cluster):
+    hosts = netns_cluster.hosts[:3]
+    pool = HostPool.from_hosts([",".join(hosts)], netns_cluster.launcher)
+    (tmp_path / "writer.py").write_text(WRITER)
+    with daemon_thread(tmp_path / "ctl.sqlite", pool, "fcfs-bb", bb_capacity=512 * M,
+                       storage_hosts=tuple(hosts[1:])) as (d, c):
+        jid = c.submit([PY, str(tmp_path / "writer.py"), str(tmp_path), "150"], 1, out=str(tmp_path / "j.out"),
+                       env=env, bb=400 * M, fs_min=1, fs_max=2, io_rate=float(10 * G))
+        wait_for(lambda: c.info(jid).job["state"] in ("RUNNING", "FAILED"), 60, "the job to run")
+        grown = wait_for(lambda: len((c.info(jid).job["fs"] or {}).get("servers") or []) == 2
+                         or c.info(jid).job["state"] != "RUNNING", 120, "a second data server")
+        job = c.info(jid).job
+        assert job["state"] == "RUNNING", (tmp_path / "j.out").read_text()[-2000:] + str(c.info(jid).events)
+        assert grown and [h for _, h in job["fs"]["servers"]] == [hosts[1], hosts[2]]   # on the other host
+        code, out, _ = cli("info", str(jid), "--state", str(tmp_path / "ctl.sqlite"))
+        assert code == 0 and "FsBounds=1..2" in out and f"add on {hosts[2]}" in out, out
+        (tmp_path / "info.txt").write_text(out)
+
+        def blocks_on_new_server():
+            from malleable.adhocfs._deploy import MetaClient
+
+            with MetaClient(job["fs"]["address"], d.fs.secret(jid).encode()) as mc:
+                return sum(s.get("blocks", 0) for s in mc.status().servers if s["host"] == hosts[2])
+
+        assert wait_for(blocks_on_new_server, 60, "blocks written on the new server")    # the job's writes use it
+        (tmp_path / "grown").touch()
+        assert wait_final(c, [jid], 120)[jid] == "COMPLETED", (tmp_path / "j.out").read_text()[-2000:]
+        files, size, after, bad = map(int, (tmp_path / "result.txt").read_text().split())
+        assert bad == 0 and files >= after + 6 and size > 24 * M // 2       # every byte read back equal
+        fs = wait_for(lambda: fs_done(c, jid), 60, "the file system to be stopped")
+        assert fs["phase"] == "stopped" and fs["left"] == [] and fs["error"] == ""
+        kinds = [e["kind"] for e in c.info(jid).events]
+        assert "fs-grow" in kinds and "fs-grown" in kinds
+        assert no_servers_left(d, jid)
+        for h in hosts:                                  # nothing of this test's adhocfs in any namespace
+            cmds = [" ".join(psutil_cmdline(p)) for p in netns_cluster.pids_on(h)]
+            assert not [x for x in cmds if "malleable.adhocfs" in x and PY in x and fs["address"].rsplit(":", 1)[1]
+                        in x], (h, cmds)
+            assert not [x for x in cmds if "malleable.adhocfs._data" in x and fs["address"] in x], (h, cmds)
