@@ -155,6 +155,8 @@ def files(tmp: str, size: int) -> tuple[str, str]:
 # ------------------------------------------------------------------------------------------------ 1. submit
 def bench_start(c, tmp: str, servers: int, rounds: int, size: int) -> dict:
     """Submit -> running with a ready file system, against ``fs start`` + ``fs put`` + ``fs stop`` by hand."""
+    from malleable.adhocfs._deploy import start_fs
+
     marker, data = files(tmp, size)
     ctl, hand = [], []
     for _ in range(rounds):
@@ -179,8 +181,12 @@ def bench_start(c, tmp: str, servers: int, rounds: int, size: int) -> dict:
         t = time.monotonic()
         _cli("fs", "stop", "--meta", addr)
         t_stop = time.monotonic() - t
+        t = time.monotonic()                   # the library call alone (no command's Python start-up)
+        dep = start_fs(fs["meta"], fs["data"], launcher=LAUNCHER, token=TOKEN.encode(), capacity=64 * M // servers)
+        t_lib = time.monotonic() - t
+        dep.stop()
         hand.append({"fs_start_cli_s": t_start, "fs_put_cli_s": t_put, "fs_stop_cli_s": t_stop,
-                     "total_s": t_start + t_put})
+                     "total_s": t_start + t_put, "start_fs_call_s": t_lib})
     keys = ("queue_s", "server_start_s", "stage_in_s", "ready_to_launch_s", "submit_to_running_s", "end_to_stopped_s")
     return {"servers": servers, "file_bytes": size, "meta": ctl[0]["meta"], "data": ctl[0]["data"],
             "controller": {k: stats([r.get(k) for r in ctl]) for k in keys},
@@ -253,17 +259,35 @@ def _elastic_once(addr: str, secret: bytes, new_host: str, fill: int) -> dict:
     with MetaClient(addr, secret) as mc:
         row = next(s for s in mc.status().servers if s["sid"] == sid)
     holds = row.get("blocks", 0)
+    seen = bool(_server_pids(addr, sid))        # the process the shrink must end is found before it
     t = time.monotonic()
     info = shrink_fs(addr, [sid], "partial", token=secret, timeout=120)
     t_shrink = time.monotonic() - t
+    _wait(lambda: not _server_pids(addr, sid), 30, f"data server {sid} to exit", every=0.01)
+    t_gone = time.monotonic() - t
     for p in procs.values():
         p.wait(30)
-    t_gone = time.monotonic() - t
     with MetaClient(addr, secret) as mc:
         state = next((s["state"] for s in mc.status().servers if s["sid"] == sid), "gone")   # gone: not listed
     return {"expand_s": t_expand, "expand_write_s": t_serving, "new_server_blocks": holds,
             "shrink_s": t_shrink, "shrink_to_gone_s": t_gone, "moved_MiB": round(info.get("bytes_moved", 0) / M, 2),
-            "moved_blocks": info.get("moved", 0), "state_after": state}
+            "moved_blocks": info.get("moved", 0), "state_after": state,
+            "process_seen_before": seen}
+
+
+def _server_pids(addr: str, sid: int) -> list[int]:
+    """Processes of data server ``sid`` of ``addr`` on any host (the namespaces share /proc)."""
+    want = ["malleable.adhocfs._data", "--meta", addr, "--sid", str(sid)]
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                args = Path(f"/proc/{d}/cmdline").read_bytes().decode(errors="replace").split("\0")
+            except OSError:
+                continue
+            if all(w in args for w in want):
+                out.append(int(d))
+    return out
 
 
 def bench_elastic(c, tmp: str, rounds: int, fill: int) -> dict:
@@ -302,7 +326,8 @@ def bench_elastic(c, tmp: str, rounds: int, fill: int) -> dict:
             "job_fs": {k: stats([r[k] for r in job_rows]) for k in keys},
             "hand_fs": {k: stats([r[k] for r in hand_rows]) for k in keys},
             "new_server_served": all(r["new_server_blocks"] > 0 for r in job_rows + hand_rows),
-            "server_gone_after_shrink": all(r["state_after"] == "gone" for r in job_rows + hand_rows),
+            "server_gone_after_shrink": all(r["state_after"] == "gone" and r["process_seen_before"]
+                                            for r in job_rows + hand_rows),
             "earlier_adhocfs_elastic": earlier, "rounds": {"job_fs": job_rows, "hand_fs": hand_rows}}
 
 
@@ -435,12 +460,12 @@ def plot(result: dict, path: Path) -> None:
 def print_tables(result: dict) -> None:
     print(f"1. submit -> running with a ready file system (median (min-max) over {result['rounds']} rounds)")
     print(f"{'servers':>7} {'queue':>17} {'server start':>17} {'stage-in':>17} {'to launch':>17} "
-          f"{'submit->running':>17} | {'fs start by hand':>17} {'fs put by hand':>17}")
+          f"{'submit->running':>17} | {'fs start by hand':>17} {'fs put by hand':>17} {'start_fs call':>17}")
     for s in result.get("start", []):
         c, h = s["controller"], s["by_hand"]
         print(f"{s['servers']:>7} {fmt(c['queue_s']):>17} {fmt(c['server_start_s']):>17} "
               f"{fmt(c['stage_in_s']):>17} {fmt(c['ready_to_launch_s']):>17} {fmt(c['submit_to_running_s']):>17} | "
-              f"{fmt(h['fs_start_cli_s']):>17} {fmt(h['fs_put_cli_s']):>17}")
+              f"{fmt(h['fs_start_cli_s']):>17} {fmt(h['fs_put_cli_s']):>17} {fmt(h['start_fs_call_s']):>17}")
     print("2. staging throughput (MB/s)")
     print(f"{'file':>8} {'stage-in':>20} {'stage-out':>20} {'local copyfile':>24} bytes equal")
     for s in result.get("staging", []):
