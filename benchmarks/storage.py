@@ -418,7 +418,7 @@ def plot(result: dict, path: Path) -> None:
     ax.set_xticks(range(len(labels)), labels)
     ax.set_ylabel("seconds (median)")
     ax.set_title("submit -> running (left) vs by hand (right)")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=6, loc="lower center")
     ax = axes[1]
     st = result.get("staging", [])
     x = range(len(st))
@@ -451,7 +451,8 @@ def plot(result: dict, path: Path) -> None:
                    label=name)
         ax.set_xticks(range(len(pols)), pols)
         ax.set_ylabel("seconds (median)")
-        ax.legend(fontsize=7)
+        ax.set_ylim(0, 1.3 * max(mx["policies"][p]["live_makespan_s"]["max"] for p in pols))
+        ax.legend(fontsize=7, ncol=2, loc="upper center")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
