@@ -39,8 +39,8 @@ def test_history_offline_from_a_real_daemons_state(env):
     with daemon_thread(env / "ctl.sqlite", HostPool.local(2)) as (d, c):
         ok = c.submit(["sleep", "1.2"], nodes=1, name="ok", cwd=str(env))
         bad = c.submit(["sh", "-c", "exit 3"], nodes=1, name="bad", cwd=str(env))
-        gone = c.submit(["sleep", "30"], nodes=1, name="gone", cwd=str(env))
-        slow = c.submit(["sleep", "30"], nodes=1, name="slow", time_limit=1.0, cwd=str(env))
+        gone = c.submit(["sleep", "300"], nodes=1, name="gone", cwd=str(env))
+        slow = c.submit(["sleep", "300"], nodes=1, name="slow", time_limit=1.0, cwd=str(env))
         other = c.submit(["true"], nodes=2, name="theirs", user="bo", cwd=str(env))
         wait_for(lambda: states(c).get(gone) == "RUNNING", 30, "gone to run")
         c.call(P.Cancel(gone))

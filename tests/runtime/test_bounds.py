@@ -197,7 +197,11 @@ def test_joiner_killed_by_a_signal(mpi, tmp_path):
         env={"PROG_KILL_JOINER": str(tmp_path / "killed"), "MALLEABLE_ADAPT_TIMEOUT": "4"})
     if backend_named(mpi.name).survives_joiner_signal:
         assert errors and errors[0]["type"] in ("AdaptError", "AdaptTimeout")
-        assert sizes(rows) == after_failed_spawn(mpi, proc, errors) and all(r["ok"] for r in rows)
+        # the launcher, which saw a process die of a signal, may end the job any time after the next step: the
+        # rows are the expected ones up to there, the step after the failed one included
+        want = after_failed_spawn(mpi, proc, errors)
+        got = sizes(rows)
+        assert len(got) >= 4 and got == want[:len(got)] and all(r["ok"] for r in rows), (got, want)
         assert proc.returncode != 0  # the launcher still reports the killed process
     else:  # the documented limit: the launcher ends the whole job, with this error
         assert proc.returncode != 0 and sizes(rows) == [(1, 1)]
