@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["at_least"]
+__all__ = ["at_least", "size_arg"]
 
 
 def at_least(kind: type, minimum: float) -> Callable[[str], Any]:
@@ -23,3 +23,17 @@ def at_least(kind: type, minimum: float) -> Callable[[str], Any]:
         return v
 
     return conv
+
+
+def size_arg(text: str) -> int:
+    """An argparse ``type=`` for a byte count: ``1000``, ``512K``, ``64M``, ``2G`` (powers of 1024), >= 0."""
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    t = text.strip().upper().removesuffix("B")
+    unit = t[-1:] if t[-1:] in units and t[-1:] else ""
+    try:
+        v = float(t[: len(t) - len(unit)]) * units[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size such as 4096, 512K or 64M: {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return int(v)

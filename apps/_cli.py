@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from malleable.apps._args import size_arg
 from malleable.errors import ConfigError
 
 __all__ = ["demo_plan", "register", "run_demo"]
@@ -32,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             "iterates. Prints, per phase, the process count, the iteration time and the MTCT (MPI time / "
             "phase time), then checks the final grid bit for bit against a serial NumPy computation and "
             "says PASS or FAIL (exit status 0 or 1)."),
-        epilog="examples: malleable demo;  malleable demo --n 1024 --iters 800;  "
+        epilog="examples: malleable demo;  malleable demo --n 1024 --iters 800;  malleable demo --io;  "
                "malleable demo --hosts node1,node2,node3,node4 --launcher-exec ../shared/testbed/netns-launch",
     )
     p.add_argument("--n", type=int, default=512, help="grid size (default 512)")
@@ -41,6 +42,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--launcher-exec", help="ssh stand-in hydra uses to reach the hosts (e.g. netns-launch)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds an adaptation step may wait (default 60)")
     p.add_argument("--keep", metavar="DIR", help="keep the grid (u.npy) and the stats (stats.json) in DIR")
+    p.add_argument("--io", action="store_true",
+                   help="instead: the Jacobi job checkpoints into its own adhocfs, which grows from 1 to 2 data "
+                        "servers under the checkpoints and shrinks back after; per-phase table, same final check")
+    p.add_argument("--checkpoint-pad", type=size_arg, default=16 << 20, metavar="SIZE",
+                   help="with --io: filler per checkpoint of the heavy segment (default 16M, at least 1M)")
     p.set_defaults(func=run_demo)
 
 
@@ -80,6 +86,12 @@ def run_demo(args: argparse.Namespace) -> int:
     from malleable.apps.jacobi import reference
     from malleable.runtime._cli import build_run_argv
 
+    if args.io:
+        if args.hosts or args.launcher_exec:
+            raise ConfigError("--io runs on this machine only: --hosts and --launcher-exec do not apply")
+        from malleable.apps._demo_io import run_io_demo
+
+        return run_io_demo(args)
     _check(args)
     plan = demo_plan(args.iters)
     with tempfile.TemporaryDirectory(prefix="malleable-demo-") as tmp:

@@ -14,6 +14,12 @@ Phases: ``init`` (zero block rows; nothing on joiners) → ``solve`` (elastic: h
 sweep; ``setup`` builds a 1-D Cartesian communicator and the halos; the adaptation block moves
 the interior rows with :meth:`Adaptation.move`) → ``output`` (branch) → ``write`` (rigid:
 Gatherv to rank 0, ``np.save``) → ``summary`` (rigid: rank 0 prints one line).
+
+Checkpoints (``--checkpoint-every K --checkpoint-dir DIR``): after every K-th iteration the grid is gathered on
+rank 0, which writes it with h5py into DIR (in the job's adhocfs when ``MALLEABLE_FS`` is set, see
+:mod:`malleable.apps._checkpoint`). ``--restart`` makes ``init`` load the newest complete one on rank 0 and
+scatter its rows, and ``solve`` go on from its iteration, so the result is bit for bit the uninterrupted run's
+at any process count.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,9 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from malleable.apps._args import at_least
+from malleable.apps._args import at_least, size_arg
 
-__all__ = ["JacobiBlock", "build_program", "initial_grid", "main", "parse_args", "reference", "sweep"]
+__all__ = ["CheckpointOptions", "JacobiBlock", "build_program", "initial_grid", "main", "parse_args", "reference", "sweep"]
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +104,17 @@ def sweep(u: np.ndarray, unew: np.ndarray, tmp: np.ndarray, residual: bool = Fal
 
 
 @dataclass
+class CheckpointOptions:
+    """What ``--checkpoint-*`` and ``--restart`` asked for."""
+
+    dir: str
+    every: int = 0  # iterations between checkpoints (0: none, only a restart)
+    pad: int = 0  # filler bytes per checkpoint
+    keep: int = 2  # newest checkpoints kept (0: all)
+    restart: bool = False
+
+
+@dataclass
 class JacobiBlock:
     """The data block: this rank's rows (with halos) and what the phases need; owned by the phases."""
 
@@ -117,6 +135,11 @@ class JacobiBlock:
     iterations: int = 0
     hosts: list[str] = field(default_factory=list)  # hosts of the final world's ranks (rank 0 only)
     registered: bool = False  # the interior rows are registered data: the runtime moves them at each commit
+    ckpt: CheckpointOptions | None = None  # checkpointing and restart, when asked for
+    start: int = 0  # iterations already done when the run began (from a checkpoint); joiners read ctx.shared
+    failed: str | None = None  # a checkpoint or restart error that ended the run (same on every rank)
+    checkpoints: list[dict[str, Any]] = field(default_factory=list)  # written by this run (rank 0)
+    store: Any = None  # rank 0's open checkpoint Store
 
     @property
     def rows(self) -> int:
@@ -135,7 +158,49 @@ def _init(ctx: Any) -> None:
     if ctx.status.name == "JOINING":  # rows arrive in the adaptation block
         return
     lo, hi = _block_rows(d, ctx.size, ctx.rank)
-    d.incoming = np.zeros((hi - lo, d.n))
+    if d.ckpt is not None and d.ckpt.restart:
+        _restart(ctx, lo, hi)
+    else:
+        d.incoming = np.zeros((hi - lo, d.n))
+    ctx.shared["start"] = d.start
+
+
+def _store(d: JacobiBlock) -> Any:
+    from malleable.apps import _checkpoint
+
+    if d.store is None and d.ckpt is not None:
+        d.store = _checkpoint.open_store(d.ckpt.dir)
+    return d.store
+
+
+def _restart(ctx: Any, lo: int, hi: int) -> None:
+    """Rank 0 loads the newest complete checkpoint; every rank gets its iteration and its rows."""
+    from malleable.apps import _checkpoint
+    from malleable.runtime import block_counts
+
+    d: JacobiBlock = ctx.data
+    grid, head = None, (0, None)
+    if ctx.rank == 0:
+        try:
+            ck = _checkpoint.latest(_store(d), d.n)
+            if ck is None:
+                log.warning("--restart: no complete checkpoint in %s; starting from iteration 0", d.store.where)
+            elif ck.iteration > d.iters:
+                raise _checkpoint.CheckpointError(f"checkpoint {d.store.where}/{ck.name} is at iteration "
+                                                  f"{ck.iteration}, past --iters {d.iters}")
+            else:
+                log.info("restarting from %s/%s (iteration %d)", d.store.where, ck.name, ck.iteration)
+                grid, head = ck.grid, (ck.iteration, None)
+        except (_checkpoint.CheckpointError, OSError) as e:
+            head = (0, f"--restart: {e}")
+    d.start, d.failed = ctx.comm.bcast(head, root=0)
+    d.iterations = d.start
+    rows = np.zeros((hi - lo, d.n))
+    if grid is not None or d.start:
+        counts = [c * d.n for c in block_counts(d.n - 2, ctx.size)]
+        send = [np.ascontiguousarray(grid[1:-1]), counts] if grid is not None else None
+        ctx.comm.Scatterv(send, rows, root=0)
+    d.incoming = rows
 
 
 def _setup(ctx: Any) -> None:
@@ -175,7 +240,8 @@ def _step(ctx: Any, i: int) -> bool:
     from mpi4py import MPI
 
     d: JacobiBlock = ctx.data
-    check = (i + 1) % d.check_every == 0 or i + 1 == d.iters
+    it = ctx.shared.get("start", 0) + i + 1  # iterations done after this one, counted from the very start
+    check = it % d.check_every == 0 or it == d.iters
     res = 0.0
     if d.rows:
         u = d.u
@@ -185,13 +251,38 @@ def _step(ctx: Any, i: int) -> bool:
         d.u, d.unew = d.unew, u
         if d.registered:
             _register(d)
-    d.iterations = i + 1
-    if not check:
-        return False
-    buf = np.array([res])
-    ctx.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.MAX)
-    d.residual = float(buf[0])
-    return d.tol is not None and d.residual < d.tol
+    d.iterations = it
+    if check:
+        buf = np.array([res])
+        ctx.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.MAX)
+        d.residual = float(buf[0])
+    if d.ckpt is not None and d.ckpt.every and it % d.ckpt.every == 0:
+        _write_checkpoint(ctx, it)
+        if d.failed:
+            return True
+    return check and d.tol is not None and d.residual < d.tol
+
+
+def _write_checkpoint(ctx: Any, it: int) -> None:
+    """Gather the grid on rank 0, which writes it (and drops old ones); a failure ends the run on every rank."""
+    import time
+
+    from malleable.apps import _checkpoint
+
+    d: JacobiBlock = ctx.data
+    assert d.ckpt is not None
+    full = _gather(ctx)
+    err = None
+    if full is not None:
+        t0 = time.perf_counter()
+        try:
+            size = _checkpoint.write(_store(d), full, it, d.ckpt.pad, ctx.size)
+            _checkpoint.prune(d.store, d.ckpt.keep)
+            d.checkpoints.append({"iteration": it, "bytes": size, "seconds": time.perf_counter() - t0,
+                                  "procs": ctx.size})
+        except (OSError, _checkpoint.CheckpointError) as e:
+            err = f"checkpoint at iteration {it}: {e}"
+    d.failed = ctx.comm.bcast(err, root=0)
 
 
 def _register(d: JacobiBlock) -> None:
@@ -207,11 +298,14 @@ def _move(ctx: Any, a: Any) -> None:
     d.u = d.unew = np.zeros((0, 0))
 
 
-def _output(ctx: Any) -> str:
+def _output(ctx: Any) -> str | None:
+    if ctx.data.failed:
+        return None
     return "write" if ctx.data.out else "summary"
 
 
-def _write(ctx: Any) -> None:
+def _gather(ctx: Any) -> np.ndarray | None:
+    """The whole grid, boundary included, on rank 0 (None elsewhere)."""
     from malleable.runtime import block_counts
 
     d: JacobiBlock = ctx.data
@@ -220,8 +314,13 @@ def _write(ctx: Any) -> None:
     mine = np.ascontiguousarray(d.u[1:-1]) if d.rows else np.zeros((0, d.n))
     recv = [full[1:-1], counts] if full is not None else None
     ctx.comm.Gatherv(mine, recv, root=0)
+    return full
+
+
+def _write(ctx: Any) -> None:
+    full = _gather(ctx)
     if full is not None:
-        np.save(d.out, full)
+        np.save(ctx.data.out, full)
 
 
 def _summary(ctx: Any) -> None:
@@ -232,10 +331,17 @@ def _summary(ctx: Any) -> None:
     if ctx.rank == 0:
         solve = [s for s in ctx.stats if s.phase == "solve"]
         seconds = sum(s.seconds for s in solve)
+        ck = "" if d.ckpt is None else (f" restarted_from={d.start} checkpoints={len(d.checkpoints)} "
+                                        f"checkpoint_bytes={sum(c['bytes'] for c in d.checkpoints)}")
         sys.stdout.write(f"jacobi: n={d.n} iterations={d.iterations} procs={ctx.size} "
                          f"residual={d.residual:.6e} "
-                         f"solve_seconds={seconds:.4f} adaptations={len(ctx.adaptations)}\n")
+                         f"solve_seconds={seconds:.4f} adaptations={len(ctx.adaptations)}{ck}\n")
         sys.stdout.flush()
+
+
+def _remaining(ctx: Any) -> int:
+    d: JacobiBlock = ctx.data
+    return 0 if d.failed else max(0, d.iters - d.start)
 
 
 def build_program(probe_every: int = 1, registered: bool = False) -> Any:
@@ -247,7 +353,7 @@ def build_program(probe_every: int = 1, registered: bool = False) -> Any:
 
     return epop.Program([
         epop.Init("init", _init),
-        epop.Elastic("solve", body=_step, iters=lambda ctx: ctx.data.iters, setup=_setup,
+        epop.Elastic("solve", body=_step, iters=_remaining, setup=_setup,
                      adapt=None if registered else _move, probe_every=probe_every),
         epop.Branch("output", _output),
         epop.Rigid("write", _write),
@@ -274,10 +380,34 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="register the rows with the runtime (mr.register), which moves them at each adaptation")
     p.add_argument("--out", help="write the final n×n grid (boundary included) to this .npy file")
     p.add_argument("--stats", help="write per-phase stats and adaptations as JSON to this file (rank 0)")
+    c = p.add_argument_group("checkpoints (h5py files; in the job's file system when MALLEABLE_FS is set)")
+    c.add_argument("--checkpoint-every", type=at_least(int, 1), metavar="K",
+                   help="write a checkpoint after every K-th iteration (needs --checkpoint-dir)")
+    c.add_argument("--checkpoint-dir", metavar="DIR",
+                   help="where checkpoints go: an absolute path in the job's adhocfs if MALLEABLE_FS is set, "
+                        "else a local directory")
+    c.add_argument("--checkpoint-pad", type=size_arg, default=0, metavar="BYTES",
+                   help="filler bytes added to each checkpoint (e.g. 64M) to give it a realistic volume")
+    c.add_argument("--checkpoint-keep", type=at_least(int, 0), default=2, metavar="N",
+                   help="keep the N newest checkpoints, remove older ones (0: keep all; default 2)")
+    c.add_argument("--restart", action="store_true",
+                   help="resume from the newest complete checkpoint in --checkpoint-dir (from iteration 0 if none)")
     p.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv for debug)")
     args = p.parse_args(argv)
     if args.tol is not None and args.tol <= 0:
         p.error("argument --tol: must be > 0")
+    if not args.checkpoint_dir:
+        used = [f for f, v in (("--checkpoint-every", args.checkpoint_every), ("--restart", args.restart),
+                               ("--checkpoint-pad", args.checkpoint_pad)) if v]
+        if used:
+            p.error(f"{used[0]} needs --checkpoint-dir DIR")
+    elif not args.checkpoint_every and not args.restart:
+        p.error("--checkpoint-dir needs --checkpoint-every K or --restart")
+    if args.checkpoint_pad and not args.checkpoint_every:
+        p.error("--checkpoint-pad needs --checkpoint-every K")
+    if args.checkpoint_dir and os.environ.get("MALLEABLE_FS") and not args.checkpoint_dir.startswith("/"):
+        p.error(f"--checkpoint-dir {args.checkpoint_dir!r}: with MALLEABLE_FS set it is a path in the job's file "
+                "system and must be absolute")
     return args
 
 
@@ -286,6 +416,9 @@ def run(args: argparse.Namespace) -> Any:
     from malleable.runtime import epop
 
     block = JacobiBlock(args.n, args.iters, args.check_every, args.tol, args.out, registered=args.registered)
+    if args.checkpoint_dir:
+        block.ckpt = CheckpointOptions(args.checkpoint_dir, args.checkpoint_every or 0, args.checkpoint_pad,
+                                       args.checkpoint_keep, args.restart)
     return epop.run_program(build_program(args.probe_every, args.registered), block)
 
 
@@ -302,11 +435,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     configure(args.verbose)
     result = run(args)
-    if not result.left and result.rank == 0 and args.stats:
-        d = result.data
+    if result.left:
+        return 0
+    d = result.data
+    if d.store is not None:
+        d.store.close()
+    if d.failed:
+        if result.rank == 0:
+            sys.stderr.write(f"jacobi: error: {d.failed}\n")
+        return 1
+    if result.rank == 0 and args.stats:
         write_stats(args.stats, result, {"app": "jacobi", "n": args.n, "iters": args.iters,
                                          "iterations": d.iterations, "residual": d.residual,
-                                         "hosts": d.hosts})
+                                         "hosts": d.hosts, "start": d.start, "checkpoints": d.checkpoints})
     return 0
 
 
