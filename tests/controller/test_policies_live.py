@@ -124,7 +124,8 @@ def test_sfsj_steals_for_a_job_hit_by_a_host_failure(env, tmp_path, netns_cluste
     link = ["ip", "link", "set", f"nc-{bad}"]
     try:
         with daemon_thread(tmp_path / "ctl.sqlite", pool, "sfsj", host_check=0.3) as (d, c):
-            b = c.submit([sys.executable, WHERE, "none", "12"], 1, time_limit=120, name="b",
+            release = tmp_path / "release"       # b runs until the steal was seen (a loaded machine is slow)
+            b = c.submit([sys.executable, WHERE, "none", "90", str(release)], 1, time_limit=120, name="b",
                          out=str(tmp_path / "b.out"), env=env)
             wait_for(lambda: states(c).get(b) == "RUNNING", 30, "the small job to start")
             a = c.submit([sys.executable, WHERE, "none", "6"], 2, time_limit=120, name="a",
@@ -137,6 +138,7 @@ def test_sfsj_steals_for_a_job_hit_by_a_host_failure(env, tmp_path, netns_cluste
             assert sorted(c.info(a).steps[1]["hosts"]) == hosts[:2]          # the free host + the victim's
             assert "interrupt" in [e["kind"] for e in c.info(b).events]
             assert states(c)[b] == "PENDING"                                  # waits: the failed host is gone
+            release.touch()                                                   # its restart may end at once
             t_up = time.time()
             subprocess.run([*link, "up"], check=True)
             final = wait_final(c, [a, b], 120)

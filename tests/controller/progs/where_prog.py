@@ -1,5 +1,6 @@
 """Rigid test job: print this host and how many processes of another job (tag given as argv[1]) run in this
-host's network namespace (the controller must have given us a host with none left)."""
+host's network namespace (the controller must have given us a host with none left), then sleep argv[2] seconds,
+or less once the file argv[3] (if given) exists."""
 
 import json
 import os
@@ -23,4 +24,7 @@ for p in os.listdir("/proc"):
         pass
 sys.stdout.write(json.dumps({"host": socket.gethostname(), "left": left}) + "\n")
 sys.stdout.flush()
-time.sleep(float(sys.argv[2]) if len(sys.argv) > 2 else 0)
+deadline = time.monotonic() + (float(sys.argv[2]) if len(sys.argv) > 2 else 0)
+release = sys.argv[3] if len(sys.argv) > 3 else None
+while time.monotonic() < deadline and not (release and os.path.exists(release)):
+    time.sleep(0.1)
