@@ -95,7 +95,7 @@ def reload(core: Core, j: JobRec) -> JobRec:
     if not j.launched and phase in ("starting", "ready"):
         j.fs = {}
     elif j.launched and phase == "ready":
-        j.fs["scaling"] = ""                      # a change in flight was lost with the shell that made it
+        j.fs.update(scaling="", taken_over=True)  # a change in flight was lost; no later ones (see sampled)
         servers = tuple((int(s), str(h)) for s, h in j.fs.get("servers", []))
         core.emit(AttachFs(j.id, j.fs.get("address", ""), servers))
     return j
@@ -284,7 +284,7 @@ def sampled(core: Core, e: FsSample) -> None:
     if e.aio is not None:
         fs["samples"] = [*fs.get("samples", []), e.aio][-KEEP_SAMPLES:]
         fs["since"] = fs.get("since", 0) + 1
-    if fs.get("scaling"):
+    if fs.get("scaling") or fs.get("taken_over"):   # a file system taken over at a restart keeps its servers
         core.save(j)
         return
     free = [h for h in core.storage if core.hosts[h].free and core.hosts[h].drain is None]
