@@ -343,15 +343,16 @@ class FsShell:
             if (jid not in self.deps and jid not in self.attached) or jid in self.scaling:
                 return None
             names = self.names.get(jid, {})
-            new = [s for s in down if s["sid"] not in self.lost.setdefault(jid, set())]
-            self.lost[jid].update(s["sid"] for s in new)
+            seen = self.lost.setdefault(jid, set())
+            new = [s for s in down if s["sid"] not in seen]
+            seen.update(s["sid"] for s in new)
+            prev, self.last[jid] = self.last.get(jid), (now, counts)
         if new:
             where = ", ".join(f"{s['sid']} on {names.get(s['sid'], s['host'])}" for s in new)
             text = f"file system at {address}: data server(s) {where} do not answer; their blocks cannot be read " \
                    "or written"
             log.warning("job %d: %s", jid, text)
             self.faults[jid] = FsFault(now, jid, tuple(s["sid"] for s in new), text)
-            prev, self.last[jid] = self.last.get(jid), (now, counts)
         servers = tuple((s["sid"], names.get(s["sid"], s["host"])) for s in sorted(st.servers, key=lambda s: s["sid"])
                         if s["state"] == "active")
         aio = None
