@@ -185,7 +185,7 @@ class Core:
         led.track_owner = led.dirty_release = True
         led.withhold(n for n in self.hosts if n not in self.pool)
         for j in jobs:
-            self.jobs[j.id] = _storage.reload(j)
+            self.jobs[j.id] = _storage.reload(self, j)
         for j in sorted(self.jobs.values(), key=lambda j: j.id):
             if j.state in (JobState.STARTING, JobState.RUNNING) and j.reason != "INTERRUPTED":
                 led.restore(None, self._view(j))

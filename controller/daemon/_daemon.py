@@ -49,6 +49,7 @@ from ._access import authorize, principal_of
 from ._cgroup import JobCgroups
 from ._core import Core, CoreConfig
 from ._events import (
+    AttachFs,
     PERSIST,
     HostClean,
     HostDown,
@@ -167,7 +168,7 @@ class Daemon(DaemonViews):
         self.core = Core(self.pool.nodes, make_policy(config.policy, config.params), config.core,
                          hosts=self.store.load_hosts(), jobs=self.store.load_jobs(),
                          ended=self.store.ended_jobs(), policy_name=config.policy)
-        self.store.apply(self.core.take_actions())
+        self._do(self.core.take_actions())        # its records, and the file systems to take over
         self.jobs_dir = jobs_dir(config.state)
         self.ctx: zmq.Context[Any] | None = None
         self.sock: zmq.Socket[Any] | None = None
@@ -559,6 +560,7 @@ _ACTIONS: dict[type, Callable[[Daemon, Any], None]] = {
     StartFs: lambda d, a: d.fs.start(a),
     StopFs: lambda d, a: d.fs.stop(a),
     ScaleFs: lambda d, a: d.fs.scale(a),
+    AttachFs: lambda d, a: d.fs.attach(a),
 }
 """How the daemon carries out each process action of the core."""
 

@@ -19,9 +19,12 @@ __all__ = [
     "Action",
     "AddEvent",
     "AddStep",
+    "AttachFs",
     "DeleteHost",
     "Event",
+    "FsAttached",
     "FsFailed",
+    "FsFault",
     "FsProgress",
     "FsReady",
     "FsSample",
@@ -265,8 +268,28 @@ class FsScaled:
     error: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class FsAttached:
+    """An :class:`AttachFs` was carried out: the metadata server answered (``error`` "") or not (the reason)."""
+
+    now: float
+    job_id: int
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class FsFault:
+    """A running job's file system lost servers: data servers ``sids`` do not answer (``text`` says which, where)."""
+
+    now: float
+    job_id: int
+    sids: tuple[int, ...]
+    text: str
+
+
 Event: TypeAlias = (Request | JobLaunched | LaunchFailed | Relaunch | JobExited | HostClean | HostDown | HostUp
-                    | Tick | Schedule | FsReady | FsProgress | FsFailed | FsStopped | FsSample | FsScaled)
+                    | Tick | Schedule | FsReady | FsProgress | FsFailed | FsStopped | FsSample | FsScaled
+                    | FsAttached | FsFault)
 
 
 # -- actions -----------------------------------------------------------------------------------------------
@@ -391,8 +414,19 @@ class ScaleFs:
     capacity: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class AttachFs:
+    """Take over the running file system of a job from before a restart: check that its metadata server at
+    ``address`` answers and measure it again; ``servers`` are its data servers as ``(server id, host)``.
+    Answered by :class:`FsAttached`."""
+
+    job_id: int
+    address: str
+    servers: tuple[tuple[int, str], ...] = ()
+
+
 Action: TypeAlias = (SaveJob | SaveHost | DeleteHost | AddStep | AddEvent | Launch | Stop | Kill | Reply | StartFs
-                     | StopFs | ScaleFs)
+                     | StopFs | ScaleFs | AttachFs)
 
 PERSIST: tuple[type, ...] = (SaveJob, SaveHost, DeleteHost, AddStep, AddEvent)
 """Action types that change the state file (carried out first, in one transaction)."""

@@ -30,7 +30,20 @@ from typing import Any
 
 from malleable.errors import MalleableError
 
-from ._events import FsFailed, FsProgress, FsReady, FsSample, FsScaled, FsStopped, ScaleFs, StartFs, StopFs
+from ._events import (
+    AttachFs,
+    FsAttached,
+    FsFailed,
+    FsFault,
+    FsProgress,
+    FsReady,
+    FsSample,
+    FsScaled,
+    FsStopped,
+    ScaleFs,
+    StartFs,
+    StopFs,
+)
 from ._hostpool import TAG_VAR, HostPool
 
 __all__ = ["FS_ENV", "FsShell", "fs_secret"]
@@ -75,6 +88,10 @@ class FsShell:
         self.names: dict[int, dict[int, str]] = {}   # job id -> {data server id: pool host}
         self.scaling: set[int] = set()           # jobs whose file system is being changed (not sampled meanwhile)
         self.last: dict[int, tuple[float, dict[int, int]]] = {}   # job id -> (time, bytes per server) last seen
+        self.attached: dict[int, str] = {}       # job id -> address of a file system taken over at a restart
+        self.lost: dict[int, set[int]] = {}      # job id -> data servers reported not answering
+        self.stopped: set[int] = set()           # jobs whose file system is being stopped or is gone
+        self.faults: dict[int, FsFault] = {}     # job id -> a fault found by the last sample, to be reported
         self.lock = threading.Lock()
         self.quit = threading.Event()
         self.sampler: threading.Thread | None = None
@@ -112,6 +129,10 @@ class FsShell:
     def stop(self, a: StopFs) -> None:
         """Stage out and stop the file system of ``a`` in a thread."""
         self._thread(self._stop, a, f"fs-stop-{a.job_id}")
+
+    def attach(self, a: AttachFs) -> None:
+        """Check in a thread that the file system of ``a`` (started before a restart) answers, and measure it."""
+        self._thread(self._attach, a, f"fs-attach-{a.job_id}")
 
     def scale(self, a: ScaleFs) -> None:
         """Add or remove a data server of ``a``'s file system in a thread."""
@@ -182,8 +203,29 @@ class FsShell:
             self._post(FsProgress(time.time(), jid, "in", src, dst, n))
         self._post(FsReady(time.time(), jid, dep.address))
 
+    def _attach(self, a: AttachFs) -> None:
+        from malleable.adhocfs._deploy import MetaClient
+
+        jid, error = a.job_id, ""
+        try:
+            with MetaClient(a.address, self.secret(jid).encode(), SAMPLE_TIMEOUT) as mc:
+                mc.status()
+        except Exception as e:  # noqa: BLE001 - any failure to answer is the reason reported
+            error = " ".join(f"{type(e).__name__}: {e}".split())[:400]
+            log.warning("job %d: its file system at %s does not answer after the restart: %s", jid, a.address, error)
+        if not error:
+            with self.lock:
+                if jid not in self.stopped:          # not already being stopped (the job ended meanwhile)
+                    self.attached[jid] = a.address
+                    self.names[jid] = dict(a.servers)
+            self._sampling()
+            log.info("job %d: re-attached its file system at %s", jid, a.address)
+        self._post(FsAttached(time.time(), jid, error))
+
     def _stop(self, a: StopFs) -> None:
         jid = a.job_id
+        with self.lock:
+            self.stopped.add(jid)
         secret = self.secret(jid).encode()
         errors = []
         for src, dst in a.stage_out:
@@ -214,6 +256,8 @@ class FsShell:
             dep = self.deps.pop(jid, None)
             self.names.pop(jid, None)
             self.last.pop(jid, None)
+            self.attached.pop(jid, None)
+            self.lost.pop(jid, None)
         if dep is not None:
             dep.wait(CLEAN_WAIT)
         tag, names = self.tag(jid), [h for h in dict.fromkeys(hosts) if h]
@@ -272,6 +316,7 @@ class FsShell:
         while not self.quit.wait(SAMPLE_EVERY):
             with self.lock:
                 jobs = [(jid, dep.address) for jid, dep in self.deps.items() if jid not in self.scaling]
+                jobs += [(jid, addr) for jid, addr in self.attached.items() if jid not in self.scaling]
             for jid, address in jobs:
                 try:
                     ev = self.sample(jid, address, time.time())
@@ -280,6 +325,9 @@ class FsShell:
                     continue
                 if ev is not None:
                     self._post(ev)
+                fault = self.faults.pop(jid, None)
+                if fault is not None:
+                    self._post(fault)
 
     def sample(self, jid: int, address: str, now: float) -> FsSample | None:
         """Measure job ``jid``'s file system: its active data servers and the bytes/s they moved since the last
@@ -290,11 +338,21 @@ class FsShell:
             st = mc.status()
         counts = {s["sid"]: s.get("read_bytes", 0) + s.get("write_bytes", 0) for s in st.servers
                   if s.get("reachable")}
+        down = [s for s in st.servers if not s.get("reachable") and s.get("state") == "active"]
         with self.lock:
-            if jid not in self.deps or jid in self.scaling:
+            if (jid not in self.deps and jid not in self.attached) or jid in self.scaling:
                 return None
             names = self.names.get(jid, {})
+            seen = self.lost.setdefault(jid, set())
+            new = [s for s in down if s["sid"] not in seen]
+            seen.update(s["sid"] for s in new)
             prev, self.last[jid] = self.last.get(jid), (now, counts)
+        if new:
+            where = ", ".join(f"{s['sid']} on {names.get(s['sid'], s['host'])}" for s in new)
+            text = f"file system at {address}: data server(s) {where} do not answer; their blocks cannot be read " \
+                   "or written"
+            log.warning("job %d: %s", jid, text)
+            self.faults[jid] = FsFault(now, jid, tuple(s["sid"] for s in new), text)
         servers = tuple((s["sid"], names.get(s["sid"], s["host"])) for s in sorted(st.servers, key=lambda s: s["sid"])
                         if s["state"] == "active")
         aio = None

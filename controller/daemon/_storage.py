@@ -31,7 +31,10 @@ from malleable.errors import Refusal
 
 from . import _protocol as P
 from ._events import (
+    AttachFs,
+    FsAttached,
     FsFailed,
+    FsFault,
     FsProgress,
     FsReady,
     FsSample,
@@ -48,8 +51,8 @@ from ._store import JobRec
 if TYPE_CHECKING:
     from ._core import Core
 
-__all__ = ["HANDLERS", "RULE", "check_submit", "ended", "failed", "forget", "progress", "ready", "ready_to_launch",
-           "reasons", "reload", "sampled", "scaled", "stopped", "submitted"]
+__all__ = ["HANDLERS", "RULE", "attached", "check_submit", "ended", "failed", "fault", "forget", "progress", "ready",
+           "ready_to_launch", "reasons", "reload", "sampled", "scaled", "stopped", "submitted"]
 
 WAIT_REASON = "BurstBuffer"
 """The pending reason of a job whose burst buffer does not fit in what is free now."""
@@ -82,11 +85,19 @@ def check_submit(core: Core, m: P.Submit) -> None:
                       f"({P.format_size(total)} on {len(core.storage)} storage host(s))")
 
 
-def reload(j: JobRec) -> JobRec:
+def reload(core: Core, j: JobRec) -> JobRec:
     """A job record read back at a restart: a file system that was being started for a job not launched yet is
-    not waited for (the shell that started it is gone); the job gets a new one when it is launched."""
-    if not j.launched and j.fs.get("phase") in ("starting", "ready"):
+    not waited for (the shell that started it is gone); the job gets a new one when it is launched. The ready
+    file system of a launched job is taken over: the shell is asked to check that it still answers
+    (:class:`AttachFs`), and it is staged out and stopped when the job ends, as if there had been no restart
+    (its address and hosts are in the record, its secret and its servers' tag are derived again)."""
+    phase = j.fs.get("phase")
+    if not j.launched and phase in ("starting", "ready"):
         j.fs = {}
+    elif j.launched and phase == "ready":
+        j.fs.update(scaling="", taken_over=True)  # a change in flight was lost; no later ones (see sampled)
+        servers = tuple((int(s), str(h)) for s, h in j.fs.get("servers", []))
+        core.emit(AttachFs(j.id, j.fs.get("address", ""), servers))
     return j
 
 
@@ -273,7 +284,7 @@ def sampled(core: Core, e: FsSample) -> None:
     if e.aio is not None:
         fs["samples"] = [*fs.get("samples", []), e.aio][-KEEP_SAMPLES:]
         fs["since"] = fs.get("since", 0) + 1
-    if fs.get("scaling"):
+    if fs.get("scaling") or fs.get("taken_over"):   # a file system taken over at a restart keeps its servers
         core.save(j)
         return
     free = [h for h in core.storage if core.hosts[h].free and core.hosts[h].drain is None]
@@ -351,6 +362,37 @@ def scaled(core: Core, e: FsScaled) -> None:
     core.save(j)
 
 
+# -- restarts and faults --------------------------------------------------------------------------------------
+def attached(core: Core, e: FsAttached) -> None:
+    """The shell checked a file system taken over at a restart: it answers (the job goes on with it) or not (a
+    fault the job's own I/O will meet; it is still staged out and stopped when the job ends)."""
+    j = core.jobs.get(e.job_id)
+    if j is None or not j.fs:
+        return
+    address = j.fs.get("address", "")
+    if e.error:
+        j.fs["error"] = f"not answering after a restart: {e.error}"[:500]
+        core.log_event(j.id, "fs-fault", f"file system at {address} does not answer after the restart: "
+                       f"{e.error}"[:300], e.now)
+    else:
+        core.log_event(j.id, "fs-attach", f"file system at {address} re-attached after a restart", e.now)
+    core.save(j)
+
+
+def fault(core: Core, e: FsFault) -> None:
+    """Data servers of a running job's file system stopped answering: recorded and shown (``malleable info``); the
+    job's reads and writes of their blocks fail with the file system's error, and the stop after the job still
+    looks for every server's process."""
+    j = core.jobs.get(e.job_id)
+    if j is None or not j.fs:
+        return
+    lost = sorted({*j.fs.get("lost", []), *e.sids})
+    j.fs.update(lost=lost, error=e.text[:500])
+    core.log_event(j.id, "fs-fault", e.text[:300], e.now)
+    core.save(j)
+
+
 HANDLERS: dict[type, Callable[[Core, Any], None]] = {
-    FsReady: ready, FsProgress: progress, FsFailed: failed, FsStopped: stopped, FsSample: sampled, FsScaled: scaled}
+    FsReady: ready, FsProgress: progress, FsFailed: failed, FsStopped: stopped, FsSample: sampled, FsScaled: scaled,
+    FsAttached: attached, FsFault: fault}
 """The core's handler of each file-system event (entries of its one table of handlers)."""

@@ -27,7 +27,9 @@ class Shell:
         self.store = Store(path)
         self.core = Core(hosts, policy, CoreConfig(**cfg), hosts=self.store.load_hosts(),
                          jobs=self.store.load_jobs(), ended=self.store.ended_jobs())
-        self.store.apply(self.core.take_actions())
+        first = self.core.take_actions()
+        self.store.apply(first)
+        self.first = [a for a in first if type(a) not in PERSIST]   # process actions of the restart (AttachFs)
 
     # state, as the old tests read it
     @property

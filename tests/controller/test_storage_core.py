@@ -6,7 +6,18 @@ from __future__ import annotations
 import pytest
 
 from malleable.controller.daemon import _protocol as P
-from malleable.controller.daemon._events import FsFailed, FsProgress, FsReady, FsStopped, Launch, StartFs, StopFs
+from malleable.controller.daemon._events import (
+    AttachFs,
+    FsAttached,
+    FsFailed,
+    FsFault,
+    FsProgress,
+    FsReady,
+    FsStopped,
+    Launch,
+    StartFs,
+    StopFs,
+)
 from malleable.controller.sched import get_policy
 from malleable.errors import ProtocolError, Refusal
 from tests.controller._core_shell import Shell
@@ -137,3 +148,37 @@ def test_a_restart_while_the_file_system_starts_asks_for_a_new_one(tmp_path):
     assert again.jobs[jid].state == "STARTING" and again.jobs[jid].fs == {}
     assert [a.job_id for a in of(again.schedule(2.0), StartFs)] == [jid]
     assert again.snapshot(2.1).bb_free == 11 * G
+
+
+def test_a_restart_while_the_job_runs_takes_its_file_system_over_and_stops_it_after(tmp_path):
+    core = make(tmp_path, storage=("n2",))
+    jid = submit(core, bb=G, stage_out=["/o.bin:/d/o.bin"])
+    assert of(core.schedule(1.0), StartFs)
+    core.do(FsReady(2.0, jid, "tcp://n1:7"))
+    core.launched(jid, 100, 5.0, 2.1)
+    again = make(tmp_path, storage=("n2",))                            # the controller restarted on its state
+    assert again.first == [AttachFs(jid, "tcp://n1:7", ())]
+    assert again.jobs[jid].fs["phase"] == "ready" and again.snapshot(3.0).bb_free == 3 * G
+    again.do(FsAttached(3.0, jid))
+    assert again.store.events(jid)[-1]["kind"] == "fs-attach"
+    acts = again.exited(jid, 0, 9.0)                                   # staged out and stopped as usual
+    assert of(acts, StopFs) == [StopFs(jid, "tcp://n1:7", ("n1", "n2"), (("/o.bin", "/d/o.bin"),))]
+    again.do(FsStopped(10.0, jid, ()))
+    assert again.store.load_job(jid).fs["phase"] == "stopped" and again.snapshot(10.1).bb_free == 4 * G
+
+
+def test_a_file_system_that_does_not_answer_after_a_restart_or_loses_a_server_is_a_fault(tmp_path):
+    core = make(tmp_path)
+    jid = submit(core, bb=G)
+    assert of(core.schedule(1.0), StartFs)
+    core.do(FsReady(2.0, jid, "tcp://n1:7"))
+    core.launched(jid, 100, 5.0, 2.1)
+    again = make(tmp_path)
+    again.do(FsAttached(3.0, jid, "ServerUnavailable: no answer"))
+    ev = again.store.events(jid)[-1]
+    assert ev["kind"] == "fs-fault" and "tcp://n1:7 does not answer after the restart" in ev["text"]
+    again.do(FsFault(4.0, jid, (1,), "file system at tcp://n1:7: data server(s) 1 on n1 do not answer"))
+    rec = again.store.load_job(jid)
+    assert rec.fs["lost"] == [1] and "data server(s) 1 on n1" in rec.fs["error"] and rec.state == "RUNNING"
+    assert again.store.events(jid)[-1]["kind"] == "fs-fault"
+    assert of(again.exited(jid, 3, 9.0), StopFs)                      # still stopped after the job
