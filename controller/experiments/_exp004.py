@@ -52,25 +52,29 @@ def run_004(w: Workload, policy: str, series: bool = False) -> dict[str, Any]:
         "plan_passes": stats.passes, "plan_evaluations": stats.evaluations,
     }
     if series:
-        out["pfs"] = _hourly(*_cut(np.asarray(r.pfs[0]), np.asarray(r.pfs[1])))
-        out["bb"] = _hourly(*_cut(np.asarray(r.bb[0]), np.asarray(r.bb[1])))
-        out["busy"] = _busy(res.start, res.end, res.size)
+        t0 = float(w.submit[0])
+        out["pfs"] = _hourly(*_cut(np.asarray(r.pfs[0]), np.asarray(r.pfs[1]), t0))
+        out["bb"] = _hourly(*_cut(np.asarray(r.bb[0]), np.asarray(r.bb[1]), t0))
+        out["busy"] = _busy(res.start, res.end, res.size, t0)
     return out
 
 
-def _cut(t: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    keep = t <= t[0] + SERIES_SPAN
-    return t[keep], v[keep]
+def _cut(t: np.ndarray, v: np.ndarray, t0: float) -> tuple[np.ndarray, np.ndarray]:
+    """The step function ``(t, v)`` over the first :data:`SERIES_SPAN` after ``t0``, times relative to ``t0``."""
+    before = v[t < t0]
+    keep = (t >= t0) & (t <= t0 + SERIES_SPAN)
+    return (np.concatenate(([0.0], t[keep] - t0)),
+            np.concatenate(([float(before[-1]) if len(before) else 0.0], v[keep])))
 
 
-def _busy(start: np.ndarray, end: np.ndarray, size: np.ndarray) -> list[list[float]]:
+def _busy(start: np.ndarray, end: np.ndarray, size: np.ndarray, t0: float) -> list[list[float]]:
     """Busy processors as a step function (at equal times ends count before starts; one value per time)."""
     t = np.concatenate((end, start))
     d = np.concatenate((-size, size))
     o = np.lexsort((np.arange(len(t)), t))
     ts, busy = t[o], np.cumsum(d[o]).astype(float)
     last = np.append(ts[1:] != ts[:-1], True)
-    a, b = _cut(ts[last], busy[last])
+    a, b = _cut(ts[last], busy[last], t0)
     return [a.tolist(), b.tolist()]
 
 
@@ -219,11 +223,11 @@ def _plot(path: Path, runs: dict, pols: tuple[str, ...], quick: bool) -> None:
             ax[1, 0].step(np.array(r["bb"][0]) / 86400, np.array(r["bb"][1]) / 1e12, where="post", lw=0.6,
                           label=f"{p}: buffer held TB")
             ax[1, 1].step(np.array(r["busy"][0]) / 86400, r["busy"][1], where="post", lw=0.6, label=p)
-    ax[1, 0].set_xlabel("day")
+    ax[1, 0].set_xlabel("day (from the first submission)")
     ax[1, 0].set_title("file-system bandwidth in use and burst buffer held, hourly means (first two weeks)",
                        fontsize=9)
     ax[1, 0].legend(fontsize=7)
-    ax[1, 1].set_xlabel("day")
+    ax[1, 1].set_xlabel("day (from the first submission)")
     ax[1, 1].set_ylabel("busy processors (of 96)")
     ax[1, 1].set_title("processors in use: the fcfs-easy barrier idles the machine", fontsize=9)
     ax[1, 1].legend(fontsize=7)
