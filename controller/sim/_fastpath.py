@@ -54,23 +54,9 @@ def run_rigid(submit: np.ndarray, run: np.ndarray, est: np.ndarray, procs: np.nd
         now = ts if ts < te else te       # te: the earliest real end of a running job (kept up to date)
         if now == inf:
             break
-        if te <= now:
-            te = inf                     # job ends (all at this time), in one sweep keeping the order
-            w = 0
-            for k in range(nr):
-                if r_end[k] <= now:
-                    avail += r_size[k]
-                    end[r_row[k]] = r_end[k]
-                else:
-                    if r_end[k] < te:
-                        te = r_end[k]
-                    r_est[w] = r_est[k]
-                    r_seq[w] = r_seq[k]
-                    r_end[w] = r_end[k]
-                    r_size[w] = r_size[k]
-                    r_row[w] = r_row[k]
-                    w += 1
-            nr = w
+        if te <= now:                     # job ends (all at this time)
+            nr, freed, te = _end_jobs(r_est, r_seq, r_end, r_size, r_row, nr, now, end)
+            avail += freed
         while i < n and submit[i] <= now:
             q[qt] = i
             qt += 1
@@ -148,6 +134,29 @@ def run_rigid(submit: np.ndarray, run: np.ndarray, est: np.ndarray, procs: np.nd
     return passes
 
 
+def _end_jobs(r_est: np.ndarray, r_seq: np.ndarray, r_end: np.ndarray, r_size: np.ndarray, r_row: np.ndarray,
+              nr: int, now: float, end: np.ndarray) -> tuple[int, int, float]:
+    """Remove the running jobs whose real end is ``now`` or earlier (recording it in ``end``), keeping the others'
+    order; returns the new count, the nodes freed and the earliest real end left (``inf`` for none)."""
+    te = math.inf
+    freed = 0
+    w = 0
+    for k in range(nr):
+        if r_end[k] <= now:
+            freed += r_size[k]
+            end[r_row[k]] = r_end[k]
+        else:
+            if r_end[k] < te:
+                te = r_end[k]
+            r_est[w] = r_est[k]
+            r_seq[w] = r_seq[k]
+            r_end[w] = r_end[k]
+            r_size[w] = r_size[k]
+            r_row[w] = r_row[k]
+            w += 1
+    return w, freed, te
+
+
 def _insert(r_est: np.ndarray, r_seq: np.ndarray, r_end: np.ndarray, r_size: np.ndarray, r_row: np.ndarray,
             nr: int, e: float, s: int, t_end: float, p: int, row: int) -> int:
     """Insert a running job by (estimated end, start order); returns the new count."""
@@ -214,23 +223,9 @@ def run_conservative(submit: np.ndarray, run: np.ndarray, est: np.ndarray, procs
         now = ts if ts < te else te       # te: the earliest real end of a running job (kept up to date)
         if now == inf:
             break
-        if te <= now:
-            te = inf
-            w = 0
-            for k in range(nr):
-                if r_end[k] <= now:
-                    avail += r_size[k]
-                    end[r_row[k]] = r_end[k]
-                else:
-                    if r_end[k] < te:
-                        te = r_end[k]
-                    r_est[w] = r_est[k]
-                    r_seq[w] = r_seq[k]
-                    r_end[w] = r_end[k]
-                    r_size[w] = r_size[k]
-                    r_row[w] = r_row[k]
-                    w += 1
-            nr = w
+        if te <= now:                     # job ends (all at this time)
+            nr, freed, te = _end_jobs(r_est, r_seq, r_end, r_size, r_row, nr, now, end)
+            avail += freed
             ended = True
         old = nq
         while i < n and submit[i] <= now:
@@ -295,7 +290,7 @@ def fast_kernel() -> Callable[..., Any]:
             log.warning("numba is not installed: the simulator's fast path runs as plain Python")
         else:
             g = globals()
-            for name in ("_insert", "base_profile", "place"):
+            for name in ("_end_jobs", "_insert", "base_profile", "place"):
                 g[name] = numba.njit(cache=True, nogil=True)(g[name])
             f = numba.njit(cache=True, nogil=True)(run_rigid)
             g["_conservative_jit"] = numba.njit(cache=True, nogil=True)(run_conservative)
