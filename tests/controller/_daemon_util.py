@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
+import signal
 import sys
 import threading
 import time
@@ -15,7 +17,7 @@ from malleable.controller.daemon import _protocol as P
 from malleable.controller.daemon._client import Client
 from malleable.controller.daemon._core import CoreConfig
 from malleable.controller.daemon._daemon import Daemon, DaemonConfig
-from malleable.controller.daemon._hostpool import HostPool
+from malleable.controller.daemon._hostpool import HostPool, scan_tagged
 
 TOKEN = "controller-test-token"  # noqa: S105 - a test secret
 HEAT = str(Path(__file__).parent / "progs" / "heat_prog.py")
@@ -35,11 +37,6 @@ def isolate(monkeypatch: Any, tmp_path: Path) -> Path:
 
 def kill_tagged(controller_id: str) -> None:
     """SIGKILL every process of the jobs of one controller still on this machine (a test's cleanup)."""
-    import os
-    import signal
-
-    from malleable.controller.daemon._hostpool import scan_tagged
-
     for procs in scan_tagged(controller_id + ".").values():
         for p in procs:
             with contextlib.suppress(ProcessLookupError):
@@ -109,3 +106,13 @@ def cli(*argv: str) -> tuple[int, str, str]:
     finally:
         sys.stdout, sys.stderr = old
     return code, out.getvalue(), err.getvalue()
+
+
+def kill_leftovers(pid: int, cid: str) -> None:
+    """Test clean-up after a daemon run in its own process: kill the daemon ``pid`` (0: already stopped) and every
+    process tagged with its controller id ``cid`` (jobs, file-system servers)."""
+    if pid:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    if cid:
+        kill_tagged(cid)

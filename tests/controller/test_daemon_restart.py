@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -15,7 +14,7 @@ from malleable.controller.daemon import _protocol as P
 from malleable.controller.daemon._client import Client
 from malleable.controller.daemon._hostpool import scan_tagged
 from malleable.controller.daemon._paths import addr_file
-from tests.controller._daemon_util import HEAT, TOKEN, cli, states, wait_final, wait_for
+from tests.controller._daemon_util import HEAT, TOKEN, cli, kill_leftovers, states, wait_final, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -72,12 +71,5 @@ def test_kill_9_and_restart(monkeypatch, tmp_path):
         assert cli("controller", "stop", "--state", state)[0] == 0
         pid = 0
     finally:
-        if pid:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        if cid:
-            for procs in scan_tagged(cid + ".").values():
-                for p in procs:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(p.pid, signal.SIGKILL)
+        kill_leftovers(pid, cid)
     assert cid and not scan_tagged(cid + "."), "job processes left behind"

@@ -18,7 +18,8 @@ import pytest
 from malleable.controller.daemon._client import Client
 from malleable.controller.daemon._hostpool import HostPool, scan_tagged
 from malleable.controller.daemon._paths import addr_file
-from tests.controller._daemon_util import TOKEN, cli, daemon_thread, isolate, wait_final, wait_for
+from tests.controller._daemon_util import (TOKEN, cli, daemon_thread, isolate, kill_leftovers, wait_final,
+                                           wait_for)
 
 M = 1 << 20
 PY = sys.executable
@@ -74,14 +75,7 @@ def test_controller_killed_mid_job_reattaches_the_file_system_and_stages_out(mon
         assert cli("controller", "stop", "--state", state)[0] == 0
         pid = 0
     finally:
-        if pid:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        if cid:
-            for procs in scan_tagged(cid + ".").values():
-                for p in procs:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(p.pid, signal.SIGKILL)
+        kill_leftovers(pid, cid)
     assert cid and not scan_tagged(cid + "."), "processes left behind"
 
 
