@@ -11,7 +11,8 @@ that none is left (:class:`~._events.StopFs`, answered by :class:`~._events.FsSt
 buffer stays held. A failed start or stage-in fails the job (:class:`~._events.FsFailed`).
 
 While the job runs, its file system grows and shrinks with it: the shell measures the achieved I/O rate every few
-seconds (:class:`~._events.FsSample`); the pure storage policy (:mod:`._fspolicy`) compares it with the rate the
+seconds (:class:`~._events.FsSample`); the pure storage policy (:mod:`~malleable.controller.sched._fspolicy`, in the
+scheduling core beside the other policies, so the simulator runs it too) compares it with the rate the
 job asked for (``--io-rate``) within ``--fs-min``/``--fs-max`` and picks the host; the core asks the shell to add
 or remove one data server (:class:`~._events.ScaleFs`, answered by :class:`~._events.FsScaled`), or orders a
 malleable job to give back a host for a later server. The file system's servers and its last decisions are kept
@@ -45,7 +46,7 @@ from ._events import (
     StartFs,
     StopFs,
 )
-from ._fspolicy import Donor, FsDecision, FsState, StorageRule, decide_storage
+from malleable.controller.sched._fspolicy import Donor, FsDecision, FsState, StorageRule, decide_storage
 from ._store import JobRec
 
 if TYPE_CHECKING:
