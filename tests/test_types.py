@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parent.parent
 PURE = ["malleable.controller.sched", "malleable.controller.daemon._core", "malleable.controller.daemon._pass",
         "malleable.controller.daemon._link", "malleable.controller.daemon._events",
         "malleable.controller.daemon._protocol", "malleable._wire", "malleable.adhocfs._placement",
-        "malleable.adhocfs._rule", "malleable.adhocfs._messages", "malleable.controller.sched._fspolicy",
+        "malleable.adhocfs._rule", "malleable.adhocfs._messages",
         "malleable.controller.daemon._storage"]
 
 
