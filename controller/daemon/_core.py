@@ -488,7 +488,7 @@ class Core:
             del self.hosts[e.host]
         else:
             self.set_host(e.host, drain=None, drain_since=0.0)
-            self.ledger.clean(e.host)
+            _storage.host_checked(self, e.host, e.now)      # free for every policy, or kept for a data server
         self.release_held()
         self.log_event(job, "host-free", f"{e.host}: no process of job {job} left; host reusable", e.now)
         self.launch_ready(e.now)

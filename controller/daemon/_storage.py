@@ -52,8 +52,8 @@ from ._store import JobRec
 if TYPE_CHECKING:
     from ._core import Core
 
-__all__ = ["HANDLERS", "RULE", "attached", "check_submit", "ended", "failed", "fault", "forget", "progress", "ready",
-           "ready_to_launch", "reasons", "reload", "sampled", "scaled", "stopped", "submitted"]
+__all__ = ["HANDLERS", "RULE", "attached", "check_submit", "ended", "failed", "fault", "forget", "host_checked",
+           "progress", "ready", "ready_to_launch", "reasons", "reload", "sampled", "scaled", "stopped", "submitted"]
 
 WAIT_REASON = "BurstBuffer"
 """The pending reason of a job whose burst buffer does not fit in what is free now."""
@@ -97,6 +97,7 @@ def reload(core: Core, j: JobRec) -> JobRec:
         j.fs = {}
     elif j.launched and phase == "ready":
         j.fs.update(scaling="", taken_over=True)  # a change in flight was lost; no later ones (see sampled)
+        core.ledger.withhold(h for h in j.fs.get("lent", []) if h in core.ledger.free_set)
         servers = tuple((int(s), str(h)) for s, h in j.fs.get("servers", []))
         core.emit(AttachFs(j.id, j.fs.get("address", ""), servers))
     return j
@@ -229,6 +230,7 @@ def stopped(core: Core, e: FsStopped) -> None:
     old = _release(core, e.job_id)
     if old is not None:
         j, _, fs = old
+        _give_back(core, j, fs.get("lent", []), e.now, fs)
         fs.update(phase="stopped", left=list(e.left), error=e.errors[:500] or fs.get("error", ""))
         if j.fs is fs:
             core.save(j)
@@ -267,6 +269,7 @@ def _state(core: Core, j: JobRec, now: float) -> FsState:
         core.log_event(j.id, "fs-reclaim", f"{fs['reclaiming']} was not released in {RECLAIM_WAIT:g} s; "
                        "deciding afresh", now)
         fs["reclaiming"] = ""
+        _give_back(core, j, [h for h in fs.get("lent", []) if h not in {x for _, x in fs.get("servers", [])}], now)
     last = fs.get("last_change")
     return FsState(j.id, tuple((int(s), str(h)) for s, h in fs.get("servers", [])), j.fs_min or 1,
                    j.fs_max or 1, j.io_rate, tuple(fs.get("samples", [])), fs.get("since"), last,
@@ -288,7 +291,8 @@ def sampled(core: Core, e: FsSample) -> None:
     if fs.get("scaling") or fs.get("taken_over"):   # a file system taken over at a restart keeps its servers
         core.save(j)
         return
-    free = [h for h in core.storage if core.hosts[h].free and core.hosts[h].drain is None]
+    lent = {h: o.id for o in core.jobs.values() for h in o.fs.get("lent", [])}
+    free = [h for h in core.storage if core.hosts[h].free and lent.get(h, j.id) == j.id]
     taken = {h: o for h in core.storage if (o := core.hosts[h].owner) is not None}
     for d in decide_storage(_state(core, j, e.now), core.storage, free, taken, _donors(core, j), e.now, RULE):
         _carry_out(core, j, d, e.now)
@@ -339,6 +343,33 @@ def _reclaim(core: Core, j: JobRec, d: FsDecision, now: float) -> None:
     core.log_event(j.id, "fs-reclaim", f"job {donor.id} gives {d.host} for a data server: {d.reason}"[:300], now)
 
 
+def host_checked(core: Core, host: str, now: float) -> None:
+    """A host was checked empty after its job left it: free for every policy, unless a file system took it back
+    from that job for a data server; then it stays out of the policies' free hosts (withheld in the ledger) and is
+    lent to that file system until its server there leaves or the file system stops."""
+    core.ledger.clean(host)
+    for j in core.jobs.values():
+        if j.state == JobState.RUNNING and j.fs.get("phase") == "ready" and j.fs.get("reclaiming") == host:
+            core.ledger.withhold([host])
+            j.fs["lent"] = sorted({*j.fs.get("lent", []), host})
+            core.save(j)
+            core.log_event(j.id, "fs-reclaim", f"{host} was released; kept for a data server of this file system",
+                           now)
+            return
+
+
+def _give_back(core: Core, j: JobRec, hosts: list[str], now: float, fs: dict | None = None) -> None:
+    """Hosts lent to a file system go back to the policies' free hosts."""
+    fs = j.fs if fs is None else fs
+    back = [h for h in hosts if h in fs.get("lent", [])]
+    if not back:
+        return
+    fs["lent"] = [h for h in fs["lent"] if h not in back]
+    core.ledger.unwithhold(back)
+    core.log_event(j.id, "fs-lent", f"{','.join(back)} no longer serve this file system; free for compute jobs",
+                   now)
+
+
 def scaled(core: Core, e: FsScaled) -> None:
     """A server was added or removed (or not): the file system's hosts follow, the rule's cool-down starts."""
     j = core.jobs.get(e.job_id)
@@ -359,6 +390,8 @@ def scaled(core: Core, e: FsScaled) -> None:
                        e.now)
     if not e.error:
         fs["used"] = list(dict.fromkeys([*fs.get("used", []), e.host]))
+    if e.host in fs.get("lent", []) and (e.kind == "remove") != bool(e.error):
+        _give_back(core, j, [e.host], e.now)
     fs.update(last_change=e.now, since=0)
     core.save(j)
 

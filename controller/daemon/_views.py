@@ -52,8 +52,10 @@ class DaemonViews:
         return P.Table([self.row(j) for j in running + self.core.queue()])
 
     def nodes(self, m: P.Nodes) -> P.Message:
-        """Every host: idle, alloc, draining, alloc+drain or down (with the reason)."""
+        """Every host: idle, alloc, draining, alloc+drain, storage (lent to a job's file system: ``job`` is that
+        job) or down (with the reason)."""
         rows = []
+        lent = {h: j.id for j in self.core.jobs.values() for h in j.fs.get("lent", [])}
         for name in self.core.nodes:
             h = self.core.hosts[name]
             if h.down:
@@ -65,8 +67,9 @@ class DaemonViews:
             elif h.drain is not None:
                 state = "draining"
             else:
-                state = "idle"
-            rows.append({"name": name, "state": state, "job": h.owner, "drain": h.drain, "reason": h.down})
+                state = "storage" if name in lent else "idle"
+            rows.append({"name": name, "state": state, "job": h.owner if h.owner is not None else lent.get(name),
+                         "drain": h.drain, "reason": h.down})
         return P.Table(rows)
 
     def history(self, m: P.History) -> P.Message:

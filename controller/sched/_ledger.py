@@ -534,6 +534,12 @@ class Ledger:
             self._free.remove(x)
         self._stale()
 
+    def unwithhold(self, nodes: Iterable[NodeId]) -> None:
+        """Give nodes taken out by :meth:`withhold` back to the free list (down ones stay down)."""
+        free = self.free_set
+        self._give_back([x for x in nodes if x not in free], None, dirty=False)
+        self._stale()
+
     def clean(self, x: NodeId) -> None:
         """Node ``x`` was checked: nothing of its previous job is left; it is free for every policy."""
         if x in self.dirty:

@@ -10,6 +10,7 @@ import pytest
 from malleable.controller.daemon import _protocol as P
 from malleable.controller.daemon._cli_submit import resolve
 from malleable.controller.daemon._events import FsReady, FsSample, FsScaled, ScaleFs, StartFs, StopFs
+from malleable.controller.daemon._views import DaemonViews
 from malleable.controller.sched._fspolicy import Donor, FsState, StorageRule, decide_storage
 from malleable.controller.sched import get_policy
 from malleable.errors import ConfigError, ProtocolError
@@ -158,3 +159,52 @@ def test_the_core_grows_a_running_job_file_system_and_records_it(tmp_path):
     # the stop looks for leftovers on every host a server ran on
     (stop,) = [a for a in core.exited(jid, 0, 60.0) if isinstance(a, StopFs)]
     assert set(stop.hosts) == {"n1", "n2"}
+
+
+def test_a_host_taken_back_from_a_malleable_job_is_lent_to_the_file_system_then_given_back(tmp_path):
+    # malleable-fill grows a malleable job onto every free host: without the loan it would take the host back
+    core = Shell(str(tmp_path / "s.sqlite"), ("n1", "n2", "n3"), get_policy("malleable-fill"), bb_capacity=1 << 30)
+    mal = core.submit(P.Submit("m", ["prog"], 1, 1, 2, True, 100.0, "", "", "/work", {}), 0.0)
+    core.schedule(0.5)
+    core.launched(mal, 10, 1.0, 0.6)
+    core.register(P.Register(mal, 10, "n1", 1, ["n1"]), 0.7)
+    core.schedule(0.8)
+    assert core.poll(P.Poll(mal, 1), 0.9).hosts == ["n2"]
+    core.committed(P.Committed(mal, 1, "expand", 1, 2, 0.1, [], ["n1", "n2"], 0), 1.0)
+    w = core.submit(P.Submit("w", ["prog"], 1, 1, 1, False, 100.0, "", "", "/work", {}, bb=float(1 << 28),
+                             fs_min=1, fs_max=2, io_rate=500 * MB), 1.1)
+    (start,) = [a for a in core.schedule(1.2) if isinstance(a, StartFs)]
+    assert start.data == ("n3",)                                      # node-local on the writer's host
+    core.do(FsReady(2.0, w, "tcp://n3:5000"))
+    core.launched(w, 20, 5.0, 2.1)
+    for i in range(3):                                                 # too slow: growth, nothing free
+        core.do(FsSample(10.0 + 2 * i, w, 50 * MB, ((1, "n3"),)))
+    assert core.jobs[w].fs["reclaiming"] == "n2" and core.jobs[mal].order is not None
+    o = core.poll(P.Poll(mal, 2), 15.0)
+    assert (o.procs, o.hosts) == (1, [])
+    core.committed(P.Committed(mal, o.seq, "shrink", 2, 1, 0.1, ["n2"], ["n1"], 0), 15.5)
+    core.host_clean("n2", 16.0)
+    assert core.jobs[w].fs["lent"] == ["n2"] and "n2" not in core.snapshot(16.1).free
+    view = DaemonViews()
+    view.core = core.core
+    rows = {r["name"]: (r["state"], r["job"]) for r in view.nodes(P.Nodes()).rows}
+    assert rows == {"n1": ("alloc", mal), "n2": ("storage", w), "n3": ("alloc", w)}
+    core.schedule(16.2)                                                # the policy does not grow it back there
+    assert core.jobs[mal].order is None and core.jobs[mal].hosts == ["n1"]
+    (add,) = [a for a in core.do(FsSample(18.0, w, 50 * MB, ((1, "n3"),))) if isinstance(a, ScaleFs)]
+    assert (add.kind, add.host) == ("add", "n2")
+    core.do(FsScaled(18.5, w, "add", "n2", 2))
+    core.schedule(19.0)
+    assert core.jobs[mal].order is None and "n2" not in core.snapshot(19.1).free
+    # the rate is met with room to spare: the newest server leaves and the host goes back to compute
+    acts = []
+    for i in range(3):
+        acts += core.do(FsSample(30.0 + 2 * i, w, 900 * MB, ((1, "n3"), (2, "n2"))))
+    (rm,) = [a for a in acts if isinstance(a, ScaleFs)]
+    assert (rm.kind, rm.host, rm.sid) == ("remove", "n2", 2)
+    core.do(FsScaled(37.0, w, "remove", "n2", 2))
+    assert core.jobs[w].fs["lent"] == [] and "n2" in core.snapshot(37.1).free
+    core.schedule(37.2)
+    assert core.poll(P.Poll(mal, 3), 37.3).hosts == ["n2"]             # and the malleable job grows back
+    kinds = [e["kind"] for e in core.store.events(w)]
+    assert kinds.count("fs-reclaim") == 2 and "fs-lent" in kinds
