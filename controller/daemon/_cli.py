@@ -166,7 +166,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.add_argument("ids", nargs="+", type=int, metavar="ID")
         p.set_defaults(func=one_line(_suspend), resume=verb == "resume")
 
-    p = sub.add_parser("nodes", help="hosts and who holds them, or the job file system a host is lent to (like sinfo -N)")
+    p = sub.add_parser("nodes", help="hosts and who holds them, or whose file system a host is lent to "
+                                     "(like sinfo -N)")
     _client_opts(p)
     p.add_argument("--json", action="store_true", help="a JSON document with a schema number")
     p.set_defaults(func=one_line(_nodes))
