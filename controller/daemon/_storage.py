@@ -28,6 +28,8 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from malleable.controller.sched._fspolicy import Donor, FsDecision, FsState, StorageRule, decide_storage, host_loss
+from malleable.controller.sched._speedup import declared
 from malleable.errors import Refusal
 
 from . import _protocol as P
@@ -46,7 +48,6 @@ from ._events import (
     StartFs,
     StopFs,
 )
-from malleable.controller.sched._fspolicy import Donor, FsDecision, FsState, StorageRule, decide_storage
 from ._store import JobRec
 
 if TYPE_CHECKING:
@@ -254,12 +255,15 @@ def reasons(core: Core) -> None:
 
 # -- growing and shrinking with the job ------------------------------------------------------------------------
 def _donors(core: Core, j: JobRec) -> list[Donor]:
-    """Running malleable jobs (not ``j``) whose newest host is a storage host, with no order in flight."""
+    """Running malleable jobs (not ``j``) whose newest host is a storage host, with no order in flight, and what
+    each would lose by giving it (its declared or measured speedup model)."""
     out = []
     for o in core.jobs.values():
         if (o.id != j.id and o.malleable and o.state == JobState.RUNNING and o.registered and not o.order
                 and not o.cancel and o.hosts and o.hosts[-1] in core.storage):
-            out.append(Donor(o.id, o.hosts[-1], len(o.hosts), o.min_nodes))
+            n, job = len(o.hosts), core.to_job(o)
+            loss = host_loss(n, declared(job, n), declared(job, n - 1)) if n > 1 else 0.0
+            out.append(Donor(o.id, o.hosts[-1], n, o.min_nodes, loss))
     return out
 
 
@@ -273,7 +277,7 @@ def _state(core: Core, j: JobRec, now: float) -> FsState:
     last = fs.get("last_change")
     return FsState(j.id, tuple((int(s), str(h)) for s, h in fs.get("servers", [])), j.fs_min or 1,
                    j.fs_max or 1, j.io_rate, tuple(fs.get("samples", [])), fs.get("since"), last,
-                   tuple(j.hosts), fs.get("reclaiming", ""))
+                   tuple(j.hosts), fs.get("reclaiming", ""), max(1, len(j.hosts)))
 
 
 def sampled(core: Core, e: FsSample) -> None:

@@ -10,12 +10,19 @@ requested rate RIO, with a tolerance and a cool-down after each change), bounded
   one (no compute job on it, nothing to drain, not down), then one of the job's own hosts (node-local, as the
   first servers are placed), then, only when neither exists, a host taken back from a running malleable job: one
   whose newest host is such a storage host and that stays within its bounds after giving one host
-  (``size > min``). Taking back is one shrink order of one host for that job; the data server goes there once the
-  host is released and checked (the next sample sees it free). While a host is being taken back, nothing else is
-  decided for that file system. Jobs that are not malleable, or that are at their minimum, are never shrunk, and
-  a host is never taken from the job whose file system grows. That is all the weighing there is: a host is taken
-  back only when the rule asks for growth and nothing free is left; the storage gain is not priced against the
-  compute loss.
+  (``size > min``) and whose loss is no more than the storage gain (below). Taking back is one shrink order of one
+  host for that job; the data server goes there once the host is released and checked (the next sample sees it
+  free). While a host is being taken back, nothing else is decided for that file system. Jobs that are not
+  malleable, or that are at their minimum, are never shrunk, and a host is never taken from the job whose file
+  system grows.
+* **the price of a host taken back**, in nodes' worth of work per second: the compute job loses
+  ``size * (1 - T(size) / T(size - 1))`` (its speedup model: 1 for linear speedup, less for a job that scales
+  badly; :attr:`Donor.loss`); the file system's job gains ``nodes * (1 / ((1 - i) + i * AIO / AIO') - 1)`` with
+  ``i`` its I/O intensity (the share of its time spent in I/O; 1 when unknown: a job that asks for an I/O rate
+  is taken to wait for its I/O) and ``AIO' = min(RIO, AIO * (n + 1) / n)`` the rate one server more would give
+  (servers share the load evenly). The host is taken back from the job that loses least, and only when the gain
+  is at least that loss: a 1-node writer on one server gains 1 (its I/O twice as fast) and may take a host from a
+  linearly scaling job (loss 1); on two servers it gains 0.5 and may not.
 * **shrinking** (the rule says the servers are more than the rate needs) removes servers on hosts that another
   compute job holds first, then the newest; never below ``--fs-min`` (the rule's bound), so at least one stays.
 * **making room**: when the rule does not ask for growth and a data server beyond ``--fs-min`` runs on a host that
@@ -32,7 +39,7 @@ from dataclasses import dataclass
 
 from malleable.adhocfs._rule import RuleConfig, Scaling, decide
 
-__all__ = ["Donor", "FsDecision", "FsState", "StorageRule", "decide_storage"]
+__all__ = ["Donor", "FsDecision", "FsState", "StorageRule", "decide_storage", "host_loss", "storage_gain"]
 
 MB = 1e6
 """The rule works in MB/s (as ``malleable fs watch`` and ``fs status`` show rates); the controller in bytes/s."""
@@ -70,6 +77,8 @@ class FsState:
         last_change: when the last change was decided (None: never).
         own: the job's compute hosts.
         reclaiming: a host being taken back for this file system ("" none).
+        nodes: the job's compute nodes (what its I/O keeps waiting), for the price of a host taken back.
+        intensity: the job's I/O intensity in [0, 1] (share of its time in I/O; 1 when unknown).
     """
 
     job_id: int
@@ -82,16 +91,41 @@ class FsState:
     last_change: float | None = None
     own: tuple[str, ...] = ()
     reclaiming: str = ""
+    nodes: int = 1
+    intensity: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
 class Donor:
-    """A running malleable job that could give its newest host: ``host``, at ``size`` hosts (bounds ``min_size``)."""
+    """A running malleable job that could give its newest host: ``host``, at ``size`` hosts (bounds ``min_size``);
+    ``loss`` is the work it would lose per second, in nodes' worth (:func:`host_loss`; 1 for linear speedup)."""
 
     job_id: int
     host: str
     size: int
     min_size: int
+    loss: float = 1.0
+
+
+def host_loss(size: int, t_size: float, t_less: float) -> float:
+    """What a job at ``size`` nodes loses by giving one, in nodes' worth of work per second, from its run times
+    (any unit) at ``size`` and ``size - 1`` nodes: ``size * (1 - t_size / t_less)``."""
+    return size * (1.0 - t_size / t_less) if t_less > 0 else 0.0
+
+
+def storage_gain(fs: FsState, k: int) -> float:
+    """What the file system's job gains, in nodes' worth of work per second, from one data server more: its
+    I/O share ``intensity`` sped up from the window's mean rate to ``min(RIO, AIO * (n + 1) / n)``."""
+    window = fs.samples[-k:] if fs.samples else ()
+    n = len(fs.servers)
+    if not window or n < 1:
+        return 0.0
+    aio = sum(window) / len(window)
+    better = min(fs.rio, aio * (n + 1) / n) if fs.rio > 0 else aio * (n + 1) / n
+    if aio <= 0 or better <= aio:
+        return 0.0
+    i = min(max(fs.intensity, 0.0), 1.0)
+    return fs.nodes * (1.0 / ((1.0 - i) + i * aio / better) - 1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +178,7 @@ def decide_storage(fs: FsState, storage: Sequence[str], free: Sequence[str], tak
     else:
         d = None
     if d is not None and d.action is Scaling.EXPAND:
-        return [_grow(fs, storage, free, donors, serving, d.reason)]
+        return [_grow(fs, storage, free, donors, serving, d.reason, storage_gain(fs, rule.k))]
     if d is not None and d.action is Scaling.SHRINK:
         busy = [(sid, h) for sid, h in fs.servers if taken.get(h, fs.job_id) != fs.job_id]
         rest = [s for s in reversed(fs.servers) if s not in busy]
@@ -160,16 +194,23 @@ def decide_storage(fs: FsState, storage: Sequence[str], free: Sequence[str], tak
 
 
 def _grow(fs: FsState, storage: Sequence[str], free: Sequence[str], donors: Sequence[Donor], serving: set[str],
-          why: str) -> FsDecision:
-    """Where one more data server goes: a free storage host, one of the job's own, or one taken back."""
+          why: str, gain: float) -> FsDecision:
+    """Where one more data server goes: a free storage host, one of the job's own, or one taken back from the
+    job that loses least, if the file system's job gains at least as much."""
     order = {h: i for i, h in enumerate(storage)}
     for pool in (free, fs.own):
         hosts = sorted((h for h in pool if h in order and h not in serving), key=order.__getitem__)
         if hosts:
             return FsDecision("add", hosts[0], reason=why)
-    for d in sorted(donors, key=lambda d: (-(d.size - d.min_size), d.job_id)):
-        if d.job_id != fs.job_id and d.size > d.min_size and d.host in order and d.host not in serving:
-            return FsDecision("reclaim", d.host, donor=d.job_id,
-                              reason=f"no free storage host: job {d.job_id} gives {d.host} "
-                              f"({d.size} -> {d.size - 1} nodes, min {d.min_size}); {why}")
+    able = sorted((d for d in donors if d.job_id != fs.job_id and d.size > d.min_size and d.host in order
+                   and d.host not in serving), key=lambda d: (d.loss, -(d.size - d.min_size), d.job_id))
+    if able and able[0].loss <= gain + 1e-9:
+        d = able[0]
+        return FsDecision("reclaim", d.host, donor=d.job_id,
+                          reason=f"no free storage host: job {d.job_id} gives {d.host} ({d.size} -> {d.size - 1} "
+                          f"nodes, min {d.min_size}; loses {d.loss:.2f}, gain {gain:.2f} nodes' worth); {why}")
+    if able:
+        return FsDecision("keep", reason=f"growth wanted, nothing free, and a host taken back from job "
+                          f"{able[0].job_id} would lose {able[0].loss:.2f} nodes' worth for a gain of {gain:.2f}; "
+                          f"{why}")
     return FsDecision("keep", reason=f"growth wanted but no storage host is free or can be taken back; {why}")

@@ -74,6 +74,32 @@ def test_host_choice_free_first_then_own_then_taken_back():
     assert d.kind == "keep" and "no storage host" in d.reason
 
 
+def test_a_host_is_taken_back_only_when_the_storage_gain_is_worth_the_compute_loss():
+    from malleable.controller.sched._fspolicy import host_loss, storage_gain
+    from malleable.controller.sched._model import Job, JobKind
+    from malleable.controller.sched._speedup import amdahl
+
+    # the gain in nodes' worth: one more server doubles a 1-node writer's rate (gain 1), adds half on two servers
+    assert storage_gain(fs([10, 10, 10]), 3) == pytest.approx(1.0)
+    assert storage_gain(fs([10, 10, 10], servers=((1, "n1"), (2, "n2"))), 3) == pytest.approx(0.5)
+    assert storage_gain(fs([10, 10, 10], rio=12 * MB), 3) == pytest.approx(0.2)            # capped at RIO
+    assert storage_gain(fs([10, 10, 10], intensity=0.5), 3) == pytest.approx(1 / 0.75 - 1)  # half its time in I/O
+    assert storage_gain(fs([10, 10, 10], nodes=4), 3) == pytest.approx(4.0)                 # 4 nodes waiting on it
+    # the loss from the speedup model: linear loses a whole node's worth, Amdahl's s = 0.3 at 2 nodes 0.7
+    job = Job(1, 0.0, 2, 100.0, JobKind.MALLEABLE, 1, 2, 0.3)
+    assert host_loss(2, amdahl(job, 2), amdahl(job, 1)) == pytest.approx(0.7)
+    assert host_loss(4, 1 / 4, 1 / 3) == pytest.approx(1.0)
+    two = ((1, "n1"), (2, "n2"))
+    # the cheapest donor gives the host, however many hosts the others have above their minimum
+    d = one(fs([10, 10, 10]), free=(), donors=(Donor(3, "n3", 4, 1, 1.0), Donor(4, "n4", 2, 1, 0.4)))
+    assert (d.kind, d.donor) == ("reclaim", 4) and "loses 0.40, gain 1.00" in d.reason
+    # on two servers the gain (0.5) is below a linear job's loss: keep; above a badly scaling one's: take it back
+    d = one(fs([10, 10, 10], servers=two), free=(), donors=(Donor(3, "n3", 2, 1, 1.0),))
+    assert d.kind == "keep" and "would lose 1.00 nodes' worth for a gain of 0.50" in d.reason
+    d = one(fs([10, 10, 10], servers=two), free=(), donors=(Donor(3, "n3", 2, 1, 0.4),))
+    assert (d.kind, d.host) == ("reclaim", "n3")
+
+
 def test_a_host_being_taken_back_is_waited_for_then_used():
     assert one(fs([10, 10, 10], reclaiming="n4"), free=("n2",)).kind == "keep"     # not n2: one change at a time
     d = one(fs([10, 10, 10], reclaiming="n4"), free=("n4",))
