@@ -292,15 +292,18 @@ def sampled(core: Core, e: FsSample) -> None:
     if e.aio is not None:
         fs["samples"] = [*fs.get("samples", []), e.aio][-KEEP_SAMPLES:]
         fs["since"] = fs.get("since", 0) + 1
-    if fs.get("scaling") or fs.get("taken_over"):   # a file system taken over at a restart keeps its servers
-        core.save(j)
-        return
+    if not (fs.get("scaling") or fs.get("taken_over")):   # a file system taken over at a restart keeps its servers
+        _decide(core, j, e.now)
+    core.save(j)
+
+
+def _decide(core: Core, j: JobRec, now: float) -> None:
+    """Run the storage policy on the job's file system as it is now and carry out its decision."""
     lent = {h: o.id for o in core.jobs.values() for h in o.fs.get("lent", [])}
     free = [h for h in core.storage if core.hosts[h].free and lent.get(h, j.id) == j.id]
     taken = {h: o for h in core.storage if (o := core.hosts[h].owner) is not None}
-    for d in decide_storage(_state(core, j, e.now), core.storage, free, taken, _donors(core, j), e.now, RULE):
-        _carry_out(core, j, d, e.now)
-    core.save(j)
+    for d in decide_storage(_state(core, j, now), core.storage, free, taken, _donors(core, j), now, RULE):
+        _carry_out(core, j, d, now)
 
 
 def _note(j: JobRec, d: FsDecision, now: float) -> None:
@@ -356,9 +359,11 @@ def host_checked(core: Core, host: str, now: float) -> None:
         if j.state == JobState.RUNNING and j.fs.get("phase") == "ready" and j.fs.get("reclaiming") == host:
             core.ledger.withhold([host])
             j.fs["lent"] = sorted({*j.fs.get("lent", []), host})
-            core.save(j)
             core.log_event(j.id, "fs-reclaim", f"{host} was released; kept for a data server of this file system",
                            now)
+            if not j.fs.get("scaling"):
+                _decide(core, j, now)                  # its server is started now, not at the next sample
+            core.save(j)
             return
 
 
