@@ -244,13 +244,7 @@ class Storage:
         """Take free hosts that run a data server out of the compute pool, and give back those that no longer
         do; True when a host came back."""
         led = self.ledger
-        serving: dict[NodeId, int] = {}
-        for fs in self.live.values():
-            hosts = [h for _, h in fs.servers]
-            if fs.change is not None and fs.change[0] == "add":
-                hosts.append(fs.change[2])
-            for h in hosts:
-                serving.setdefault(self.node[h], fs.job_id)
+        serving = self._serving()
         back = False
         for x, jid in list(self.held.items()):
             if x not in serving:
@@ -264,6 +258,17 @@ class Storage:
                     led.node_down(x, math.inf)
                     self.held[x] = jid
         return back
+
+    def _serving(self) -> dict[NodeId, int]:
+        """The hosts running a data server (or about to), each with one job whose file system it serves."""
+        serving: dict[NodeId, int] = {}
+        for fs in self.live.values():
+            hosts = [h for _, h in fs.servers]
+            if fs.change is not None and fs.change[0] == "add":
+                hosts.append(fs.change[2])
+            for h in hosts:
+                serving.setdefault(self.node[h], fs.job_id)
+        return serving
 
     # -- the policy -------------------------------------------------------------------------------------------
 
@@ -308,12 +313,14 @@ class Storage:
 
     def _donors(self, job_id: int) -> list[Donor]:
         """Running malleable jobs (not ``job_id``) the ledger may resize now (a job with phases only at one of
-        its scheduling points, which a sample never falls on)."""
+        its scheduling points, which a sample never falls on) and whose newest host runs no data server (it would
+        not be free once given)."""
         led = self.ledger
+        serving = self._serving()
         return [Donor(v.job.id, self.names[v.nodes[-1]], v.size, max(v.job.min_procs, 1))
                 for v in led.running.values()
                 if v.job.id != job_id and v.job.kind is JobKind.MALLEABLE and v.nodes
-                and (not v.job.phases or v.job.id in led.points)]
+                and (not v.job.phases or v.job.id in led.points) and v.nodes[-1] not in serving]
 
     def _carry_out(self, fs: _Fs, d: FsDecision, now: float) -> None:
         if d.kind == "keep":
@@ -338,3 +345,6 @@ class Storage:
             fs.reclaiming, fs.last_change, fs.since = d.host, now, 0
             fs.rep.taken_back += 1
             self._decide(fs, now)        # released at once in the simulator: the server goes there now
+            if fs.reclaiming:            # not taken (cannot happen with the checks above): do not wait for it
+                log.warning("t=%g: job %d: host %s taken back but not used", now, fs.job_id, d.host)
+                fs.reclaiming = ""

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from malleable.controller.sched._fspolicy import decide_storage
@@ -152,3 +153,37 @@ def test_the_command_line_runs_both_policies_and_refuses_bad_input_in_one_line(t
                        capture_output=True, text=True, timeout=60)
     assert p.returncode != 0 and p.stderr.count("\n") == 1 and "bad.jsonl:1:" in p.stderr
     assert "Traceback" not in p.stderr
+
+
+def test_random_workloads_keep_the_bounds_every_byte_and_give_every_host_back(tmp_path):
+    from malleable.controller.sched import get_policy
+    from malleable.controller.sim._ioengine import IOSimulator
+
+    rng = np.random.default_rng(7)
+    jobs = []
+    for i in range(1, 31):
+        if i % 3:
+            jobs.append({"id": i, "submit": float(rng.uniform(0, 300)), "run": 1, "procs": int(rng.integers(1, 3)),
+                         "phases": [["compute", 20], ["write", float(rng.uniform(1, 5)) * 1e9], ["compute", 10],
+                                    ["read", float(rng.uniform(1, 5)) * 1e9]],
+                         "fs_min": 1, "fs_max": int(rng.integers(1, 5)), "io_rate": float(rng.uniform(0, 5e8))})
+        else:
+            jobs.append({"id": i, "submit": float(rng.uniform(0, 300)), "run": float(rng.uniform(50, 200)),
+                         "procs": 3, "kind": "malleable", "min": 1, "max": 5})
+    w = load(tmp_path, 8, *jobs)
+    for policy in ("malleable-fill", "easy"):
+        sim = IOSimulator(w, get_policy(policy), pfs_bw=1e9, link_bw=1e9, name=policy,
+                          storage=StorageModel(SERVER, "elastic", trace=True))
+        res = sim.run()
+        assert not np.isnan(res.result.end).any()
+        want = sum(p.amount for ph in w.phases for p in ph if p.kind.value in ("read", "write"))
+        assert res.moved["read"] + res.moved["write"] == pytest.approx(want)
+        for k, spec in enumerate(w.fs):
+            if spec is not None:
+                counts = [n for _, n in res.storage.jobs[int(w.ids[k])].servers]
+                assert counts[-1] == 0 and all(spec[1] <= n <= spec[2] for n in counts[:-1])
+        for c in res.storage.calls:
+            assert not {h for _, h in c.fs.servers} & set(c.free)
+            assert tuple(decide_storage(c.fs, c.storage, c.free, c.taken, c.donors, c.now)) == c.decisions
+        assert res.storage.decisions > 0 and res.storage.taken_back > 0
+        assert sim.ledger.n_free == 8 and not sim.ledger.down and not sim.fs.held
