@@ -133,7 +133,7 @@ def _plot(table: list[dict], path: Path) -> None:
     keys = ("mean_wait_s", "makespan_s", "mean_io_phase_s", "server_seconds")
     fig, axes = plt.subplots(1, len(keys), figsize=(12, 3.2))
     for ax, k in zip(axes, keys, strict=True):
-        labels = [f"{r['policy']}\n{r['storage']}" for r in table]
+        labels = [f"{r['policy'].replace('malleable-', 'm-')}\n{r['storage']}" for r in table]
         ax.bar(labels, [r[k] for r in table], color=["tab:gray", "tab:blue"] * (len(table) // 2))
         ax.set_title(k.replace("_", " "), fontsize=9)
         ax.tick_params(axis="x", labelsize=7)
