@@ -166,11 +166,11 @@ class IOSimulator:
     def _rates(self) -> None:
         """Recompute every flow's rate (called whenever the set of flows or a size changes)."""
         runs, fs = self._runs, self.fs
-        own = {f.job: bw for f in self._flows
-               if f.kind in _OWN and fs is not None and (bw := fs.bw(f.job)) is not None}
+        own = {} if fs is None else {f.job: bw for f in self._flows
+                                     if f.kind in _OWN and (bw := fs.bw(f.job)) is not None}
         pfs_nodes = 0
         for f in self._flows:
-            if (f.kind in _PFS or f.kind == _DRAIN) and not (f.job in own and f.kind in _OWN):
+            if (f.kind in _PFS or f.kind == _DRAIN) and not (own and f.job in own and f.kind in _OWN):
                 pfs_nodes += runs[f.job].size
         used = 0.0
         pfs_bw, link_bw = self.pfs_bw, self.link_bw
