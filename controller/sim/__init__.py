@@ -19,7 +19,8 @@ _WHERE = {
 }
 __all__ = [
     "IOResult", "IOSimulator", "SimResult", "Simulator", "SizeHistory", "StorageModel", "StorageReport", "Workload",
-    "bounded_slowdown", "load_sweep", "plot_result", "read_swf", "run_sweep", "simulate", "simulate_io", "summary", "synthetic", "utilization_curve",
+    "bounded_slowdown", "load_sweep", "plot_result", "read_swf", "run_sweep", "simulate", "simulate_io", "summary",
+    "synthetic", "utilization_curve",
     "write_batsim_csv", "write_jobs_csv", "write_swf",
 ]
 
