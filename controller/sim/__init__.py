@@ -15,16 +15,19 @@ _WHERE = {
     "write_jobs_csv": "._metrics", "write_batsim_csv": "._metrics", "read_swf": "._swf", "write_swf": "._swf",
     "Workload": "._workload", "synthetic": "._workload", "plot_result": "._plot", "load_sweep": "._sweep",
     "run_sweep": "._sweep", "IOResult": "._ioengine", "IOSimulator": "._ioengine", "simulate_io": "._ioengine",
+    "StorageModel": "._iofs", "StorageReport": "._iofs",
 }
 __all__ = [
-    "IOResult", "IOSimulator", "SimResult", "Simulator", "SizeHistory", "Workload", "bounded_slowdown", "load_sweep",
-    "plot_result", "read_swf", "run_sweep", "simulate", "simulate_io", "summary", "synthetic", "utilization_curve",
+    "IOResult", "IOSimulator", "SimResult", "Simulator", "SizeHistory", "StorageModel", "StorageReport", "Workload",
+    "bounded_slowdown", "load_sweep", "plot_result", "read_swf", "run_sweep", "simulate", "simulate_io", "summary",
+    "synthetic", "utilization_curve",
     "write_batsim_csv", "write_jobs_csv", "write_swf",
 ]
 
 if TYPE_CHECKING:
     from ._engine import Simulator, simulate
     from ._ioengine import IOResult, IOSimulator, simulate_io
+    from ._iofs import StorageModel, StorageReport
     from ._metrics import bounded_slowdown, summary, utilization_curve, write_batsim_csv, write_jobs_csv
     from ._plot import plot_result
     from ._result import SimResult, SizeHistory

@@ -68,6 +68,19 @@ def add_simulate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
     p.add_argument("--link-bw", type=float, metavar="BYTES_S", help="I/O: each node's link to the file system")
     p.add_argument("--bb-bw", type=float, metavar="BYTES_S",
                    help="I/O: each node's bandwidth to the burst buffer (default --link-bw)")
+    p.add_argument("--storage-policy", choices=["static", "elastic"], default=None,
+                   help="I/O: the file systems of jobs with storage fields (fs_servers, fs_min, fs_max, io_rate): "
+                        "static keeps the servers a job starts with (fs_servers, default fs_min); elastic runs "
+                        "the live storage policy every --fs-sample seconds (default static)")
+    p.add_argument("--fs-server-bw", type=float, metavar="BYTES_S",
+                   help="I/O: one data server's bandwidth (needed when jobs have storage fields)")
+    p.add_argument("--fs-sample", type=float, default=2.0, metavar="S",
+                   help="I/O: seconds between two samples of a job's achieved rate (default 2, as live)")
+    p.add_argument("--fs-add-cost", type=float, default=0.29, metavar="S",
+                   help="I/O: seconds a data server's addition stalls the job's file system (default 0.29, "
+                        "measured live)")
+    p.add_argument("--fs-remove-cost", type=float, default=0.09, metavar="S",
+                   help="I/O: seconds a data server's removal stalls it (default 0.09, measured live)")
     p.add_argument("--json", metavar="OUT", help="write the summary as JSON")
     p.add_argument("--jobs-csv", metavar="OUT", help="write one CSV row per job")
     p.add_argument("--plot", metavar="OUT", help="write a PNG: utilisation over time and a Gantt window")
@@ -145,7 +158,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     try:
         if args.tick is not None:
             extra["tick"] = args.tick
-        if w.phases is not None or args.pfs_bw is not None or args.link_bw is not None:
+        if (w.phases is not None or w.fs is not None or args.pfs_bw is not None or args.link_bw is not None
+                or args.storage_policy is not None):
             io = _run_io(args, w, policy, extra)
             result = io.result
         else:
@@ -167,6 +181,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         moved = sum(io.moved.values())
         s["io_seconds"], s["bytes_moved"] = float(io.io_time.sum()), moved
         print(f"{'I/O':12} {s['io_seconds']:.0f} s in blocking transfers, {moved:.4g} bytes moved")
+        if io.storage is not None:
+            st = s["storage"] = io.storage.summary()
+            print(f"{'storage':12} {st['policy']}: {st['server_seconds']:.1f} server-s over {len(st['jobs'])} "
+                  f"file systems, {st['decisions']} changes decided, {st['hosts_taken_back']} hosts taken back")
     print(f"{'simulated in':12} {s['sim_seconds']:.3f} s ({s['jobs'] / max(s['sim_seconds'], 1e-9):,.0f} jobs/s)")
     if args.json:
         with open(args.json, "w") as f:
@@ -186,6 +204,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def _run_io(args: argparse.Namespace, w: Workload, policy: object, extra: dict):  # type: ignore[no-untyped-def]
     """The I/O-aware simulator's run (``--pfs-bw``/``--link-bw``, or a workload with phases)."""
     from ._ioengine import IOSimulator
+    from ._iofs import StorageModel
 
     if args.pfs_bw is None or args.link_bw is None:
         raise ConfigError("jobs with phases run on the I/O-aware simulator: give --pfs-bw and --link-bw (bytes/s)")
@@ -193,8 +212,18 @@ def _run_io(args: argparse.Namespace, w: Workload, policy: object, extra: dict):
         raise ConfigError("--failures is not modelled with I/O (the I/O-aware simulator has no node failures)")
     if args.plot or args.batsim_csv:
         raise ConfigError("--plot and --batsim-csv are not available with I/O yet")
+    storage = None
+    if w.fs is not None or args.storage_policy is not None:
+        if w.fs is None:
+            raise ConfigError("--storage-policy: no job of the workload has storage fields (fs_servers, fs_min, "
+                              "fs_max, io_rate)")
+        if args.fs_server_bw is None:
+            raise ConfigError("jobs with storage fields have file systems of their own: give --fs-server-bw "
+                              "(bytes/s)")
+        storage = StorageModel(args.fs_server_bw, args.storage_policy or "static", args.fs_sample,
+                               args.fs_add_cost, args.fs_remove_cost)
     return IOSimulator(w, policy, pfs_bw=args.pfs_bw, link_bw=args.link_bw, bb_bw=args.bb_bw,  # type: ignore[arg-type]
-                       speedup=extra["speedup"], tick=extra.get("tick"), name=args.policy).run()
+                       speedup=extra["speedup"], tick=extra.get("tick"), name=args.policy, storage=storage).run()
 
 
 def _sweep(args: argparse.Namespace) -> int:

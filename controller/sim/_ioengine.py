@@ -13,7 +13,9 @@ Model (seeds 000 §4.2/§6, 004 §1.4; an event-driven fluid model, not time ste
   in the background while the next phases run; the job ends when its last phase and every drain are done;
 * a phase with ``point`` is followed by a scheduling point: a pass runs at that instant with the job listed in
   ``Snapshot.points``, the only moment it may be resized (ElastiSim's semantics);
-* the rates of all transfers are recomputed whenever the set of transfers changes, so every end time is exact.
+* the rates of all transfers are recomputed whenever the set of transfers changes, so every end time is exact;
+* a job with storage fields has a file system of its own that its read, write and checkpoint phases use, grown and
+  shrunk by the live storage policy (``storage``; the model is in :mod:`._iofs`).
 
 The machine's burst-buffer capacity is ``workload.bb_total``; the ledger refuses a start beyond it.
 """
@@ -33,6 +35,7 @@ from malleable.controller.sched._model import Job, Phase, PhaseKind, Policy, Run
 from malleable.controller.sched._speedup import SpeedupModel, amdahl
 from malleable.errors import ConfigError, SimulationError
 
+from ._iofs import Storage, StorageModel, StorageReport
 from ._result import SimResult, SizeHistory
 from ._workload import Workload
 
@@ -42,6 +45,8 @@ log = logging.getLogger(__name__)
 
 _PFS = frozenset({k.value for k in (PhaseKind.READ, PhaseKind.WRITE, PhaseKind.STAGE_IN, PhaseKind.STAGE_OUT)})
 _COMPUTE, _CHECKPOINT, _DRAIN = PhaseKind.COMPUTE.value, PhaseKind.CHECKPOINT.value, "drain"
+_OWN = frozenset({k.value for k in (PhaseKind.READ, PhaseKind.WRITE, PhaseKind.CHECKPOINT)})
+"""Phases a job with a file system of its own runs against it."""
 
 
 @dataclass(slots=True)
@@ -54,6 +59,7 @@ class IOResult:
         pfs: file-system bandwidth in use over time, ``(times, bytes/s)`` as a step function.
         bb: burst buffer held over time, ``(times, bytes)`` as a step function.
         moved: bytes transferred, by phase kind (drains under ``"drain"``).
+        storage: the jobs' own file systems (servers over time, decisions), or None: no model was given.
     """
 
     result: SimResult
@@ -61,6 +67,7 @@ class IOResult:
     pfs: tuple[np.ndarray, np.ndarray]
     bb: tuple[np.ndarray, np.ndarray]
     moved: dict[str, float] = field(default_factory=dict)
+    storage: StorageReport | None = None
 
 
 class _Flow:
@@ -101,11 +108,12 @@ class IOSimulator:
         speedup: run-time factor of compute work at another size than requested.
         tick: also run a pass every ``tick`` seconds while jobs are queued (a periodic scheduler).
         name: the policy's name in results.
+        storage: the model of the jobs' own file systems (needed when the workload has storage fields).
     """
 
     def __init__(self, workload: Workload, policy: Policy, *, pfs_bw: float, link_bw: float,
                  bb_bw: float | None = None, speedup: SpeedupModel = amdahl, tick: float | None = None,
-                 name: str | None = None) -> None:
+                 name: str | None = None, storage: StorageModel | None = None) -> None:
         if not (pfs_bw > 0 and link_bw > 0 and (bb_bw is None or bb_bw > 0)):
             raise ConfigError(f"bandwidths must be > 0 (pfs {pfs_bw}, link {link_bw}, burst buffer {bb_bw})")
         if tick is not None and not tick > 0:
@@ -138,6 +146,9 @@ class IOSimulator:
         self._bb_t: list[float] = [0.0]
         self._bb_v: list[float] = [0.0]
         self.moved: dict[str, float] = {}
+        if workload.fs is not None and storage is None:
+            raise ConfigError("jobs with a file system of their own need the storage model (its server bandwidth)")
+        self.fs = Storage(storage, workload.fs or [None] * n, self.ledger, self._effect) if storage else None
 
     # -- model ---------------------------------------------------------------------------------------------
 
@@ -154,17 +165,21 @@ class IOSimulator:
 
     def _rates(self) -> None:
         """Recompute every flow's rate (called whenever the set of flows or a size changes)."""
-        runs = self._runs
+        runs, fs = self._runs, self.fs
+        own = {} if fs is None else {f.job: bw for f in self._flows
+                                     if f.kind in _OWN and (bw := fs.bw(f.job)) is not None}
         pfs_nodes = 0
         for f in self._flows:
-            if f.kind in _PFS or f.kind == _DRAIN:
+            if (f.kind in _PFS or f.kind == _DRAIN) and not (own and f.job in own and f.kind in _OWN):
                 pfs_nodes += runs[f.job].size
         used = 0.0
         pfs_bw, link_bw = self.pfs_bw, self.link_bw
         for f in self._flows:
             r = runs[f.job]
             kind = f.kind
-            if kind == _COMPUTE:
+            if own and f.job in own and kind in _OWN:
+                f.rate = min(r.size * (self.bb_bw if kind == _CHECKPOINT else link_bw), own[f.job])
+            elif kind == _COMPUTE:
                 f.rate = r.speed
             elif kind == _CHECKPOINT:
                 f.rate = r.size * self.bb_bw
@@ -188,6 +203,8 @@ class IOSimulator:
                 f.left -= f.rate * dt
                 if f.kind != _COMPUTE:
                     self.moved[f.kind] = self.moved.get(f.kind, 0.0) + f.rate * dt
+                    if self.fs is not None and f.kind in _OWN:
+                        self.fs.moved(f.job, f.rate * dt)
                     if f.kind != _DRAIN:
                         self._runs[f.job].io += dt
         self._now = t
@@ -221,6 +238,8 @@ class IOSimulator:
         self._end[r.row] = self._now
         self._area[r.row] += v.size * (self._now - self._since[r.row])
         self._io[r.row] = r.io
+        if self.fs is not None:
+            self.fs.end(jid, self._now)
         self._mark(self._bb_t, self._bb_v, self.ledger.bb_used)
 
     def _done(self, f: _Flow) -> bool:
@@ -251,6 +270,8 @@ class IOSimulator:
             self._runs[v.job.id] = _Run(row, self._phases(row), v.size, 1.0 / self.speedup(v.job, v.size))
             self._start[row], self._size[row], self._since[row] = now, v.size, now
             self._hist.append((row, now, v.size))
+            if self.fs is not None:
+                self.fs.start(v.job.id, row, tuple(v.nodes), now)
             self._begin(v.job.id)
             self._mark(self._bb_t, self._bb_v, self.ledger.bb_used)
         elif kind == "resize":
@@ -281,6 +302,7 @@ class IOSimulator:
         subs = w.submit.tolist()
         n, i, passes = len(w), 0, 0
         next_tick = math.inf
+        fs = self.fs
         t0 = time.perf_counter()
         while True:
             prev = self._now
@@ -288,7 +310,7 @@ class IOSimulator:
             t_flow = min(ends, default=math.inf)
             t_sub = subs[i] if i < n else math.inf
             t_wake = self._wakes[0] if self._wakes else math.inf
-            now = min(t_flow, t_sub, t_wake, next_tick)
+            now = min(t_flow, t_sub, t_wake, next_tick, math.inf if fs is None else fs.next_event())
             if now == math.inf:
                 break
             self._advance(now)
@@ -304,6 +326,8 @@ class IOSimulator:
             if next_tick <= now:
                 next_tick = math.inf
                 due = True
+            if fs is not None:
+                due = fs.step(now) or due
             while i < n and subs[i] <= now:
                 self._rows[jobs[i].id] = i
                 led.submit(jobs[i])
@@ -311,6 +335,8 @@ class IOSimulator:
                 due = True
             while due:
                 passes += 1
+                if fs is not None:
+                    fs.sync()
                 decisions = self.policy(led.snapshot(now), now)
                 if decisions:
                     led.apply(decisions, now, True, self._effect)
@@ -334,7 +360,8 @@ class IOSimulator:
         res = SimResult(w, self.name, self._start, self._end, self._size, self._area, self._resizes, elapsed,
                         passes, dict(led.counts), None, None, history, self.nodes)
         return IOResult(res, self._io, (np.array(self._pfs_t), np.array(self._pfs_v)),
-                        (np.array(self._bb_t), np.array(self._bb_v)), dict(self.moved))
+                        (np.array(self._bb_t), np.array(self._bb_v)), dict(self.moved),
+                        None if fs is None else fs.report)
 
 
 def simulate_io(workload: Workload, policy: Policy | str, **kwargs: object) -> IOResult:

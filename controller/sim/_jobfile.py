@@ -21,6 +21,12 @@ I/O intensity per size, ``[[n, i], ...]`` with ``0 <= i <= 1``::
 
     {"id": 7, "submit": 0, "run": 7200, "procs": 4, "bb": 4e11,
      "phases": [["stage-in", 4e11], ["compute", 3600], ["checkpoint", 2e11], ["compute", 3600], ["stage-out", 4e11]]}
+
+Storage (optional, as ``malleable submit --fs-servers/--fs-min/--fs-max/--io-rate``): a job with any of
+``fs_servers``, ``fs_min``, ``fs_max`` (data servers, integers) or ``io_rate`` (the requested rate, bytes/s) has a
+file system of its own in the I/O-aware simulator; ``fs_servers`` (the servers it starts with) defaults to
+``fs_min``, else 1; ``fs_min`` to ``fs_servers``; ``fs_max`` to the larger of the two; ``io_rate`` to 0 (then the
+storage policy never grows it). They must satisfy ``1 <= fs_min <= fs_servers <= fs_max``.
 """
 
 from __future__ import annotations
@@ -67,6 +73,7 @@ def read_jobs(path: str | os.PathLike[str], procs: int | None = None) -> Workloa
     """
     rows: list[tuple] = []
     io: list[tuple[float, tuple[Phase, ...], tuple[tuple[int, float], ...]]] = []
+    fs: list[tuple[int, int, int, float] | None] = []
     bb_total = 0.0
     machine = procs
     name = os.path.basename(str(path))
@@ -91,6 +98,7 @@ def read_jobs(path: str | os.PathLike[str], procs: int | None = None) -> Workloa
                 continue
             rows.append(_row(obj, f"{name}:{no}"))
             io.append(_io(obj, f"{name}:{no}"))
+            fs.append(_fs(obj, f"{name}:{no}"))
     if not rows:
         raise TraceError(f"{name}: no job in the file")
     biggest = max(r[7] for r in rows)
@@ -114,6 +122,8 @@ def read_jobs(path: str | os.PathLike[str], procs: int | None = None) -> Workloa
         w.phases = [ph for _, ph, _ in io]
     if any(i for _, _, i in io):
         w.intensity = [i for _, _, i in io]
+    if any(x is not None for x in fs):
+        w.fs = fs
     return _sorted(w)
 
 
@@ -148,6 +158,31 @@ def _io(obj: dict[str, Any], where: str) -> tuple[float, tuple[Phase, ...], tupl
     if any(i > 1 for _, i in inten) or len({n for n, _ in inten}) != len(inten):
         raise TraceError(f"{where}: intensities must be in [0, 1], one per size")
     return bb, tuple(phases), inten
+
+
+_FS_KEYS = ("fs_servers", "fs_min", "fs_max", "io_rate")
+
+
+def _fs(obj: dict[str, Any], where: str) -> tuple[int, int, int, float] | None:
+    """A job line's own file system ``(servers at start, fs_min, fs_max, io_rate)``, or None (module docstring)."""
+    if not any(k in obj for k in _FS_KEYS):
+        return None
+    got: dict[str, int] = {}
+    for key in _FS_KEYS[:3]:
+        v = obj.get(key)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise TraceError(f"{where}: {key!r} must be an integer >= 1 (data servers), got {v!r}")
+        got[key] = v
+    rate = _number(obj.get("io_rate", 0.0), where, "io_rate")
+    start = got.get("fs_servers", got.get("fs_min", 1))
+    lo = got.get("fs_min", start)
+    hi = got.get("fs_max", max(lo, start))
+    if not lo <= start <= hi:
+        raise TraceError(f"{where}: data servers must satisfy fs_min <= fs_servers <= fs_max, got {lo} <= {start} "
+                         f"<= {hi}")
+    return start, lo, hi, rate
 
 
 def _row(obj: dict[str, Any], where: str) -> tuple:

@@ -50,6 +50,8 @@ class Workload:
         phases: per-job application model (tuples of :class:`~malleable.controller.sched.Phase`), or None;
             only the I/O-aware simulator runs it.
         intensity: per-job I/O intensity per size (``Job.intensity``), or None.
+        fs: per-job own file system ``(servers at start, fs_min, fs_max, io_rate bytes/s)``, or None per job
+            without one (None: no job has one); only the I/O-aware simulator runs it (:mod:`._iofs`).
     """
 
     ids: np.ndarray
@@ -70,6 +72,7 @@ class Workload:
     bb_total: float = 0.0
     phases: list[tuple[Phase, ...]] | None = None
     intensity: list[tuple[tuple[int, float], ...]] | None = None
+    fs: list[tuple[int, int, int, float] | None] | None = None
 
     @property
     def has_io(self) -> bool:
@@ -87,7 +90,7 @@ class Workload:
                 return None
             return v[rows] if isinstance(rows, slice) else [v[int(i)] for i in rows]
         return {"bb": None if self.bb is None else self.bb[rows].copy(), "bb_total": self.bb_total,
-                "phases": pick(self.phases), "intensity": pick(self.intensity)}
+                "phases": pick(self.phases), "intensity": pick(self.intensity), "fs": pick(self.fs)}
 
     def __len__(self) -> int:
         return len(self.ids)

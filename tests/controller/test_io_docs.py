@@ -30,3 +30,17 @@ def test_the_python_example_runs(monkeypatch):
     with contextlib.redirect_stdout(out):
         exec(compile(code, "docs/io.md", "exec"), {})  # noqa: S102 - the documented example itself
     assert "stage-in" in out.getvalue() and "[  0.   0. 600.]" in out.getvalue()
+
+
+def test_the_elastic_storage_example_prints_what_the_docs_say():
+    part = DOC[DOC.index("## Elastic storage in the simulator"):]
+    cmd = re.search(r"```sh\n(malleable simulate --workload .*?)\n```", part).group(1)
+    printed = re.search(r"prints\n\n```text\n(.*?)```", part, re.S).group(1)
+    assert "--storage-policy elastic" in cmd
+    p = subprocess.run([sys.executable, "-m", "malleable", *shlex.split(cmd)[1:]], capture_output=True, text=True,
+                       timeout=60, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith(printed) and p.stdout[len(printed):].startswith("simulated in")
+    static = subprocess.run([sys.executable, "-m", "malleable", *shlex.split(cmd)[1:-1], "static"],
+                            capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert "mean wait    0.0 s" in static.stdout and "I/O          100 s in blocking" in static.stdout
