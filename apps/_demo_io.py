@@ -342,6 +342,8 @@ def _run(args: argparse.Namespace, every: int, where: Path, report: dict[str, An
                      for c in stats.get("checkpoints", [])]
             report["checkpoints"] = stats.get("checkpoints", [])
             _table(w, sorted(marks, key=lambda m: m.t), ckpts, t0, report, out)
+            report.update({m.what.replace(" ", "_"): m.t - t0 for m in marks if m.what in ("compute", "job end")},
+                          state=dep.state)
             if report["servers_over_time"] != [1, 2, 1]:
                 errors.append(f"data servers over time {report['servers_over_time']}, not 1, 2, 1")
             if not errors:
