@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                "malleable demo --hosts node1,node2,node3,node4 --launcher-exec ../shared/testbed/netns-launch",
     )
     p.add_argument("--n", type=int, default=512, help="grid size (default 512)")
-    p.add_argument("--iters", type=int, default=400, help="iterations, >= 8 (default 400)")
+    p.add_argument("--iters", type=int, help="iterations, >= 8 (default 400; with --io 4000)")
     p.add_argument("--hosts", help="comma-separated hosts to spread the job over (the anchor runs on the first)")
     p.add_argument("--launcher-exec", help="ssh stand-in hydra uses to reach the hosts (e.g. netns-launch)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds an adaptation step may wait (default 60)")
@@ -46,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="instead: the Jacobi job checkpoints into its own adhocfs, which grows from 1 to 2 data "
                         "servers under the checkpoints and shrinks back after; per-phase table, same final check")
     p.add_argument("--checkpoint-pad", type=size_arg, default=16 << 20, metavar="SIZE",
-                   help="with --io: filler per checkpoint of the heavy segment (default 16M, at least 1M)")
+                   help="with --io: filler per checkpoint (default 16M, at least 1M)")
     p.set_defaults(func=run_demo)
 
 
@@ -86,6 +86,8 @@ def run_demo(args: argparse.Namespace) -> int:
     from malleable.apps.jacobi import reference
     from malleable.runtime._cli import build_run_argv
 
+    if args.iters is None:
+        args.iters = 4000 if args.io else 400
     if args.io:
         if args.hosts or args.launcher_exec:
             raise ConfigError("--io runs on this machine only: --hosts and --launcher-exec do not apply")

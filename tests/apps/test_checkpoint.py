@@ -5,11 +5,13 @@ are one-line errors; ``malleable demo --io`` grows and shrinks its file system a
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -201,40 +203,60 @@ def demo_args(*argv: str) -> argparse.Namespace:
     return parser.parse_args(["demo", *argv])
 
 
-def test_demo_io_grows_and_shrinks_the_file_system(capsys, monkeypatch, tmp_path):
-    monkeypatch.setenv("MALLEABLE_TOKEN", "jacobi-demo-io-test")
-    args = demo_args("--io", "--n", "64", "--iters", "32", "--checkpoint-pad", "2M", "--keep", str(tmp_path))
+def test_demo_io_grows_and_shrinks_the_file_system_of_one_running_job(tmp_path):
+    # through the command line: one job run, the watcher's rule takes the file system 1 -> 2 -> 1 data servers
+    env = dict(os.environ, MALLEABLE_TOKEN="jacobi-demo-io-test")
     t0 = time.monotonic()
-    assert args.func(args) == 0
+    proc = subprocess.run([sys.executable, "-m", "malleable", "demo", "--io", "--iters", "3000", "--keep",
+                           str(tmp_path)], capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
     seconds = time.monotonic() - t0
-    out = capsys.readouterr().out
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
     assert "PASS" in out and "FAIL" not in out
-    rows = {line.split()[0]: line.split() for line in out.splitlines()[2:] if line and not line.startswith(" ")}
-    assert [r for r in rows if r != "PASS:"] == ["fs", "compute", "expand", "checkpoint", "prune", "shrink",
-                                                  "finish"]
-    assert rows["compute"][2] == "1" and rows["expand"][3] == "1->2" and rows["checkpoint"][2] == "2"
-    assert rows["shrink"][3] == "2->1" and rows["finish"][2] == "1"
-    assert rows["checkpoint"][1] == "1->2" and rows["finish"][1] == "2->1"
-    assert float(rows["checkpoint"][3]) > 4 * 2.09  # four padded checkpoints of more than 2 MiB each
-    assert float(rows["prune"][5]) < float(rows["checkpoint"][4])  # fs used MB dropped
-    assert "the second server is needed" in out
-    assert np.array_equal(np.load(tmp_path / "u.npy"), jacobi.reference(64, 32))
-    assert seconds < 120
+    report = json.loads((tmp_path / "io.json").read_text())
+    assert report["pass"] and report["every"] == 601 and report["last_checkpoint"] == 2404
+    # servers over time, from the watcher's every step: grown under the checkpoints, shrunk after them
+    assert report["servers_over_time"] == [1, 2, 1]
+    changes = [(d["action"], d["t"], d["servers"]) for d in report["decisions"] if d["action"] != "keep"]
+    assert [(a, n) for a, _, n in changes] == [("expand", 1), ("shrink", 2)], changes
+    assert changes[0][1] < report["compute"] <= changes[1][1]  # expand in the checkpoint phase, shrink after
+    assert all(d["rio"] == 400 for d in report["decisions"] if d["t"] <= changes[0][1])
+    assert [d for d in report["decisions"] if d["action"] == "shrink"][0]["rio"] == 1
+    names = [(p["name"], p["servers"]) for p in report["phases"]]
+    assert names[:3] == [("checkpoint", "1"), ("expand", "1->2"), ("checkpoint", "2")], names
+    assert ("shrink", "2->1") in names and names[-1][1] == "1" and names[-1][0] in ("compute", "after job")
+    # one job: four padded checkpoints of it, all kept and read back after the shrink, the table printed
+    job = json.loads((tmp_path / "job.json").read_text())
+    assert job["start"] == 0 and [c["iteration"] for c in job["checkpoints"]] == [601, 1202, 1803, 2404]
+    assert all(c["bytes"] > 16 << 20 for c in job["checkpoints"])
+    assert report["checks"]["checkpoints_read"] and "all 4 read back whole" in out
+    written = sum(p["written"] for p in report["phases"] if p["name"] != "shrink")
+    assert written >= sum(c["bytes"] for c in job["checkpoints"])
+    assert any(line.split()[:2] == ["shrink", "2->1"] for line in out.splitlines())
+    # the exact grid, and a restart from the last checkpoint gives it bit for bit
+    grid = np.load(tmp_path / "u.npy")
+    assert np.array_equal(grid, jacobi.reference(512, 3000))
+    assert json.loads((tmp_path / "restart.json").read_text())["start"] == 2404
+    assert np.array_equal(np.load(tmp_path / "u-restart.npy"), grid)
+    # no server process is left (none names the file system's state directory)
+    assert report["checks"]["leftovers"] == []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        assert report["state"].encode() not in cmdline, cmdline
+    assert seconds < 60
 
 
-def test_demo_io_bad_options():
-    with pytest.raises(ConfigError, match="--iters must be >= 16 with --io"):
+def test_demo_io_bad_options(capsys):
+    with pytest.raises(ConfigError, match="--iters must be >= 50 with --io"):
         args = demo_args("--io", "--iters", "8")
         args.func(args)
     with pytest.raises(ConfigError, match="--hosts and --launcher-exec do not apply"):
         args = demo_args("--io", "--hosts", "a,b")
         args.func(args)
-
-
-def test_malleable_demo_io_command_line(tmp_path):
-    env = dict(os.environ, MALLEABLE_TOKEN="jacobi-demo-io-cli")
-    proc = subprocess.run([sys.executable, "-m", "malleable", "demo", "--io", "--n", "48", "--iters", "16",
-                           "--checkpoint-pad", "2M"], capture_output=True, text=True, timeout=240, env=env,
-                          cwd=tmp_path)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "expand fs" in proc.stdout and "2->1" in proc.stdout and "PASS" in proc.stdout
+    with pytest.raises(ConfigError, match="--checkpoint-pad must be at least 1M"):
+        args = demo_args("--io", "--checkpoint-pad", "1000")
+        args.func(args)
+    assert capsys.readouterr().out == ""  # refused before anything started
