@@ -32,7 +32,14 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from malleable.controller.sched._fspolicy import Donor, FsDecision, FsState, StorageRule, decide_storage
+from malleable.controller.sched._fspolicy import (
+    Donor,
+    FsDecision,
+    FsState,
+    StorageRule,
+    decide_storage,
+    host_loss,
+)
 from malleable.controller.sched._ledger import Effect, Ledger
 from malleable.controller.sched._model import JobKind, NodeId, ResizeJob
 from malleable.errors import ConfigError
@@ -299,8 +306,10 @@ class Storage:
     def _decide(self, fs: _Fs, now: float) -> None:
         led = self.ledger
         v = led.running[fs.job_id]
+        intensity = v.job.io_intensity(v.size) if v.job.intensity else 1.0
         state = FsState(fs.job_id, tuple(fs.servers), fs.lo, fs.hi, fs.rio, tuple(fs.samples), fs.since,
-                        fs.last_change, tuple(self.names[x] for x in v.nodes), fs.reclaiming)
+                        fs.last_change, tuple(self.names[x] for x in v.nodes), fs.reclaiming, max(1, v.size),
+                        intensity)
         free_set = led.free_set
         free = tuple(h for x, h in self.names.items() if x in free_set)
         taken = {self.names[x]: o.job.id for o in led.running.values() for x in o.nodes}
@@ -317,7 +326,9 @@ class Storage:
         not be free once given)."""
         led = self.ledger
         serving = self._serving()
-        return [Donor(v.job.id, self.names[v.nodes[-1]], v.size, max(v.job.min_procs, 1))
+        t = led.speedup
+        return [Donor(v.job.id, self.names[v.nodes[-1]], v.size, max(v.job.min_procs, 1),
+                      host_loss(v.size, t(v.job, v.size), t(v.job, v.size - 1)) if v.size > 1 else 0.0)
                 for v in led.running.values()
                 if v.job.id != job_id and v.job.kind is JobKind.MALLEABLE and v.nodes
                 and (not v.job.phases or v.job.id in led.points) and v.nodes[-1] not in serving]
