@@ -379,14 +379,16 @@ class Reply:
 @dataclass(frozen=True, slots=True)
 class StartFs:
     """Start a job's file system: a metadata server on ``meta`` and one data server per entry of ``data`` (each
-    holding at most ``capacity`` bytes, 0: no limit), then copy each ``(local, fs path)`` of ``stage_in`` into
-    it. Answered by :class:`FsProgress` per file, then :class:`FsReady` or :class:`FsFailed`."""
+    holding at most ``capacity`` bytes, 0: no limit), keeping ``replicas`` copies of each block, then copy each
+    ``(local, fs path)`` of ``stage_in`` into it. Answered by :class:`FsProgress` per file, then :class:`FsReady` or
+    :class:`FsFailed`."""
 
     job_id: int
     meta: str
     data: tuple[str, ...]
     capacity: int
     stage_in: tuple[tuple[str, str], ...] = ()
+    replicas: int = 1
 
 
 @dataclass(frozen=True, slots=True)
