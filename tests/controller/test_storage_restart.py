@@ -124,7 +124,7 @@ deadline = time.time() + 120
 with connect(os.environ["MALLEABLE_FS"]) as fs:
     i = 0
     while not os.path.exists(f"{tmp}/grown") and time.time() < deadline:   # I/O to measure, until it grew
-        with fs.open(f"/w/f{i % 8}.bin", "wb") as f:
+        with fs.open(f"/f{i % 8}.bin", "wb") as f:
             f.write(os.urandom(1 << 20))
         open(f"{tmp}/written", "w").close()
         i += 1
@@ -151,7 +151,9 @@ def test_a_taken_over_file_system_grows_and_a_stage_out_cut_by_a_kill_is_finishe
         cid = c.status()["controller_id"]
         jid = c.submit([PY, str(tmp_path / "writer.py"), str(tmp_path)], 1, out=str(tmp_path / "j.out"), env=env,
                        bb=G, fs_min=1, fs_max=2, io_rate=float(10 * G), stage_out=[f"/big.bin:{back}"])
-        wait_for(lambda: (tmp_path / "written").exists(), 60, "the job to write into its file system")
+        wait_for(lambda: (tmp_path / "written").exists() or c.info(jid).job["state"] not in ("PENDING", "STARTING",
+                 "RUNNING"), 60, "the job to write into its file system")
+        assert (tmp_path / "written").exists(), (tmp_path / "j.out").read_text()[-2000:]
         c.close()
         kill9(pid)                                                    # while the job runs: taken over
         pid = start(state, netns_cluster, hosts)
