@@ -14,7 +14,12 @@ While a file system is up, a sampler thread measures it every :data:`SAMPLE_EVER
 servers read and wrote since the last look, from the metadata server's status, as ``malleable fs status`` shows
 them) and reports :class:`~._events.FsSample`; a :class:`~._events.ScaleFs` of the core adds a data server with
 adhocfs's own expand or removes one with its shrink (partial redistribution), in a thread, answered by
-:class:`~._events.FsScaled`.
+:class:`~._events.FsScaled`. A data server found dead in a file system that keeps copies of each block is declared
+lost (adhocfs's ``lose``), so the job's writes go on with the other copies.
+
+After a restart, a file system taken over (:class:`~._events.AttachFs`) gets its handle rebuilt from the metadata
+server's status, so it is measured, grown and shrunk as before; a stop without an address (a start cut by the
+restart) kills the servers by their tag on the hosts given.
 """
 
 from __future__ import annotations
