@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import sys
-import time
 
 import psutil
 import pytest
@@ -78,37 +77,36 @@ def test_killed_while_the_file_system_starts_its_servers_are_stopped_and_the_job
     hosts = netns_cluster.hosts[:3]
     state = str(tmp_path / "ctl.sqlite")
     src = tmp_path / "in.bin"
-    src.write_bytes(os.urandom(M) * 384)                     # a stage-in of 384 MiB: seconds to copy in
+    src.write_bytes(os.urandom(M) * 768)                     # a stage-in of 768 MiB: seconds to copy in
     payload = tmp_path / "payload.bin"
     payload.write_bytes(os.urandom(3 * M + 7))
     script = (f"{PY} -m malleable fs get /in/in.bin {tmp_path}/got.bin && cmp {src} {tmp_path}/got.bin && "
               f"rm {tmp_path}/got.bin && {PY} -m malleable fs put {payload} /r.bin")
-    pid, cid = start(state, netns_cluster, hosts), None
+    pid, cid = start(state, netns_cluster, hosts, "1G"), None
     try:
         c = Client(state=state, token=TOKEN.encode())
         cid = c.status()["controller_id"]
         tag = f"{cid}.fs1"
-        jid = c.submit(["sh", "-c", script], 1, out=str(tmp_path / "j.out"), env=env, bb=G, fs_servers=2,
+        jid = c.submit(["sh", "-c", script], 1, out=str(tmp_path / "j.out"), env=env, bb=2 * G, fs_servers=2,
                        stage_in=[f"{src}:/in/in.bin"], stage_out=[f"/r.bin:{tmp_path}/r.bin"])
         assert jid == 1
         old = wait_for(lambda: len(servers_of(tag)) == 3 and servers_of(tag), 60, "the three servers to run")
-        time.sleep(0.5)                                               # the stage-in under way
-        assert c.info(jid).job["fs"]["phase"] == "starting"           # still copying the stage-in
+        assert c.info(jid).job["fs"]["phase"] == "starting"           # the stage-in begins (or not yet)
         c.close()
         kill9(pid)
         assert all(running(p) for p in old)                           # the servers outlive the controller
-        pid = start(state, netns_cluster, hosts)
+        pid = start(state, netns_cluster, hosts, "1G")
         c = Client(state=state, token=TOKEN.encode())
         wait_for(lambda: not any(running(p) for p in old), 30, "the old servers to be stopped")
         assert wait_final(c, [jid], 120)[jid] == "COMPLETED", (tmp_path / "j.out").read_text()[-2000:]
         fs = wait_for(lambda: fs_done(c, jid), 60, "the new file system to be stopped")
         assert fs["phase"] == "stopped" and fs["left"] == [] and fs["error"] == "", fs
         assert (tmp_path / "r.bin").read_bytes() == payload.read_bytes()    # exactly what the job wrote
-        assert fs["stage_in"] == [[str(src), "/in/in.bin", 384 * M, ""]]    # staged in again, whole
+        assert fs["stage_in"] == [[str(src), "/in/in.bin", 768 * M, ""]]    # staged in again, whole
         kinds = [e["kind"] for e in c.info(jid).events]
         assert kinds.count("fs-start") == 2 and kinds.count("fs-stopped") == 2, kinds   # the old one, then the new
         assert not servers_of(tag) and not scan_tagged(tag)
-        assert c.status()["bb_free"] == 1024 * M
+        assert c.status()["bb_free"] == 2 * G
         c.close()
         assert cli("controller", "stop", "--state", state)[0] == 0
         pid = 0
@@ -143,7 +141,7 @@ def test_a_taken_over_file_system_grows_and_a_stage_out_cut_by_a_kill_is_finishe
     state = str(tmp_path / "ctl.sqlite")
     (tmp_path / "writer.py").write_text(WRITER)
     big = tmp_path / "big.bin"
-    big.write_bytes(os.urandom(M) * 320 + b"end")
+    big.write_bytes(os.urandom(M) * 512 + b"end")
     back = tmp_path / "back.bin"
     pid, cid = start(state, netns_cluster, hosts), None
     try:
@@ -165,7 +163,7 @@ def test_a_taken_over_file_system_grows_and_a_stage_out_cut_by_a_kill_is_finishe
         kinds = [e["kind"] for e in c.info(jid).events]
         assert kinds.index("fs-grown") > kinds.index("fs-attach"), kinds
         (tmp_path / "grown").touch()
-        # the job writes 320 MiB and ends; kill the controller while it copies them out
+        # the job writes 512 MiB and ends; kill the controller while it copies them out
         wait_for(lambda: glob.glob(f"{back}.stage-out.{pid}"), 90, "the stage-out to be under way")
         c.close()
         kill9(pid)
@@ -176,7 +174,7 @@ def test_a_taken_over_file_system_grows_and_a_stage_out_cut_by_a_kill_is_finishe
         assert c.info(jid).job["state"] == "COMPLETED", (tmp_path / "j.out").read_text()[-2000:]
         assert fs["phase"] == "stopped" and fs["left"] == [] and fs["restarted"] == "staging-out", fs
         assert back.read_bytes() == big.read_bytes()                  # every byte, once
-        assert fs["stage_out"] == [["/big.bin", str(back), 320 * M + 3, ""]], fs["stage_out"]
+        assert fs["stage_out"] == [["/big.bin", str(back), 512 * M + 3, ""]], fs["stage_out"]
         assert not glob.glob(f"{back}.stage-out.*")                   # the cut copy's temporary file is gone
         assert not scan_tagged(f"{cid}.fs{jid}")                      # no server left on any host
         assert c.status()["bb_free"] == 1024 * M
