@@ -189,31 +189,41 @@ REPLICATED = '''
 import os, sys, time
 from malleable.adhocfs import connect
 tmp = sys.argv[1]
-a, b = os.urandom(4 << 20), os.urandom(3 << 20)
-with connect(os.environ["MALLEABLE_FS"]) as fs:
-    with fs.open("/a.bin", "wb") as f:
-        f.write(a)
-    open(f"{tmp}/written", "w").close()
-    while not os.path.exists(f"{tmp}/killed"):
-        time.sleep(0.05)
-    assert fs.open("/a.bin", "rb").read() == a           # the other copy answers
-    deadline, tries = time.time() + 60, 0
-    while True:                                           # a write waits for every copy: retried until the
-        tries += 1                                        # controller declared the dead server lost
-        try:
-            with fs.open("/b.bin", "wb") as f:
-                f.write(b)
-            break
+files, retries = {}, 0
+
+
+def put(fs, path, data):
+    global retries
+    deadline = time.time() + 60
+    while True:                      # a write waiting for the dead copy fails once (timeout); written again once
+        try:                         # the controller declared that server lost, it succeeds
+            with fs.open(path, "wb") as f:
+                f.write(data)
+            files[path] = data
+            return
         except OSError as e:
             if time.time() > deadline:
                 raise
-            print("retry:", e, flush=True)
+            retries += 1
+            print("retry:", path, e, flush=True)
             time.sleep(0.5)
-    assert fs.open("/b.bin", "rb").read() == b
-for name, data in (("a", a), ("b", b)):
-    with open(f"{tmp}/{name}.want", "wb") as out:
+
+
+with connect(os.environ["MALLEABLE_FS"]) as fs:
+    put(fs, "/a.bin", os.urandom(4 << 20))
+    open(f"{tmp}/written", "w").close()
+    i, after = 0, None
+    while after is None or i < after + 8:           # writing and reading while the server dies, and after
+        put(fs, f"/c{i % 4}.bin", os.urandom((1 << 20) + i))
+        for path, data in files.items():
+            assert fs.open(path, "rb").read() == data, path       # the other copy answers
+        i += 1
+        if after is None and os.path.exists(f"{tmp}/killed"):
+            after = i
+for path, data in files.items():
+    with open(f"{tmp}/{path[1:]}.want", "wb") as out:
         out.write(data)
-print("tries", tries)
+print("writes", i + 1, "retries", retries)
 '''
 
 
@@ -227,7 +237,7 @@ def test_with_two_replicas_a_killed_data_server_loses_nothing(env, tmp_path, net
                        storage_hosts=tuple(hosts[1:])) as (d, c):
         jid = c.submit([PY, str(tmp_path / "job.py"), str(tmp_path)], 1, out=str(tmp_path / "j.out"), env=env,
                        bb=64 * M, fs_servers=2, fs_replicas=2,
-                       stage_out=[f"/a.bin:{tmp_path}/a.out", f"/b.bin:{tmp_path}/b.out"])
+                       stage_out=[f"/{n}.bin:{tmp_path}/{n}.out" for n in ("a", "c0", "c1", "c2", "c3")])
         wait_for(lambda: (tmp_path / "written").exists(), 60, "the job to write into its file system")
         job = c.info(jid).job
         assert job["fs_replicas"] == 2 and len(job["fs"]["data"]) == 2
@@ -238,8 +248,8 @@ def test_with_two_replicas_a_killed_data_server_loses_nothing(env, tmp_path, net
         assert wait_final(c, [jid], 90)[jid] == "COMPLETED", (tmp_path / "j.out").read_text()[-2000:]
         fs = wait_for(lambda: fs_done(c, jid), 60, "the file system to be stopped")
         assert fs["phase"] == "stopped" and fs["left"] == [] and len(fs["lost"]) == 1, fs
-        for name in ("a", "b"):                                        # nothing lost: every byte comes out
-            assert (tmp_path / f"{name}.out").read_bytes() == (tmp_path / f"{name}.want").read_bytes()
+        for name in ("a", "c0", "c1", "c2", "c3"):                     # nothing lost: every byte comes out
+            assert (tmp_path / f"{name}.out").read_bytes() == (tmp_path / f"{name}.bin.want").read_bytes()
         fault = [e["text"] for e in c.info(jid).events if e["kind"] == "fs-fault"]
         assert fault and "declared lost" in fault[0], fault
         code, out, _ = cli("info", str(jid), "--state", str(tmp_path / "ctl.sqlite"))
