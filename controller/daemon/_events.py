@@ -279,12 +279,14 @@ class FsAttached:
 
 @dataclass(frozen=True, slots=True)
 class FsFault:
-    """A running job's file system lost servers: data servers ``sids`` do not answer (``text`` says which, where)."""
+    """A running job's file system lost servers: data servers ``sids`` on ``hosts`` do not answer (``text`` says
+    which, where)."""
 
     now: float
     job_id: int
     sids: tuple[int, ...]
     text: str
+    hosts: tuple[str, ...] = ()
 
 
 Event: TypeAlias = (Request | JobLaunched | LaunchFailed | Relaunch | JobExited | HostClean | HostDown | HostUp

@@ -374,7 +374,8 @@ class FsShell:
                     f"declaring them lost failed: {lost}" if lost else
                     "declared lost: the other copies serve their blocks, reads and writes go on")
             log.warning("job %d: %s", jid, text)
-            self.faults[jid] = FsFault(now, jid, tuple(s["sid"] for s in new), text)
+            self.faults[jid] = FsFault(now, jid, tuple(s["sid"] for s in new), text,
+                                       tuple(names.get(s["sid"], s["host"]) for s in new))
         gone = {s["sid"] for s in down} if down and st.replicas > 1 and not lost else set()
         servers = tuple((s["sid"], names.get(s["sid"], s["host"])) for s in sorted(st.servers, key=lambda s: s["sid"])
                         if s["state"] == "active" and s["sid"] not in gone)
@@ -383,7 +384,6 @@ class FsShell:
             moved = sum(max(0, c - prev[1][sid]) for sid, c in counts.items() if sid in prev[1])
             aio = moved / (now - prev[0]) if moved > 0 else None
         return FsSample(now, jid, aio, servers)
-
 
     def _lose(self, jid: int, address: str, sids: list[int]) -> str:
         """Declare dead data servers of a file system with copies lost (adhocfs refuses one that still answers), so

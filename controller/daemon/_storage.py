@@ -421,7 +421,8 @@ def fault(core: Core, e: FsFault) -> None:
     if j is None or not j.fs:
         return
     lost = sorted({*j.fs.get("lost", []), *e.sids})
-    j.fs.update(lost=lost, error=e.text[:500])
+    used = list(dict.fromkeys([*j.fs.get("used", []), *e.hosts]))   # searched for leftovers at the stop
+    j.fs.update(lost=lost, error=e.text[:500], used=used)
     core.log_event(j.id, "fs-fault", e.text[:300], e.now)
     core.save(j)
 

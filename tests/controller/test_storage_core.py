@@ -275,8 +275,9 @@ def test_a_file_system_that_does_not_answer_after_a_restart_or_loses_a_server_is
     again.do(FsAttached(3.0, jid, "ServerUnavailable: no answer"))
     ev = again.store.events(jid)[-1]
     assert ev["kind"] == "fs-fault" and "tcp://n1:7 does not answer after the restart" in ev["text"]
-    again.do(FsFault(4.0, jid, (1,), "file system at tcp://n1:7: data server(s) 1 on n1 do not answer"))
+    again.do(FsFault(4.0, jid, (1,), "file system at tcp://n1:7: data server(s) 1 on n1 do not answer", ("n3",)))
     rec = again.store.load_job(jid)
     assert rec.fs["lost"] == [1] and "data server(s) 1 on n1" in rec.fs["error"] and rec.state == "RUNNING"
     assert again.store.events(jid)[-1]["kind"] == "fs-fault"
-    assert of(again.exited(jid, 3, 9.0), StopFs)                      # still stopped after the job
+    (stop,) = of(again.exited(jid, 3, 9.0), StopFs)                   # still stopped after the job, the lost
+    assert "n3" in stop.hosts                                          # server's host searched for leftovers too
