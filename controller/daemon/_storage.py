@@ -73,8 +73,8 @@ def submitted(m: P.Submit) -> dict:
     """The storage fields of a new job record from its submit request."""
     servers = m.fs_servers or (1 if m.bb else 0)
     return {"bb": m.bb, "fs_servers": m.fs_servers, "fs_min": m.fs_min or servers, "fs_max": m.fs_max or servers,
-            "io_rate": m.io_rate, "fs_replicas": m.fs_replicas, "stage_in": [list(P.parse_stage(x, "in")) for x in m.stage_in],
-            "stage_out": [list(P.parse_stage(x, "out")) for x in m.stage_out]}
+            "io_rate": m.io_rate, "stage_in": [list(P.parse_stage(x, "in")) for x in m.stage_in],
+            "stage_out": [list(P.parse_stage(x, "out")) for x in m.stage_out], "fs_replicas": m.fs_replicas}
 
 
 def check_submit(core: Core, m: P.Submit) -> None:
