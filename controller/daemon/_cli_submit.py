@@ -26,6 +26,7 @@ DEFAULTS: dict[str, Any] = {
     "nodes": None, "ntasks": None, "ntasks_per_node": None, "min": None, "max": None, "pref": None, "time": None,
     "output": "", "error": "", "job_name": "", "wrap": None, "speedup": "", "constraint": "", "parsable": False,
     "bb": None, "fs_servers": None, "stage_in": [], "stage_out": [], "fs_min": None, "fs_max": None, "io_rate": None,
+    "fs_replicas": None,
 }
 
 
@@ -56,6 +57,9 @@ def add_submit_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fs-min", type=int, metavar="A",
                    help="fewest data servers it may shrink to (default --fs-servers)")
     p.add_argument("--fs-max", type=int, metavar="B", help="most data servers it may grow to (default --fs-servers)")
+    p.add_argument("--fs-replicas", type=int, metavar="R",
+                   help="copies of each block in the job's file system (default 1; at most --fs-max): with 2, a "
+                        "data server that dies loses nothing")
     p.add_argument("--io-rate", metavar="BYTES_S",
                    help="the I/O rate the job wants from its file system (RIO; 200M = 200 MiB/s); it grows for it")
     p.add_argument("--stage-in", action="append", metavar="LOCAL:/FS/PATH",
@@ -226,13 +230,13 @@ def _storage(o: dict[str, Any]) -> dict[str, Any]:
     local side made absolute (the daemon runs elsewhere)."""
     from malleable.adhocfs._cli import parse_size
 
-    from ._protocol import check_fs_bounds, parse_stage
+    from ._protocol import check_fs_bounds, check_fs_replicas, parse_stage
 
     if o["bb"] is None:
-        if any(o[k] is not None for k in ("fs_servers", "fs_min", "fs_max", "io_rate")) or o["stage_in"] \
-                or o["stage_out"]:
-            raise ConfigError("--fs-servers, --fs-min, --fs-max, --io-rate, --stage-in and --stage-out need a burst "
-                              "buffer: add --bb SIZE")
+        if any(o[k] is not None for k in ("fs_servers", "fs_min", "fs_max", "io_rate", "fs_replicas")) \
+                or o["stage_in"] or o["stage_out"]:
+            raise ConfigError("--fs-servers, --fs-min, --fs-max, --io-rate, --fs-replicas, --stage-in and "
+                              "--stage-out need a burst buffer: add --bb SIZE")
         return {}
     try:
         bb = parse_size(o["bb"])
@@ -243,7 +247,9 @@ def _storage(o: dict[str, Any]) -> dict[str, Any]:
     servers = (o["fs_min"] or 1) if o["fs_servers"] is None else o["fs_servers"]
     lo = servers if o["fs_min"] is None else o["fs_min"]
     hi = servers if o["fs_max"] is None else o["fs_max"]
-    why = check_fs_bounds(servers, lo, hi) or ("" if lo and hi else "--fs-min and --fs-max must be at least 1")
+    replicas = 1 if o["fs_replicas"] is None else o["fs_replicas"]
+    why = check_fs_bounds(servers, lo, hi) or ("" if lo and hi else "--fs-min and --fs-max must be at least 1") \
+        or check_fs_replicas(replicas, hi)
     if why:
         raise ConfigError(why)
     rate = 0.0
@@ -267,4 +273,4 @@ def _storage(o: dict[str, Any]) -> dict[str, Any]:
                 dst = os.path.abspath(dst)
             stages[direction].append(f"{src}:{dst}")
     return {"bb": float(bb), "fs_servers": servers, "stage_in": stages["in"], "stage_out": stages["out"],
-            "fs_min": lo, "fs_max": hi, "io_rate": rate}
+            "fs_min": lo, "fs_max": hi, "io_rate": rate, "fs_replicas": replicas}

@@ -70,6 +70,7 @@ def job_json(j: dict[str, Any], now: float) -> dict[str, Any]:
         "bb": j.get("bb", 0.0), "fs_servers": j.get("fs_servers", 0), "stage_in": list(j.get("stage_in") or []),
         "stage_out": list(j.get("stage_out") or []), "fs": j.get("fs") or {},
         "fs_min": j.get("fs_min", 0), "fs_max": j.get("fs_max", 0), "io_rate": j.get("io_rate", 0.0),
+        "fs_replicas": j.get("fs_replicas", 0) or 1,
     }
 
 
@@ -190,6 +191,7 @@ def fs_lines(j: dict[str, Any]) -> list[str]:
     fs = j.get("fs") or {}
     hosts = f" Meta={fs['meta']} Data={','.join(fs.get('data', []))}" if fs.get("meta") else ""
     out = [f"  BurstBuffer={format_size(j['bb'])} FsServers={j.get('fs_servers') or 1} "
+           f"FsReplicas={j.get('fs_replicas') or 1} "
            f"Fs={fs.get('address') or '-'} FsState={fs.get('phase') or 'waiting'}{hosts}"]
     if fs.get("error"):
         out.append(f"  FsError={fs['error']}")

@@ -184,8 +184,9 @@ class Core:
                                    bb_total=self.config.bb_capacity * len(self.storage))
         led.track_owner = led.dirty_release = True
         led.withhold(n for n in self.hosts if n not in self.pool)
-        for j in jobs:
-            self.jobs[j.id] = _storage.reload(self, j)
+        for j in jobs:                          # an ended job is read back only to stop its file system again
+            if not JobState((j := _storage.reload(self, j)).state).final:
+                self.jobs[j.id] = j
         for j in sorted(self.jobs.values(), key=lambda j: j.id):
             if j.state in (JobState.STARTING, JobState.RUNNING) and j.reason != "INTERRUPTED":
                 led.restore(None, self._view(j))

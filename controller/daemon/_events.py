@@ -279,12 +279,14 @@ class FsAttached:
 
 @dataclass(frozen=True, slots=True)
 class FsFault:
-    """A running job's file system lost servers: data servers ``sids`` do not answer (``text`` says which, where)."""
+    """A running job's file system lost servers: data servers ``sids`` on ``hosts`` do not answer (``text`` says
+    which, where)."""
 
     now: float
     job_id: int
     sids: tuple[int, ...]
     text: str
+    hosts: tuple[str, ...] = ()
 
 
 Event: TypeAlias = (Request | JobLaunched | LaunchFailed | Relaunch | JobExited | HostClean | HostDown | HostUp
@@ -379,14 +381,16 @@ class Reply:
 @dataclass(frozen=True, slots=True)
 class StartFs:
     """Start a job's file system: a metadata server on ``meta`` and one data server per entry of ``data`` (each
-    holding at most ``capacity`` bytes, 0: no limit), then copy each ``(local, fs path)`` of ``stage_in`` into
-    it. Answered by :class:`FsProgress` per file, then :class:`FsReady` or :class:`FsFailed`."""
+    holding at most ``capacity`` bytes, 0: no limit), keeping ``replicas`` copies of each block, then copy each
+    ``(local, fs path)`` of ``stage_in`` into it. Answered by :class:`FsProgress` per file, then :class:`FsReady` or
+    :class:`FsFailed`."""
 
     job_id: int
     meta: str
     data: tuple[str, ...]
     capacity: int
     stage_in: tuple[tuple[str, str], ...] = ()
+    replicas: int = 1
 
 
 @dataclass(frozen=True, slots=True)

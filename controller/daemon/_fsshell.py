@@ -14,19 +14,29 @@ While a file system is up, a sampler thread measures it every :data:`SAMPLE_EVER
 servers read and wrote since the last look, from the metadata server's status, as ``malleable fs status`` shows
 them) and reports :class:`~._events.FsSample`; a :class:`~._events.ScaleFs` of the core adds a data server with
 adhocfs's own expand or removes one with its shrink (partial redistribution), in a thread, answered by
-:class:`~._events.FsScaled`.
+:class:`~._events.FsScaled`. A data server found dead in a file system that keeps copies of each block is declared
+lost (adhocfs's ``lose``), so the job's writes go on with the other copies.
+
+After a restart, a file system taken over (:class:`~._events.AttachFs`) gets its handle rebuilt from the metadata
+server's status, so it is measured, grown and shrunk as before; a stop without an address (a start cut by the
+restart) kills the servers by their tag on the hosts given.
 """
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import hmac
 import logging
 import os
 import queue
+import shutil
+import tempfile
 import threading
 import time
 from typing import Any
+
+import psutil
 
 from malleable.errors import MalleableError
 
@@ -88,7 +98,7 @@ class FsShell:
         self.names: dict[int, dict[int, str]] = {}   # job id -> {data server id: pool host}
         self.scaling: set[int] = set()           # jobs whose file system is being changed (not sampled meanwhile)
         self.last: dict[int, tuple[float, dict[int, int]]] = {}   # job id -> (time, bytes per server) last seen
-        self.attached: dict[int, str] = {}       # job id -> address of a file system taken over at a restart
+        self.made: dict[int, str] = {}           # job id -> log directory made for a file system taken over
         self.lost: dict[int, set[int]] = {}      # job id -> data servers reported not answering
         self.stopped: set[int] = set()           # jobs whose file system is being stopped or is gone
         self.faults: dict[int, FsFault] = {}     # job id -> a fault found by the last sample, to be reported
@@ -181,7 +191,7 @@ class FsShell:
         secret = self.secret(jid).encode()
         try:
             dep = start_fs(self.host(a.meta), [self.host(h) for h in a.data], launcher=self.pool.launcher_exec,
-                           token=secret, capacity=a.capacity, env=self._server_env(jid))
+                           token=secret, capacity=a.capacity, env=self._server_env(jid), replicas=a.replicas)
         except (MalleableError, OSError, ValueError) as e:
             log.error("job %d: file system did not start: %s", jid, e)  # noqa: TRY400 - the reason is the message
             self._post(FsFailed(time.time(), jid, f"the servers did not start: {' '.join(str(e).split())[:400]}"))
@@ -204,19 +214,24 @@ class FsShell:
         self._post(FsReady(time.time(), jid, dep.address))
 
     def _attach(self, a: AttachFs) -> None:
-        from malleable.adhocfs._deploy import MetaClient
+        """Check the file system and rebuild its handle: a :class:`~malleable.adhocfs.Deployment` without processes
+        of this daemon (the stop kills the old servers by their tag) whose ``state`` (where later data servers
+        write their logs) is a new directory, removed at the stop; so it grows and shrinks as before."""
+        from malleable.adhocfs._deploy import Deployment, MetaClient
 
         jid, error = a.job_id, ""
         try:
             with MetaClient(a.address, self.secret(jid).encode(), SAMPLE_TIMEOUT) as mc:
-                mc.status()
+                st = mc.status()
         except Exception as e:  # noqa: BLE001 - any failure to answer is the reason reported
             error = " ".join(f"{type(e).__name__}: {e}".split())[:400]
             log.warning("job %d: its file system at %s does not answer after the restart: %s", jid, a.address, error)
         if not error:
+            data = {s["sid"]: (s["host"], s["addr"]) for s in st.servers if s["state"] == "active"}
             with self.lock:
                 if jid not in self.stopped:          # not already being stopped (the job ended meanwhile)
-                    self.attached[jid] = a.address
+                    self.deps[jid] = Deployment(a.address, tempfile.mkdtemp(prefix="malleable-fs-"), data=data)
+                    self.made[jid] = self.deps[jid].state
                     self.names[jid] = dict(a.servers)
             self._sampling()
             log.info("job %d: re-attached its file system at %s", jid, a.address)
@@ -248,7 +263,8 @@ class FsShell:
 
         err = ""
         try:
-            stop_fs(address, timeout=10.0, token=self.secret(jid).encode())
+            if address:                          # unknown for one being started when the controller stopped
+                stop_fs(address, timeout=10.0, token=self.secret(jid).encode())
         except (MalleableError, OSError) as e:
             err = f"stop: {' '.join(str(e).split())[:300]}"
             log.warning("job %d: stopping its file system at %s: %s", jid, address, err)
@@ -256,12 +272,14 @@ class FsShell:
             dep = self.deps.pop(jid, None)
             self.names.pop(jid, None)
             self.last.pop(jid, None)
-            self.attached.pop(jid, None)
             self.lost.pop(jid, None)
+            made = self.made.pop(jid, None)
         if dep is not None:
             dep.wait(CLEAN_WAIT)
+        if made:
+            shutil.rmtree(made, ignore_errors=True)
         tag, names = self.tag(jid), [h for h in dict.fromkeys(hosts) if h]
-        deadline = time.monotonic() + CLEAN_WAIT
+        deadline = time.monotonic() + (CLEAN_WAIT if address else 0.0)   # nothing asked them to stop: kill now
         while True:
             left = {h: self.pool.leftovers(tag, h, ended=True) for h in names}
             left = {h: p for h, p in left.items() if p}
@@ -316,7 +334,6 @@ class FsShell:
         while not self.quit.wait(SAMPLE_EVERY):
             with self.lock:
                 jobs = [(jid, dep.address) for jid, dep in self.deps.items() if jid not in self.scaling]
-                jobs += [(jid, addr) for jid, addr in self.attached.items() if jid not in self.scaling]
             for jid, address in jobs:
                 try:
                     ev = self.sample(jid, address, time.time())
@@ -340,26 +357,48 @@ class FsShell:
                   if s.get("reachable")}
         down = [s for s in st.servers if not s.get("reachable") and s.get("state") == "active"]
         with self.lock:
-            if (jid not in self.deps and jid not in self.attached) or jid in self.scaling:
+            if jid not in self.deps or jid in self.scaling:
                 return None
             names = self.names.get(jid, {})
             seen = self.lost.setdefault(jid, set())
             new = [s for s in down if s["sid"] not in seen]
             seen.update(s["sid"] for s in new)
             prev, self.last[jid] = self.last.get(jid), (now, counts)
+        lost = self._lose(jid, address, [s["sid"] for s in down]) if down and st.replicas > 1 else ""
         if new:
             where = ", ".join(f"{s['sid']} on {names.get(s['sid'], s['host'])}" for s in new)
             text = f"file system at {address}: data server(s) {where} do not answer; their blocks cannot be read " \
                    "or written"
+            if st.replicas > 1:
+                text = f"file system at {address}: data server(s) {where} do not answer; " + (
+                    f"declaring them lost failed: {lost}" if lost else
+                    "declared lost: the other copies serve their blocks, reads and writes go on")
             log.warning("job %d: %s", jid, text)
-            self.faults[jid] = FsFault(now, jid, tuple(s["sid"] for s in new), text)
+            self.faults[jid] = FsFault(now, jid, tuple(s["sid"] for s in new), text,
+                                       tuple(names.get(s["sid"], s["host"]) for s in new))
+        gone = {s["sid"] for s in down} if down and st.replicas > 1 and not lost else set()
         servers = tuple((s["sid"], names.get(s["sid"], s["host"])) for s in sorted(st.servers, key=lambda s: s["sid"])
-                        if s["state"] == "active")
+                        if s["state"] == "active" and s["sid"] not in gone)
         aio = None
         if prev is not None and now > prev[0]:
             moved = sum(max(0, c - prev[1][sid]) for sid, c in counts.items() if sid in prev[1])
             aio = moved / (now - prev[0]) if moved > 0 else None
         return FsSample(now, jid, aio, servers)
+
+    def _lose(self, jid: int, address: str, sids: list[int]) -> str:
+        """Declare dead data servers of a file system with copies lost (adhocfs refuses one that still answers), so
+        that writes go on with the other copies and their blocks are copied again; returns the error, if any (a
+        refusal, say during a change, is tried again at the next sample)."""
+        from malleable.adhocfs._admin import lose_fs
+
+        try:
+            lose_fs(address, sids, token=self.secret(jid).encode())
+        except (MalleableError, OSError) as e:
+            why = " ".join(str(e).split())[:300]
+            log.warning("job %d: declaring data server(s) %s lost: %s", jid, sids, why)
+            return why
+        log.warning("job %d: data server(s) %s declared lost; the other copies serve their blocks", jid, sids)
+        return ""
 
 
 def _copy_in(address: str, secret: bytes, src: str, dst: str) -> int:
@@ -384,6 +423,10 @@ def _copy_out(address: str, secret: bytes, src: str, dst: str) -> int:
 
     total = 0
     tmp = f"{dst}.stage-out.{os.getpid()}"
+    for old in glob.glob(glob.escape(dst) + ".stage-out.*"):     # left by a controller killed mid-copy
+        pid = old.rsplit(".", 1)[1]
+        if pid.isdigit() and int(pid) != os.getpid() and not psutil.pid_exists(int(pid)):
+            os.unlink(old)
     try:
         with connect(address, token=secret) as fs, fs.open(src, "rb") as f, open(tmp, "wb") as out:
             while chunk := f.read(CHUNK):

@@ -56,8 +56,8 @@ __all__ = [
     "AddUser", "CONSTRAINTS", "Cancel", "Committed", "Error", "History", "Info", "JobInfo", "MAX_FRAME",
     "MAX_FS_SERVERS", "Message", "Nodes", "Ok", "Order", "Poll", "Progress", "Queue", "Refused", "Register",
     "RemoveUser", "SERVER_KEY_ENV", "SPEEDUP_MODELS", "STATES", "Shutdown", "Status", "StatusReply", "Submit",
-    "Submitted", "Table", "USER_NAME", "Users", "VERSION", "check_fs_bounds", "decode", "decode_keyed", "encode",
-    "encode_keyed", "format_size", "parse_speedup", "parse_stage", "prepare_socket",
+    "Submitted", "Table", "USER_NAME", "Users", "VERSION", "check_fs_bounds", "check_fs_replicas", "decode",
+    "decode_keyed", "encode", "encode_keyed", "format_size", "parse_speedup", "parse_stage", "prepare_socket",
 ]
 
 VERSION = 2             # 2: submit carries speedup, constraint and user; history carries filters
@@ -111,6 +111,14 @@ def check_fs_bounds(servers: int, fs_min: int, fs_max: int) -> str:
             return f"{name} must be between 1 and {MAX_FS_SERVERS}, got {n}"
     if not lo <= servers <= hi:
         return f"need --fs-min <= --fs-servers <= --fs-max, got {lo} <= {servers} <= {hi}"
+    return ""
+
+
+def check_fs_replicas(replicas: int, most: int) -> str:
+    """Why ``--fs-replicas`` does not fit ("" when it does): between 1 and ``most``, the most data servers the file
+    system may have (a block's copies are on distinct servers). Shared by the command line and the message check."""
+    if not 1 <= replicas <= most:
+        return f"--fs-replicas must be between 1 and the file system's most data servers ({most}), got {replicas}"
     return ""
 
 
@@ -222,6 +230,7 @@ class Submit(Message):
     fs_min: int = 0          # fewest data servers the file system may shrink to (0: fs_servers)
     fs_max: int = 0          # most data servers it may grow to (0: fs_servers)
     io_rate: float = 0.0     # requested I/O rate (RIO) in bytes/s: what the file system grows for (0: none)
+    fs_replicas: int = 0     # copies of each block in that file system (0: one)
 
 
 @_msg("queue")
@@ -473,10 +482,12 @@ def _check_submit(m: Submit) -> None:
             raise ProtocolError(f"submit: {e}") from None
     if m.constraint and m.constraint not in CONSTRAINTS:
         raise ProtocolError(f"submit: bad constraint {m.constraint[:64]!r}: use one of {', '.join(CONSTRAINTS)}")
-    if not m.bb and (m.fs_servers or m.stage_in or m.stage_out or m.fs_min or m.fs_max or m.io_rate):
-        raise ProtocolError("submit: --fs-servers, --fs-min, --fs-max, --io-rate, --stage-in and --stage-out need a "
-                            "burst buffer (--bb SIZE)")
-    why = check_fs_bounds(m.fs_servers or 1, m.fs_min, m.fs_max)
+    if not m.bb and (m.fs_servers or m.stage_in or m.stage_out or m.fs_min or m.fs_max or m.io_rate
+                     or m.fs_replicas):
+        raise ProtocolError("submit: --fs-servers, --fs-min, --fs-max, --io-rate, --fs-replicas, --stage-in and "
+                            "--stage-out need a burst buffer (--bb SIZE)")
+    why = check_fs_bounds(m.fs_servers or 1, m.fs_min, m.fs_max) or \
+        check_fs_replicas(m.fs_replicas or 1, m.fs_max or m.fs_servers or 1)
     if why:
         raise ProtocolError(f"submit: {why}")
     for direction, specs in (("in", m.stage_in), ("out", m.stage_out)):

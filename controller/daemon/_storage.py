@@ -24,6 +24,7 @@ record of the file system lives in ``JobRec.fs`` (``phase``: starting, ready, st
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -56,6 +57,8 @@ if TYPE_CHECKING:
 __all__ = ["HANDLERS", "RULE", "attached", "check_submit", "ended", "failed", "fault", "forget", "host_checked",
            "progress", "ready", "ready_to_launch", "reasons", "reload", "sampled", "scaled", "stopped", "submitted"]
 
+log = logging.getLogger(__name__)
+
 WAIT_REASON = "BurstBuffer"
 """The pending reason of a job whose burst buffer does not fit in what is free now."""
 
@@ -72,7 +75,7 @@ def submitted(m: P.Submit) -> dict:
     servers = m.fs_servers or (1 if m.bb else 0)
     return {"bb": m.bb, "fs_servers": m.fs_servers, "fs_min": m.fs_min or servers, "fs_max": m.fs_max or servers,
             "io_rate": m.io_rate, "stage_in": [list(P.parse_stage(x, "in")) for x in m.stage_in],
-            "stage_out": [list(P.parse_stage(x, "out")) for x in m.stage_out]}
+            "stage_out": [list(P.parse_stage(x, "out")) for x in m.stage_out], "fs_replicas": m.fs_replicas}
 
 
 def check_submit(core: Core, m: P.Submit) -> None:
@@ -88,20 +91,49 @@ def check_submit(core: Core, m: P.Submit) -> None:
 
 
 def reload(core: Core, j: JobRec) -> JobRec:
-    """A job record read back at a restart: a file system that was being started for a job not launched yet is
-    not waited for (the shell that started it is gone); the job gets a new one when it is launched. The ready
-    file system of a launched job is taken over: the shell is asked to check that it still answers
-    (:class:`AttachFs`), and it is staged out and stopped when the job ends, as if there had been no restart
-    (its address and hosts are in the record, its secret and its servers' tag are derived again)."""
+    """A job record read back at a restart (see :func:`_restop` for the file systems that were being started or
+    stopped). The ready file system of a launched job is taken over: the shell is asked to check that it still
+    answers (:class:`AttachFs`), and it is staged out and stopped when the job ends, as if there had been no
+    restart (its address and hosts are in the record, its secret and its servers' tag are derived again)."""
     phase = j.fs.get("phase")
-    if not j.launched and phase in ("starting", "ready"):
-        j.fs = {}
+    if JobState(j.state).final or (not j.launched and phase in ("starting", "ready")):
+        _restop(core, j)
     elif j.launched and phase == "ready":
-        j.fs.update(scaling="", taken_over=True)  # a change in flight was lost; no later ones (see sampled)
+        j.fs.update(scaling="", taken_over=True)  # a change in flight was lost; none until it answers (attached)
         core.ledger.withhold(h for h in j.fs.get("lent", []) if h in core.ledger.free_set)
         servers = tuple((int(s), str(h)) for s, h in j.fs.get("servers", []))
         core.emit(AttachFs(j.id, j.fs.get("address", ""), servers))
     return j
+
+
+RESTOP = ("starting", "ready", "staging-out", "stopping")
+"""Phases of a file system the shell was starting or stopping when the controller stopped (stopped again at reload)."""
+
+
+def _restop(core: Core, j: JobRec) -> None:
+    """At a restart, a file system the lost shell was starting for a job not launched yet, or staging out and
+    stopping after the job ended, is stopped again: :class:`StopFs` to every host recorded (the shell kills the
+    servers by their tag there even when the metadata server does not answer, or its address was not known yet),
+    after the stage-out files not copied yet (a copy is written to a temporary name and renamed, so redoing one
+    is safe). Its buffer stays held until :class:`FsStopped`; a job not launched yet gets a new file system."""
+    fs = j.fs
+    phase = fs.get("phase", "")
+    if not j.bb or phase not in RESTOP:
+        return
+    out: tuple[tuple[str, str], ...] = ()
+    if phase == "staging-out":
+        done = {(s, d) for s, d, _, err in fs.get("stage_out", []) if not err}
+        out = tuple((s, d) for s, d in j.stage_out if (s, d) not in done)
+        fs["stage_out"] = [x for x in fs.get("stage_out", []) if not x[3]]     # failed copies are tried again
+    if not JobState(j.state).final:
+        fs = dict(fs, phase="abandoned")
+        j.fs = {}
+    fs["restarted"] = phase                     # shown by ``malleable info --json``; the stop is logged as usual
+    core.fs_old[j.id] = (j, j.bb, fs)
+    core.ledger.bb_used += j.bb
+    log.info("job %d: the controller restarted while its file system was %s: %d file(s) left to stage out, then "
+             "its servers are stopped", j.id, phase, len(out))
+    core.emit(StopFs(j.id, fs.get("address", ""), _hosts_of(fs), out))
 
 
 def fs_hosts(core: Core, j: JobRec) -> tuple[str, tuple[str, ...]]:
@@ -130,7 +162,7 @@ def ready_to_launch(core: Core, j: JobRec, now: float) -> bool:
     core.save(j)
     core.log_event(j.id, "fs-start", f"file system of {P.format_size(j.bb)}: metadata server on {meta}, "
                    f"{len(data)} data server(s) on {','.join(data)}, {len(stage_in)} file(s) to stage in", now)
-    core.emit(StartFs(j.id, meta, data, math.ceil(j.bb / len(data)), stage_in))
+    core.emit(StartFs(j.id, meta, data, math.ceil(j.bb / len(data)), stage_in, j.fs_replicas or 1))
     return False
 
 
@@ -418,6 +450,7 @@ def attached(core: Core, e: FsAttached) -> None:
         core.log_event(j.id, "fs-fault", f"file system at {address} does not answer after the restart: "
                        f"{e.error}"[:300], e.now)
     else:
+        j.fs.pop("taken_over", None)       # the shell can change it again: it grows and shrinks as before
         core.log_event(j.id, "fs-attach", f"file system at {address} re-attached after a restart", e.now)
     core.save(j)
 
@@ -430,7 +463,8 @@ def fault(core: Core, e: FsFault) -> None:
     if j is None or not j.fs:
         return
     lost = sorted({*j.fs.get("lost", []), *e.sids})
-    j.fs.update(lost=lost, error=e.text[:500])
+    used = list(dict.fromkeys([*j.fs.get("used", []), *e.hosts]))   # searched for leftovers at the stop
+    j.fs.update(lost=lost, error=e.text[:500], used=used)
     core.log_event(j.id, "fs-fault", e.text[:300], e.now)
     core.save(j)
 

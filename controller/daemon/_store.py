@@ -101,6 +101,7 @@ class JobRec:
     fs_min: int = 0                          # fewest data servers its file system may shrink to (0: fs_servers)
     fs_max: int = 0                          # most data servers it may grow to (0: fs_servers)
     io_rate: float = 0.0                     # requested I/O rate (RIO, bytes/s) its file system grows for
+    fs_replicas: int = 0                     # copies of each block in its file system (0: one)
 
     @property
     def size(self) -> int:
@@ -327,9 +328,11 @@ class Store:
                     self.delete_host(a.name)
 
     def load_jobs(self, active_only: bool = True) -> list[JobRec]:
-        """Jobs by id (submission order); only those not finished unless ``active_only`` is False."""
+        """Jobs by id (submission order); only those not finished unless ``active_only`` is False (finished jobs
+        whose file system was still being staged out or stopped are read too: the controller stops it again)."""
         if active_only:
-            q = f"SELECT rec FROM jobs WHERE state IN ({','.join('?' * len(ACTIVE))}) ORDER BY id"  # noqa: S608
+            q = (f"SELECT rec FROM jobs WHERE state IN ({','.join('?' * len(ACTIVE))}) OR "  # noqa: S608
+                 "json_extract(rec, '$.fs.phase') IN ('staging-out', 'stopping') ORDER BY id")
             rows = self.db.execute(q, ACTIVE).fetchall()
         else:
             rows = self.db.execute("SELECT rec FROM jobs ORDER BY id").fetchall()

@@ -140,14 +140,112 @@ def test_stage_specs_are_checked_by_the_protocol(tmp_path):
             check(**kw)
 
 
-def test_a_restart_while_the_file_system_starts_asks_for_a_new_one(tmp_path):
+def test_a_restart_while_the_file_system_starts_stops_it_and_starts_a_new_one_after(tmp_path):
+    core = make(tmp_path, storage=("n2",))
+    jid = submit(core, bb=G, stage_in=["/d/in.bin:/in.bin"])
+    assert of(core.schedule(1.0), StartFs)
+    again = make(tmp_path, storage=("n2",))                            # the shell that was starting it is gone
+    # its servers are stopped by their tag on the hosts recorded (no address yet), its buffer held meanwhile
+    assert again.first == [StopFs(jid, "", ("n1", "n2"), ())]
+    assert again.jobs[jid].state == "STARTING" and again.jobs[jid].fs == {}
+    assert again.core.fs_old[jid][2]["phase"] == "abandoned"
+    assert again.snapshot(2.0).bb_free == 2 * G                        # the job's buffer and the old file system's
+    assert of(again.schedule(2.0), StartFs) == []                      # not before the old one is gone
+    (start,) = of(again.do(FsStopped(3.0, jid, ("n2",))), StartFs)    # then a new one, staged in again
+    assert again.snapshot(3.1).bb_free == 3 * G
+    assert start == StartFs(jid, "n1", ("n2",), G, (("/d/in.bin", "/in.bin"),))
+    (launch,) = of(again.do(FsReady(4.0, jid, "tcp://n1:8")), Launch)
+    assert launch.job.fs["address"] == "tcp://n1:8"
+
+
+def test_a_restart_between_ready_and_launch_stops_that_file_system_at_its_address(tmp_path):
     core = make(tmp_path)
     jid = submit(core, bb=G)
     assert of(core.schedule(1.0), StartFs)
-    again = make(tmp_path)                                             # the shell that was starting it is gone
-    assert again.jobs[jid].state == "STARTING" and again.jobs[jid].fs == {}
-    assert [a.job_id for a in of(again.schedule(2.0), StartFs)] == [jid]
-    assert again.snapshot(2.1).bb_free == 11 * G
+    rec = core.jobs[jid]
+    rec.fs.update(phase="ready", address="tcp://n1:5")                 # FsReady handled, launch not yet saved
+    core.store.save_job(rec)
+    again = make(tmp_path)
+    assert again.first == [StopFs(jid, "tcp://n1:5", ("n1",), ())]
+    assert again.jobs[jid].fs == {} and of(again.schedule(2.0), StartFs) == []
+
+
+def test_a_restart_during_the_stage_out_does_the_rest_of_it_and_holds_the_buffer(tmp_path):
+    core = make(tmp_path, storage=("n2",))
+    outs = ["/a.bin:/d/a.bin", "/b.bin:/d/b.bin", "/c.bin:/d/c.bin"]
+    jid = submit(core, bb=G, stage_out=outs)
+    core.schedule(1.0)
+    core.do(FsReady(2.0, jid, "tcp://n1:7"))
+    core.launched(jid, 100, 5.0, 2.1)
+    assert of(core.exited(jid, 0, 9.0), StopFs)
+    core.do(FsProgress(9.5, jid, "out", "/a.bin", "/d/a.bin", 10))               # done
+    core.do(FsProgress(9.6, jid, "out", "/b.bin", "/d/b.bin", 0, "timeout"))     # failed: tried again
+    again = make(tmp_path, storage=("n2",))                            # killed before c and the stop
+    assert again.first == [StopFs(jid, "tcp://n1:7", ("n1", "n2"), (("/b.bin", "/d/b.bin"), ("/c.bin", "/d/c.bin")))]
+    assert jid not in again.jobs and again.core.ended[jid] == "COMPLETED"
+    assert again.snapshot(10.0).bb_free == 3 * G                       # held until the servers are gone
+    again.do(FsProgress(10.5, jid, "out", "/b.bin", "/d/b.bin", 20))
+    again.do(FsProgress(10.6, jid, "out", "/c.bin", "/d/c.bin", 30))
+    again.do(FsStopped(11.0, jid, ()))
+    rec = again.store.load_job(jid)
+    assert rec.state == "COMPLETED" and rec.fs["phase"] == "stopped" and rec.fs["restarted"] == "staging-out"
+    assert rec.fs["stage_out"] == [["/a.bin", "/d/a.bin", 10, ""], ["/b.bin", "/d/b.bin", 20, ""],
+                                   ["/c.bin", "/d/c.bin", 30, ""]]
+    assert again.snapshot(11.1).bb_free == 4 * G
+    third = make(tmp_path, storage=("n2",))                            # stopped: nothing to do any more
+    assert third.first == [] and third.snapshot(12.0).bb_free == 4 * G
+
+
+def test_a_restart_while_stopping_stops_it_again(tmp_path):
+    core = make(tmp_path)
+    jid = submit(core, bb=G)
+    core.schedule(1.0)
+    core.do(FsReady(2.0, jid, "tcp://n1:7"))
+    core.launched(jid, 100, 5.0, 2.1)
+    assert of(core.exited(jid, 3, 9.0), StopFs)                       # nothing to stage out: "stopping"
+    assert core.store.load_job(jid).fs["phase"] == "stopping"
+    again = make(tmp_path)
+    assert again.first == [StopFs(jid, "tcp://n1:7", ("n1",), ())]
+    assert again.snapshot(10.0).bb_free == 11 * G and again.jobs == {}
+    again.do(FsStopped(11.0, jid, ()))
+    assert again.snapshot(11.1).bb_free == 12 * G
+    rec = again.store.load_job(jid)
+    assert rec.fs["phase"] == "stopped" and rec.fs["restarted"] == "stopping" and rec.state == "FAILED"
+
+
+def test_a_file_system_taken_over_is_resized_again_once_it_answers(tmp_path):
+    core = make(tmp_path)
+    jid = submit(core, bb=G)
+    core.schedule(1.0)
+    core.do(FsReady(2.0, jid, "tcp://n1:7"))
+    core.launched(jid, 100, 5.0, 2.1)
+    again = make(tmp_path)
+    assert again.jobs[jid].fs["taken_over"]
+    again.do(FsAttached(3.0, jid, "ServerUnavailable: no answer"))   # not answering: not resized
+    assert again.jobs[jid].fs["taken_over"]
+    again.do(FsAttached(3.5, jid))
+    assert "taken_over" not in again.jobs[jid].fs and "taken_over" not in again.store.load_job(jid).fs
+
+
+def test_replicas_go_from_the_submit_to_the_start_and_are_checked(tmp_path):
+    core = make(tmp_path)
+    m = P.Submit("j", ["prog"], 1, 1, 1, False, 100.0, "", "", "/work", {}, bb=G, fs_servers=2, fs_max=3,
+                 fs_replicas=2)
+    jid = core.submit(m, 0.0)
+    assert core.store.load_job(jid).fs_replicas == 2
+    (start,) = of(core.schedule(1.0), StartFs)
+    assert start.replicas == 2 and len(start.data) == 2
+
+    def check(**kw):
+        P._check_submit(P.Submit("j", ["prog"], 1, 1, 1, False, 0.0, "", "", "/w", {}, **kw))
+
+    check(bb=1.0, fs_servers=2, fs_replicas=2)
+    for kw, match in (({"fs_replicas": 2}, "need a burst buffer"),
+                      ({"bb": 1.0, "fs_replicas": 2}, r"between 1 and the file system's most data servers \(1\)"),
+                      ({"bb": 1.0, "fs_servers": 2, "fs_max": 3, "fs_replicas": 4}, r"\(3\), got 4"),
+                      ({"bb": 1.0, "fs_replicas": -1}, "got -1")):
+        with pytest.raises(ProtocolError, match=match):
+            check(**kw)
 
 
 def test_a_restart_while_the_job_runs_takes_its_file_system_over_and_stops_it_after(tmp_path):
@@ -177,8 +275,9 @@ def test_a_file_system_that_does_not_answer_after_a_restart_or_loses_a_server_is
     again.do(FsAttached(3.0, jid, "ServerUnavailable: no answer"))
     ev = again.store.events(jid)[-1]
     assert ev["kind"] == "fs-fault" and "tcp://n1:7 does not answer after the restart" in ev["text"]
-    again.do(FsFault(4.0, jid, (1,), "file system at tcp://n1:7: data server(s) 1 on n1 do not answer"))
+    again.do(FsFault(4.0, jid, (1,), "file system at tcp://n1:7: data server(s) 1 on n1 do not answer", ("n3",)))
     rec = again.store.load_job(jid)
     assert rec.fs["lost"] == [1] and "data server(s) 1 on n1" in rec.fs["error"] and rec.state == "RUNNING"
     assert again.store.events(jid)[-1]["kind"] == "fs-fault"
-    assert of(again.exited(jid, 3, 9.0), StopFs)                      # still stopped after the job
+    (stop,) = of(again.exited(jid, 3, 9.0), StopFs)                   # still stopped after the job, the lost
+    assert "n3" in stop.hosts                                          # server's host searched for leftovers too
