@@ -96,8 +96,10 @@ def reload(core: Core, j: JobRec) -> JobRec:
     answers (:class:`AttachFs`), and it is staged out and stopped when the job ends, as if there had been no
     restart (its address and hosts are in the record, its secret and its servers' tag are derived again)."""
     phase = j.fs.get("phase")
-    if JobState(j.state).final or (not j.launched and phase in ("starting", "ready")):
-        _restop(core, j)
+    if "old" in j.fs:                           # back in the queue while its last file system was being stopped
+        _restop(core, j, j.fs["old"])
+    elif JobState(j.state).final or (not j.launched and phase in ("starting", "ready")):
+        _restop(core, j, j.fs)
     elif j.launched and phase == "ready":
         j.fs.update(scaling="", taken_over=True)  # a change in flight was lost; none until it answers (attached)
         core.ledger.withhold(h for h in j.fs.get("lent", []) if h in core.ledger.free_set)
@@ -106,17 +108,16 @@ def reload(core: Core, j: JobRec) -> JobRec:
     return j
 
 
-RESTOP = ("starting", "ready", "staging-out", "stopping")
+RESTOP = ("starting", "ready", "staging-out", "stopping", "abandoned")
 """Phases of a file system the shell was starting or stopping when the controller stopped (stopped again at reload)."""
 
 
-def _restop(core: Core, j: JobRec) -> None:
+def _restop(core: Core, j: JobRec, fs: dict) -> None:
     """At a restart, a file system the lost shell was starting for a job not launched yet, or staging out and
     stopping after the job ended, is stopped again: :class:`StopFs` to every host recorded (the shell kills the
     servers by their tag there even when the metadata server does not answer, or its address was not known yet),
     after the stage-out files not copied yet (a copy is written to a temporary name and renamed, so redoing one
     is safe). Its buffer stays held until :class:`FsStopped`; a job not launched yet gets a new file system."""
-    fs = j.fs
     phase = fs.get("phase", "")
     if not j.bb or phase not in RESTOP:
         return
@@ -127,7 +128,7 @@ def _restop(core: Core, j: JobRec) -> None:
         fs["stage_out"] = [x for x in fs.get("stage_out", []) if not x[3]]     # failed copies are tried again
     if not JobState(j.state).final:
         fs = dict(fs, phase="abandoned")
-        j.fs = {}
+        j.fs = {"old": fs}
     fs["restarted"] = phase                     # shown by ``malleable info --json``; the stop is logged as usual
     core.fs_old[j.id] = (j, j.bb, fs)
     core.ledger.bb_used += j.bb
@@ -192,7 +193,15 @@ def forget(core: Core, j: JobRec, now: float) -> None:
     elif j.fs.get("phase") == "ready":
         _stop(core, j, now, stage_out=False)
     if not JobState(j.state).final:
-        j.fs = {}
+        _keep_old(core, j)
+
+
+def _keep_old(core: Core, j: JobRec) -> None:
+    """A job back in the queue keeps the file system being stopped for it in its record (``fs.old``, until
+    :class:`FsStopped`), so that a restart in between stops it again; its next start makes a new one."""
+    old = core.fs_old.get(j.id)
+    j.fs = {"old": j.fs} if old is not None and old[2] is j.fs else {}
+    core.save(j)
 
 
 def ended(core: Core, j: JobRec, now: float) -> None:
@@ -201,7 +210,7 @@ def ended(core: Core, j: JobRec, now: float) -> None:
         _stop(core, j, now, stage_out=JobState(j.state).final)
         core.save(j)
     if not JobState(j.state).final:
-        j.fs = {}
+        _keep_old(core, j)
 
 
 def ready(core: Core, e: FsReady) -> None:
@@ -265,7 +274,10 @@ def stopped(core: Core, e: FsStopped) -> None:
         j, _, fs = old
         _give_back(core, j, fs.get("lent", []), e.now, fs)
         fs.update(phase="stopped", left=list(e.left), error=e.errors[:500] or fs.get("error", ""))
-        if j.fs is fs:
+        if j.fs.get("old") is fs:                  # an ended job keeps it for ``info``; a queued one starts anew
+            j.fs = fs if JobState(j.state).final else {}
+            core.save(j)
+        elif j.fs is fs:
             core.save(j)
     text = "servers stopped; no server process left" if not e.left else \
         f"servers stopped; processes left on {','.join(e.left)} were killed"

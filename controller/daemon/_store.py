@@ -332,7 +332,8 @@ class Store:
         whose file system was still being staged out or stopped are read too: the controller stops it again)."""
         if active_only:
             q = (f"SELECT rec FROM jobs WHERE state IN ({','.join('?' * len(ACTIVE))}) OR "  # noqa: S608
-                 "json_extract(rec, '$.fs.phase') IN ('staging-out', 'stopping') ORDER BY id")
+                 "json_extract(rec, '$.fs.phase') IN ('staging-out', 'stopping', 'abandoned') OR "
+                 "json_extract(rec, '$.fs.old') IS NOT NULL ORDER BY id")
             rows = self.db.execute(q, ACTIVE).fetchall()
         else:
             rows = self.db.execute("SELECT rec FROM jobs ORDER BY id").fetchall()

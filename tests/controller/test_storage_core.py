@@ -14,6 +14,7 @@ from malleable.controller.daemon._events import (
     FsProgress,
     FsReady,
     FsStopped,
+    HostDown,
     Launch,
     StartFs,
     StopFs,
@@ -147,8 +148,8 @@ def test_a_restart_while_the_file_system_starts_stops_it_and_starts_a_new_one_af
     again = make(tmp_path, storage=("n2",))                            # the shell that was starting it is gone
     # its servers are stopped by their tag on the hosts recorded (no address yet), its buffer held meanwhile
     assert again.first == [StopFs(jid, "", ("n1", "n2"), ())]
-    assert again.jobs[jid].state == "STARTING" and again.jobs[jid].fs == {}
-    assert again.core.fs_old[jid][2]["phase"] == "abandoned"
+    assert again.jobs[jid].state == "STARTING" and list(again.jobs[jid].fs) == ["old"]
+    assert again.core.fs_old[jid][2] is again.jobs[jid].fs["old"] and again.core.fs_old[jid][2]["phase"] == "abandoned"
     assert again.snapshot(2.0).bb_free == 2 * G                        # the job's buffer and the old file system's
     assert of(again.schedule(2.0), StartFs) == []                      # not before the old one is gone
     (start,) = of(again.do(FsStopped(3.0, jid, ("n2",))), StartFs)    # then a new one, staged in again
@@ -156,6 +157,27 @@ def test_a_restart_while_the_file_system_starts_stops_it_and_starts_a_new_one_af
     assert start == StartFs(jid, "n1", ("n2",), G, (("/d/in.bin", "/in.bin"),))
     (launch,) = of(again.do(FsReady(4.0, jid, "tcp://n1:8")), Launch)
     assert launch.job.fs["address"] == "tcp://n1:8"
+
+
+def test_a_file_system_being_stopped_for_a_cancelled_or_requeued_job_is_stopped_again_after_a_restart(tmp_path):
+    core = make(tmp_path)
+    a, b = submit(core, bb=G), submit(core, bb=G)
+    assert len(of(core.schedule(1.0), StartFs)) == 2
+    core.cancel(a, 1.5)                                                # cancelled while its file system starts
+    core.do(FsReady(2.0, b, "tcp://n2:7"))
+    core.launched(b, 100, 5.0, 2.1)
+    host = core.jobs[b].hosts[0]
+    core.do(HostDown(3.0, host, "failure", 3.5))                       # b interrupted: back in the queue
+    (stop,) = of(core.exited(b, None, 3.2), StopFs)                     # its processes gone: its servers stop
+    assert core.jobs[b].state == "PENDING" and core.store.load_job(b).fs["old"]["phase"] == "stopping"
+    again = make(tmp_path)                                             # the controller dies before either stop ends
+    stops = {s.job_id: s for s in again.first}
+    assert stops[a] == StopFs(a, "", ("n1",), ()) and stops[b] == StopFs(b, "tcp://n2:7", (host,), ())
+    assert again.snapshot(4.0).bb_free == 12 * G - 2 * G               # both old file systems' buffers held
+    again.do(FsStopped(5.0, b, ()))
+    assert again.store.load_job(b).fs == {}                            # stopped: b gets a new one when it starts
+    again.do(FsStopped(5.1, a, ()))
+    assert again.store.load_job(a).fs["phase"] == "stopped" and again.snapshot(5.2).bb_free == 12 * G
 
 
 def test_a_restart_between_ready_and_launch_stops_that_file_system_at_its_address(tmp_path):
@@ -167,7 +189,7 @@ def test_a_restart_between_ready_and_launch_stops_that_file_system_at_its_addres
     core.store.save_job(rec)
     again = make(tmp_path)
     assert again.first == [StopFs(jid, "tcp://n1:5", ("n1",), ())]
-    assert again.jobs[jid].fs == {} and of(again.schedule(2.0), StartFs) == []
+    assert list(again.jobs[jid].fs) == ["old"] and of(again.schedule(2.0), StartFs) == []
 
 
 def test_a_restart_during_the_stage_out_does_the_rest_of_it_and_holds_the_buffer(tmp_path):
