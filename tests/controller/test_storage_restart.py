@@ -53,8 +53,9 @@ def start(state, cluster, hosts, cap="512M"):
 
 
 def kill9(pid):
-    os.kill(pid, signal.SIGKILL)
-    psutil.Process(pid).wait(10)
+    p = psutil.Process(pid)                 # before the kill: its parent may reap it at once
+    p.send_signal(signal.SIGKILL)
+    p.wait(10)
 
 
 def servers_of(tag, kind="malleable.adhocfs._"):
