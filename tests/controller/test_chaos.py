@@ -25,7 +25,7 @@ from malleable.controller.daemon import _protocol as P
 from malleable.controller.daemon._client import Client
 from malleable.controller.daemon._hostpool import scan_tagged
 from malleable.controller.daemon._paths import addr_file
-from tests._procs import running
+from tests._procs import kill9, running
 from tests.controller._daemon_util import FINAL, HEAT, TOKEN, cli, kill_tagged, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(280)]
@@ -128,8 +128,7 @@ def test_chaos(monkeypatch, tmp_path):
                 events.append(f"{time.monotonic() - t0:.1f}s server {victim} declared lost, copies made again")
             if "daemon" in plan and now >= plan["daemon"]:
                 plan.pop("daemon")
-                os.kill(pid, signal.SIGKILL)
-                psutil.Process(pid).wait(10)
+                kill9(pid)
                 events.append(f"{now:.1f}s controller daemon (pid {pid})")
                 restart_at = now + rng.uniform(0.5, 1.5)
             if restart_at and now >= restart_at:

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 
-import psutil
 import pytest
 
 from malleable.controller.daemon import _protocol as P
 from malleable.controller.daemon._client import Client
 from malleable.controller.daemon._hostpool import scan_tagged
 from malleable.controller.daemon._paths import addr_file
+from tests._procs import kill9
 from tests.controller._daemon_util import HEAT, TOKEN, cli, kill_leftovers, states, wait_final, wait_for
 
 pytestmark = pytest.mark.timeout(180)
@@ -52,8 +51,7 @@ def test_kill_9_and_restart(monkeypatch, tmp_path):
                  "m, a, b running")
         wait_for(lambda: log.exists() and len(log.read_text().split()) == 2, 10, "a and b to start")
         c.close()
-        os.kill(pid, signal.SIGKILL)
-        psutil.Process(pid).wait(10)
+        kill9(pid)
         wait_for(lambda: (tmp_path / "ctl.sqlite.d" / "jobs" / f"{a}.rc").exists(), 10, "a to end meanwhile")
         pid = _start(state)                                         # same state: re-attach and go on
         c = Client(state=state, token=TOKEN.encode())

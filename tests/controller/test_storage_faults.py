@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import sys
 import time
 
@@ -18,6 +17,7 @@ import pytest
 from malleable.controller.daemon._client import Client
 from malleable.controller.daemon._hostpool import HostPool, scan_tagged
 from malleable.controller.daemon._paths import addr_file
+from tests._procs import kill9
 from tests.controller._daemon_util import (TOKEN, cli, daemon_thread, isolate, kill_leftovers, wait_final,
                                            wait_for)
 
@@ -58,8 +58,7 @@ def test_controller_killed_mid_job_reattaches_the_file_system_and_stages_out(mon
         wait_for(lambda: (tmp_path / "written").exists(), 90, "the job to write into its file system")
         address = c.info(jid).job["fs"]["address"]
         c.close()
-        os.kill(pid, signal.SIGKILL)
-        psutil.Process(pid).wait(10)
+        kill9(pid)
         assert scan_tagged(f"{cid}.fs{jid}"), "the file system's servers outlive the controller"
         pid = _start(state)                                     # same state: take the job and its fs over
         c = Client(state=state, token=TOKEN.encode())
@@ -124,8 +123,7 @@ def test_a_killed_data_server_fails_the_jobs_io_with_an_error_and_shows_as_a_fau
         wait_for(lambda: (tmp_path / "written").exists(), 90, "the job to write into its file system")
         address = c.info(jid).job["fs"]["address"]
         (pid,) = wait_for(lambda: _data_servers(d.fs.tag(jid)), 10, "the data server's process")
-        os.kill(pid, signal.SIGKILL)
-        psutil.Process(pid).wait(10) if psutil.pid_exists(pid) else None
+        kill9(pid)
         t0 = time.time()
         (tmp_path / "killed").touch()
         assert wait_final(c, [jid], 60)[jid] == "FAILED", (tmp_path / "j.out").read_text()[-2000:]

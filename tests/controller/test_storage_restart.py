@@ -10,7 +10,6 @@ import contextlib
 import glob
 import json
 import os
-import signal
 import sys
 
 import psutil
@@ -20,7 +19,7 @@ from malleable.controller.daemon import _protocol as P
 from malleable.controller.daemon._client import Client
 from malleable.controller.daemon._hostpool import HostPool, scan_tagged
 from malleable.controller.daemon._paths import addr_file
-from tests._procs import running
+from tests._procs import kill9, running
 from tests.controller._daemon_util import (TOKEN, cli, daemon_thread, isolate, kill_leftovers, wait_final,
                                            wait_for)
 
@@ -50,12 +49,6 @@ def start(state, cluster, hosts, cap="512M"):
                        "--state", state, "--tick", "0.2")
     assert code == 0, err
     return json.loads(addr_file(state).read_text())["pid"]
-
-
-def kill9(pid):
-    p = psutil.Process(pid)                 # before the kill: its parent may reap it at once
-    p.send_signal(signal.SIGKILL)
-    p.wait(10)
 
 
 def servers_of(tag, kind="malleable.adhocfs._"):
