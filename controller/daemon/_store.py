@@ -101,6 +101,7 @@ class JobRec:
     fs_min: int = 0                          # fewest data servers its file system may shrink to (0: fs_servers)
     fs_max: int = 0                          # most data servers it may grow to (0: fs_servers)
     io_rate: float = 0.0                     # requested I/O rate (RIO, bytes/s) its file system grows for
+    io_intensity: float = 0.0                # declared I/O intensity (0..1; the runtime's measure replaces it)
 
     @property
     def size(self) -> int:
