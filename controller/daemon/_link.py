@@ -228,7 +228,8 @@ def intensity_of(progress: dict[str, Any]) -> float | None:
     if not isinstance(d, dict):
         return None
     io, total = d.get("io_seconds"), d.get("seconds")
-    if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in (io, total)) or not total > 0:
+    if isinstance(io, bool) or isinstance(total, bool) or not isinstance(io, int | float) or \
+            not isinstance(total, int | float) or not total > 0:
         return None
     return min(1.0, max(0.0, io / total))
 

@@ -231,20 +231,21 @@ from malleable import runtime as mr
 io_phase = mr.io_phase            # loads the meter: its clock starts about now, as ours did
 frac, seconds, path, stop = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4]
 mr.init_adapt()
-own, nbytes, chunk = 0.0, 0, os.urandom(1 << 16)
+own, nbytes, chunk = 0.0, 0, os.urandom(1 << 20)
 with open(path, "wb") as f:
     while time.monotonic() - T0 < seconds and not os.path.exists(stop):
-        cycle = t = time.monotonic()
+        cycle = time.monotonic()
         f.seek(0)
         while True:
+            t = time.monotonic()
             with io_phase(len(chunk)):
                 f.write(chunk)
                 f.flush()
                 os.fsync(f.fileno())
+            own += time.monotonic() - t
             nbytes += len(chunk)
-            if time.monotonic() - t >= frac * 0.1:
+            if time.monotonic() - cycle >= frac * 0.1:
                 break
-        own += time.monotonic() - t
         mr.probe_adapt()
         time.sleep(max(0.0, 0.1 - (time.monotonic() - cycle)))
 print(json.dumps({"io": own, "total": time.monotonic() - T0, "bytes": nbytes}), flush=True)
@@ -281,7 +282,8 @@ def test_live_job_reports_the_intensity_it_measured(env, tmp_path, netns_cluster
         own = json.loads((tmp_path / "w.out").read_text().strip().splitlines()[-1])
         io = measured(c, jid)
         assert io["bytes"] == own["bytes"] > 0                    # the last report is the final count
-        assert io["io_seconds"] == pytest.approx(own["io"], abs=0.05)
+        # the program's own timer also holds the meter's bookkeeping and any preemption around each write
+        assert io["io_seconds"] == pytest.approx(own["io"], rel=0.08)
         assert io["seconds"] == pytest.approx(own["total"], abs=0.25)
         ratio = own["io"] / own["total"]
         assert 0.3 < ratio < 0.6
@@ -289,10 +291,10 @@ def test_live_job_reports_the_intensity_it_measured(env, tmp_path, netns_cluster
         line = [x for x in out.splitlines() if x.strip().startswith("IoIntensity=")]
         assert code == 0 and line and line[0].strip().startswith("IoIntensity=0.2 (declared) Measured="), out
         shown = float(line[0].split("Measured=")[1].split()[0])
-        assert shown == pytest.approx(ratio, abs=0.03)
+        assert shown == pytest.approx(ratio, abs=0.04)
         code, out, _ = cli("info", str(jid), "--state", state, "--json")
         doc = json.loads(out)["job"]
-        assert doc["io_intensity"] == 0.2 and doc["io_measured"] == pytest.approx(ratio, abs=0.03)
+        assert doc["io_intensity"] == 0.2 and doc["io_measured"] == pytest.approx(ratio, abs=0.04)
 
 
 @pytest.mark.netns
