@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -346,3 +347,26 @@ def test_live_checkpointing_jacobi_reports_its_checkpoint_io(env, tmp_path, netn
         assert 0 < io["io_seconds"] <= sum(x["seconds"] for x in ck) + 1e-3     # write time, without the pruning
         assert 0 < io["io_seconds"] / io["seconds"] < 1
         assert c.info(jid).job["io_intensity"] == 0.0                             # nothing declared
+
+
+@pytest.mark.netns
+@pytest.mark.timeout(120)
+def test_live_the_documented_example_runs(env, tmp_path, netns_cluster):
+    doc = Path(__file__).resolve().parents[2] / "docs" / "runtime.md"
+    text = doc.read_text()
+    section = text[text.index("## Measured I/O intensity"):]
+    (tmp_path / "io_example.py").write_text(re.search(r"```python\n(.*?)```", section, re.S).group(1))
+    pool = HostPool.from_hosts([netns_cluster.hosts[0]], netns_cluster.launcher)
+    with daemon_thread(tmp_path / "ctl.sqlite", pool, "io-aware") as (_, c):
+        jid = c.submit([PY, "io_example.py"], 1, 1, 1, True, out=str(tmp_path / "io.out"), env=env,
+                       io_intensity=0.3)
+        assert wait_final(c, [jid], 60)[jid] == "COMPLETED", (tmp_path / "io.out").read_text()[-2000:]
+        printed = re.search(r"I/O ([0-9.]+) s of ([0-9.]+) s: intensity ([0-9.]+)",
+                            (tmp_path / "io.out").read_text())
+        assert printed, (tmp_path / "io.out").read_text()[-2000:]
+        io = measured(c, jid)
+        assert io["bytes"] == 20 * (4 << 20)
+        assert io["io_seconds"] == pytest.approx(float(printed.group(1)), abs=0.006)   # the same meter
+        code, out, _ = cli("info", str(jid), "--state", str(tmp_path / "ctl.sqlite"))
+        shown = re.search(r"IoIntensity=0.3 \(declared\) Measured=([0-9.]+) \(I/O", out)
+        assert code == 0 and shown and float(shown.group(1)) == pytest.approx(float(printed.group(3)), abs=0.02)
