@@ -13,6 +13,9 @@ leaves only a temporary file, which :func:`latest` never looks at; a final-name 
 The storage is reached through a :class:`Store`: :class:`LocalStore` (a directory) or :class:`AdhocStore` (a
 directory of an adhocfs, whose file objects h5py accepts). :func:`open_store` picks the adhocfs one when
 ``MALLEABLE_FS`` is set, as it is in a job the controller gave a file system.
+
+Writing and reading checkpoints is the app's I/O: its wall time and bytes go to the runtime's I/O meter
+(:func:`malleable.runtime.report_io`), so a run under the controller reports its measured I/O intensity.
 """
 
 from __future__ import annotations
@@ -20,10 +23,13 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 from pathlib import Path
 from typing import IO
 
 import numpy as np
+
+from malleable.runtime._iometer import report_io
 
 __all__ = ["FORMAT", "AdhocStore", "Checkpoint", "CheckpointError", "LocalStore", "Store", "checkpoint_name",
            "latest", "list_checkpoints", "open_store", "prune", "write"]
@@ -155,10 +161,12 @@ _PAD_CHUNK = 1 << 22
 def write(store: Store, grid: np.ndarray, iteration: int, pad: int = 0, procs: int = 0) -> int:
     """Write the checkpoint of ``grid`` after ``iteration`` iterations, with ``pad`` filler bytes; returns its size.
 
-    The file is complete under its final name or absent: it is written as a temporary file and renamed.
+    The file is complete under its final name or absent: it is written as a temporary file and renamed. Its
+    wall time and size are reported as I/O (:func:`malleable.runtime.report_io`).
     """
     import h5py
 
+    t0 = time.monotonic()
     final = checkpoint_name(iteration)
     tmp = f".{final}.tmp"
     with store.open(tmp, "w+b") as f:
@@ -174,6 +182,7 @@ def write(store: Store, grid: np.ndarray, iteration: int, pad: int = 0, procs: i
         f.flush()
     store.rename(tmp, final)
     size = store.size(final)
+    report_io(time.monotonic() - t0, size)
     log.info("checkpoint %s/%s: iteration %d, %d bytes", store.where, final, iteration, size)
     return size
 
@@ -187,11 +196,15 @@ def list_checkpoints(store: Store) -> list[tuple[int, str]]:
 def _read(store: Store, name: str) -> Checkpoint:
     import h5py
 
-    with store.open(name, "rb") as f, h5py.File(f, "r") as h:
-        if h.attrs.get("format") != FORMAT:
-            raise ValueError(f"not a Jacobi checkpoint (format {h.attrs.get('format')!r})")
-        grid = np.array(h["u"])
-        return Checkpoint(grid, int(h.attrs["iteration"]), name)
+    t0 = time.monotonic()
+    try:
+        with store.open(name, "rb") as f, h5py.File(f, "r") as h:
+            if h.attrs.get("format") != FORMAT:
+                raise ValueError(f"not a Jacobi checkpoint (format {h.attrs.get('format')!r})")
+            grid = np.array(h["u"])
+            return Checkpoint(grid, int(h.attrs["iteration"]), name)
+    finally:
+        report_io(time.monotonic() - t0)
 
 
 def latest(store: Store, n: int | None = None) -> Checkpoint | None:

@@ -13,6 +13,8 @@ Typical use::
             if status is mr.Status.LEAVING:
                 return
         compute(mr.world())
+        with mr.io_phase():          # measured I/O intensity, reported to the controller
+            save(...)
 """
 
 import importlib
@@ -33,6 +35,7 @@ _LAZY = {
     **dict.fromkeys(("block_counts", "block_range", "plan_blocks", "redistribute", "span_comm"),
                     "malleable.runtime._redistribute"),
     "indices": "malleable.runtime._registered",
+    **dict.fromkeys(("IOStats", "io_phase", "io_stats", "report_io"), "malleable.runtime._iometer"),
     **dict.fromkeys(("Group", "GroupLayout"), "malleable.runtime._layout"),
     **dict.fromkeys(("PlanStep", "parse_plan", "validate_plan"), "malleable.runtime._plan"),
     **dict.fromkeys(("AdaptWindow", "Resize", "ProbeResult", "Status"), "malleable.runtime._types"),
@@ -58,6 +61,7 @@ __all__ = [
     "Resize",
     "Group",
     "GroupLayout",
+    "IOStats",
     "PlanStep",
     "ProbeResult",
     "Status",
@@ -69,6 +73,8 @@ __all__ = [
     "data",
     "indices",
     "init_adapt",
+    "io_phase",
+    "io_stats",
     "is_initialized",
     "layout",
     "parse_plan",
@@ -77,6 +83,7 @@ __all__ = [
     "probe_count",
     "redistribute",
     "register",
+    "report_io",
     "report_progress",
     "request_adapt",
     "set_source",

@@ -4,7 +4,9 @@ It never blocks the application: every call sends without waiting (a zmq DEALER 
 reads whatever replies have arrived. ``poll`` asks the controller for an order at each probe and returns the
 order received for an earlier ask, so an order takes effect at most one probe after it is delivered.
 Acknowledgements (``committed``, ``refused``) are repeated at each probe until the controller confirms them, so
-one survives a controller restart; the controller ignores duplicates.
+one survives a controller restart; the controller ignores duplicates. The I/O the application measured
+(:mod:`._iometer`) goes out as the ``"io"`` progress phase at a probe when a report is due, and a last time,
+confirmed, when the link closes.
 
 Environment: ``MALLEABLE_CONTROLLER`` (``tcp://host:port``), ``MALLEABLE_JOB`` (the job id) and the job's own
 key (``MALLEABLE_KEY``, which speaks only for this job; see ``malleable._secret.load_credential``).
@@ -25,6 +27,7 @@ import zmq
 from malleable._secret import load_credential
 from malleable.controller.daemon import _protocol as P
 from malleable.errors import ConfigError, MalleableError
+from malleable.runtime import _iometer
 from malleable.runtime._layout import GroupLayout
 from malleable.runtime._requests import AdaptRequest, Refusal
 from malleable.runtime._types import Pause, Resize, Resume
@@ -150,6 +153,9 @@ class ControllerSource:
         if self._pause is not None:
             cmd, self._pause = self._pause, None
             return cmd
+        stats = _iometer.meter().due()
+        if stats is not None:
+            self.progress(_iometer.IO_PHASE, stats.data())
         o, self._order = self._order, None
         if o is None and self._declined is not None:
             reason, self._declined = self._declined, None
@@ -188,9 +194,13 @@ class ControllerSource:
         self._send(P.Progress(self.job_id, phase[:64], clean))
 
     def close(self) -> None:
-        """Give unconfirmed acknowledgements a moment (at most 1 s), then close the socket."""
+        """Send the last I/O report, give it and unconfirmed acknowledgements a moment (at most 1 s), then close
+        the socket."""
         if self._closed:
             return
+        stats = _iometer.meter().due(force=True)
+        if stats is not None:
+            self._send(P.Progress(self.job_id, _iometer.IO_PHASE, stats.data()), reliable=True)
         deadline = time.monotonic() + 1.0
         while self._unacked and time.monotonic() < deadline:
             self._drain()

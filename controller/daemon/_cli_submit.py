@@ -27,6 +27,7 @@ DEFAULTS: dict[str, Any] = {
     "output": "", "error": "", "job_name": "", "wrap": None, "speedup": "", "constraint": "", "parsable": False,
     "bb": None, "fs_servers": None, "stage_in": [], "stage_out": [], "fs_min": None, "fs_max": None, "io_rate": None,
     "fs_replicas": None,
+    "io_intensity": None,
 }
 
 
@@ -62,6 +63,9 @@ def add_submit_options(p: argparse.ArgumentParser) -> None:
                         "data server that dies loses nothing")
     p.add_argument("--io-rate", metavar="BYTES_S",
                    help="the I/O rate the job wants from its file system (RIO; 200M = 200 MiB/s); it grows for it")
+    p.add_argument("--io-intensity", type=float, metavar="I",
+                   help="the job's I/O time over its run time, 0 to 1, for the io-aware policy (default 0; what "
+                        "the job measures with malleable.runtime.io_phase replaces it while it runs)")
     p.add_argument("--stage-in", action="append", metavar="LOCAL:/FS/PATH",
                    help="copy a local file into the job's file system before it starts (repeatable)")
     p.add_argument("--stage-out", action="append", metavar="/FS/PATH:LOCAL",
@@ -215,13 +219,16 @@ def resolve(given: dict[str, Any], slots: Callable[[], int]) -> tuple[dict[str, 
         except ValueError as e:
             raise ConfigError(str(e)) from None
     storage = _storage(o)
+    io = o["io_intensity"]
+    if io is not None and not 0.0 <= io <= 1.0:       # also rejects nan
+        raise ConfigError(f"--io-intensity must be between 0 and 1, got {io:g}")
     limit = parse_limit(o["time"]) if o["time"] else None        # None: the controller's default; 0: none
     out = os.path.abspath(o["output"]) if o["output"] else ""
     err = os.path.abspath(o["error"]) if o["error"] else ""
     name = o["job_name"] or ("wrap" if wrap is not None else "")          # sbatch names --wrap jobs "wrap"
     return ({"cmd": cmd, "nodes": pref, "min_nodes": lo, "max_nodes": hi, "malleable": malleable,
              "time_limit": limit or 0.0, "unlimited": limit == 0.0, "name": name, "out": out, "err": err,
-             "speedup": speedup, "constraint": constraint, **storage},
+             "speedup": speedup, "constraint": constraint, **storage, **({"io_intensity": io} if io else {})},
             bool(o["parsable"]))
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from ._timefmt import format_duration, format_elapsed, format_limit
 
 __all__ = ["JSON_SCHEMA", "STATE_CODES", "document", "exit_code", "fs_lines", "history_lines", "info_lines", "job_json",
-           "node_lines", "queue_lines"]
+           "measured_intensity", "node_lines", "queue_lines"]
 
 JSON_SCHEMA = 1
 """Version of the ``--json`` documents (docs/controller.md, "JSON output"); raised when a field changes meaning
@@ -71,7 +71,27 @@ def job_json(j: dict[str, Any], now: float) -> dict[str, Any]:
         "stage_out": list(j.get("stage_out") or []), "fs": j.get("fs") or {},
         "fs_min": j.get("fs_min", 0), "fs_max": j.get("fs_max", 0), "io_rate": j.get("io_rate", 0.0),
         "fs_replicas": j.get("fs_replicas", 0) or 1,
+        "io_intensity": j.get("io_intensity", 0.0), "io_measured": measured_intensity(j),
     }
+
+
+def measured_intensity(j: dict[str, Any]) -> float | None:
+    """The I/O intensity the job measured and reported (``"io"`` progress phase), or None."""
+    from ._link import intensity_of
+
+    return intensity_of(j.get("progress") or {})
+
+
+def _io_lines(j: dict[str, Any]) -> list[str]:
+    """The declared and the measured I/O intensity (the io-aware policy reads the measured one once there is one;
+    nothing when neither is there)."""
+    declared, measured = j.get("io_intensity") or 0.0, measured_intensity(j)
+    if not declared and measured is None:
+        return []
+    io = (j.get("progress") or {}).get("io") or {}
+    how = "-" if measured is None else (f"{measured:.3f} (I/O {io.get('io_seconds', 0):.2f} s of "
+                                        f"{io.get('seconds', 0):.2f} s, {io.get('bytes') or 0} bytes)")
+    return [f"  IoIntensity={declared:g} (declared) Measured={how}"]
 
 
 def document(kind: str, body: Any) -> dict[str, Any]:
@@ -247,6 +267,7 @@ def info_lines(job: dict[str, Any], steps: list[dict[str, Any]], events: list[di
         out.append(f"  Speedup={j.get('speedup') or '-'} Constraint={j.get('constraint') or '-'}")
     if j.get("bb"):
         out += fs_lines(j)
+    out += _io_lines(j)
     prog = progress_lines(j.get("progress") or {})
     if prog:
         out.append("  progress (last report per phase):")

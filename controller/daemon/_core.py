@@ -66,7 +66,7 @@ from ._events import (
     Stop,
     Tick,
 )
-from ._link import mtct_of, serial_of
+from ._link import job_intensity, mtct_of, serial_of
 from ._store import HostRec, JobRec
 
 __all__ = ["Core", "CoreConfig"]
@@ -215,7 +215,7 @@ class Core:
             serial = measured
         kind = JobKind.MALLEABLE if j.malleable else JobKind.RIGID
         return Job(j.id, j.submit, j.nodes, j.time_limit or UNLIMITED_ESTIMATE, kind, j.min_nodes, j.max_nodes,
-                   serial, rho, j.priority, j.constraint, bb=j.bb)
+                   serial, rho, j.priority, j.constraint, bb=j.bb, intensity=job_intensity(j))  # measured or declared
 
     def _progress_of(self, v: RunningJob, now: float) -> float:
         rep = self.reported.get(v.job.id)
@@ -324,6 +324,8 @@ class Core:
             raise Refusal(str(e)) from None
         if constraint not in CONSTRAINTS:
             raise Refusal(f"unknown node constraint {constraint!r}; known: pof2, even, odd")
+        if not 0.0 <= m.io_intensity <= 1.0:
+            raise Refusal(f"--io-intensity must be between 0 and 1, got {m.io_intensity:g}")
         _storage.check_submit(self, m)
         hi = min(hi, n_hosts)
         pref = min(pref, hi)
@@ -335,7 +337,7 @@ class Core:
         j = JobRec(jid, m.name or m.cmd[0].rsplit("/", 1)[-1], list(m.cmd), pref, lo, hi, m.malleable, limit,
                    m.out.replace("%j", str(jid)), m.err.replace("%j", str(jid)), m.cwd, env, now,
                    reason="Priority", speedup=speedup, constraint=constraint, user=m.user,
-                   **_storage.submitted(m))
+                   io_intensity=m.io_intensity, **_storage.submitted(m))
         self.ledger.submit(self.to_job(j))
         self.save(j)
         self.log_event(jid, "submit", f"{'malleable' if m.malleable else 'rigid'} {lo}..{hi} pref {pref} nodes, "

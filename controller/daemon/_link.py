@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from typing import TYPE_CHECKING, Any
 
 from malleable.controller.sched._model import RunningJob, SizeRequest
@@ -17,8 +18,11 @@ from ._store import JobRec
 if TYPE_CHECKING:
     from ._core import Core
 
-__all__ = ["committed", "declined", "fraction", "mtct_of", "poll", "progress", "refused", "register", "request",
-           "serial_of", "suspend"]
+__all__ = ["IO_PHASE", "committed", "declined", "fraction", "intensity_of", "job_intensity", "mtct_of", "poll",
+           "progress", "refused", "register", "request", "serial_of", "suspend"]
+
+IO_PHASE = "io"
+"""The progress phase of the I/O a job measured (``malleable.runtime.io_phase``): its I/O intensity."""
 
 
 def linked(core: Core, job_id: int) -> JobRec:
@@ -127,14 +131,20 @@ def unstart(core: Core, j: JobRec, now: float) -> None:
 
 
 def progress(core: Core, m: P.Progress, now: float) -> None:
-    j = linked(core, m.job_id)
+    """Keep the job's last report of the phase; the policy's view takes its progress, MTCT, measured Amdahl
+    fraction and I/O intensity from them. A rigid job under the controller may report too (its I/O)."""
+    j = core.jobs.get(m.job_id)
+    if j is None or j.state != JobState.RUNNING:
+        raise UnknownJob(f"no running job {m.job_id}")
     if len(json.dumps(m.data)) > 4096:
         raise Refusal("progress data larger than 4096 bytes")
+    if m.phase == IO_PHASE:
+        _check_io(m.data)
     j.progress[m.phase[:64]] = m.data
     frac = fraction(m.data)
     if frac is not None:
         core.reported[j.id] = frac
-    core.ledger.annotate(j.id, mtct_of(j.progress), serial_of(j.progress))
+    core.ledger.annotate(j.id, mtct_of(j.progress), serial_of(j.progress), intensity_of(j.progress))
     core.save(j)
     core.emit(Reply(P.Ok()))
 
@@ -196,6 +206,39 @@ def serial_of(progress: dict[str, Any]) -> float | None:
     vals = [v.get("serial_fraction") for v in progress.values() if isinstance(v, dict)]
     vals = [float(v) for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 <= v <= 1.0]
     return vals[-1] if vals else None
+
+
+def _check_io(data: dict[str, Any]) -> None:
+    """Refuse an I/O report whose ``io_seconds`` and ``seconds`` are not finite numbers >= 0 (``bytes``, if
+    there, an integer >= 0)."""
+    for key in ("io_seconds", "seconds", "bytes"):
+        v = data.get(key)
+        if key == "bytes" and v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0 or \
+                (key == "bytes" and not isinstance(v, int)):
+            raise Refusal(f"progress {IO_PHASE!r}: {key} must be a {'count' if key == 'bytes' else 'number'} >= 0, "
+                          f"got {str(v)[:32]!r}")
+
+
+def intensity_of(progress: dict[str, Any]) -> float | None:
+    """The I/O intensity the job measured (``io_seconds / seconds`` of its ``"io"`` report, at most 1), or None
+    before a report with time in it."""
+    d = progress.get(IO_PHASE)
+    if not isinstance(d, dict):
+        return None
+    io, total = d.get("io_seconds"), d.get("seconds")
+    if isinstance(io, bool) or isinstance(total, bool) or not isinstance(io, int | float) or \
+            not isinstance(total, int | float) or not total > 0:
+        return None
+    return min(1.0, max(0.0, io / total))
+
+
+def job_intensity(j: JobRec) -> tuple[tuple[int, float], ...]:
+    """``Job.intensity`` of a job: the measured I/O intensity, else the declared one, at every size."""
+    i = intensity_of(j.progress)
+    i = j.io_intensity if i is None else i
+    return ((max(1, j.nodes), i),) if i > 0 else ()
 
 
 def fraction(data: dict[str, Any]) -> float | None:

@@ -231,6 +231,7 @@ class Submit(Message):
     fs_max: int = 0          # most data servers it may grow to (0: fs_servers)
     io_rate: float = 0.0     # requested I/O rate (RIO) in bytes/s: what the file system grows for (0: none)
     fs_replicas: int = 0     # copies of each block in that file system (0: one)
+    io_intensity: float = 0.0  # declared I/O intensity (I/O time over run time, 0..1) for the io-aware policy
 
 
 @_msg("queue")
@@ -391,7 +392,8 @@ class Resume(Message):
 
 @_msg("progress")
 class Progress(Message):
-    """Per-phase performance data (MTCT, iteration time) from the EPOP driver."""
+    """Per-phase performance data (MTCT, iteration time) from the EPOP driver; phase ``"io"``: the I/O the job
+    measured, ``{"io_seconds", "seconds", "bytes", ...}`` (numbers >= 0), its I/O intensity."""
 
     job_id: int
     phase: str
@@ -490,6 +492,8 @@ def _check_submit(m: Submit) -> None:
         check_fs_replicas(m.fs_replicas or 1, m.fs_max or m.fs_servers or 1)
     if why:
         raise ProtocolError(f"submit: {why}")
+    if m.io_intensity > 1.0:
+        raise ProtocolError(f"submit: io_intensity must be between 0 and 1, got {m.io_intensity}")
     for direction, specs in (("in", m.stage_in), ("out", m.stage_out)):
         for spec in specs:
             try:

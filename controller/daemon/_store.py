@@ -102,6 +102,7 @@ class JobRec:
     fs_max: int = 0                          # most data servers it may grow to (0: fs_servers)
     io_rate: float = 0.0                     # requested I/O rate (RIO, bytes/s) its file system grows for
     fs_replicas: int = 0                     # copies of each block in its file system (0: one)
+    io_intensity: float = 0.0                # declared I/O intensity (0..1; the runtime's measure replaces it)
 
     @property
     def size(self) -> int:

@@ -401,15 +401,21 @@ class Ledger:
         self.running[jid] = view
         self._stale()
 
-    def annotate(self, job_id: int, mtct: float | None, serial: float | None = None) -> None:
-        """Show a running job's last reported MTCT in its view, and its measured Amdahl serial fraction (the
-        runtime's fit of its iteration times) in place of the declared one, unless it declared seed 002's rho."""
+    def annotate(self, job_id: int, mtct: float | None, serial: float | None = None,
+                 intensity: float | None = None) -> None:
+        """Show a running job's last reported MTCT in its view, its measured Amdahl serial fraction (the
+        runtime's fit of its iteration times) in place of the declared one, unless it declared seed 002's rho,
+        and its measured I/O intensity (in [0, 1], the same at every size) in place of the declared one."""
         v = self.running.get(job_id)
         if v is None:
             return
         job = v.job
         if serial is not None and 0.0 <= serial <= 1.0 and not job.rho and serial != job.serial:
             job = replace(job, serial=serial)
+        if intensity is not None and 0.0 <= intensity <= 1.0:
+            pts = ((max(1, job.procs), intensity),) if intensity > 0 else ()
+            if pts != job.intensity:
+                job = replace(job, intensity=pts)
         if v.mtct != mtct or job is not v.job:
             self.replace_view(RunningJob(job, v.nodes, v.size, v.start, v.since, v.progress, v.end_estimate,
                                          v.resizes, mtct))

@@ -193,6 +193,7 @@ def test_json_documents_carry_a_schema(env):
                 "submit", "start", "end", "elapsed", "time_limit", "exit_code", "exit", "reason", "cmd", "cwd", "out",
                 "err", "speedup", "constraint", "progress", "resizing", "unresponsive", "expected_start", "bb",
                 "fs_servers", "stage_in", "stage_out", "fs", "fs_min", "fs_max", "io_rate", "fs_replicas"}
+    job_keys |= {"io_intensity", "io_measured"}
     with daemon_thread(env / "ctl.sqlite", HostPool.local(1)) as (d, c):
         a = c.submit(["sh", "-c", "exit 3"], nodes=1, cwd=str(env))
         b = c.submit(["sleep", "30"], nodes=1, cwd=str(env))
