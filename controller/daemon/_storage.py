@@ -34,6 +34,7 @@ from malleable.controller.sched._speedup import declared
 from malleable.errors import Refusal
 
 from . import _protocol as P
+from ._link import intensity_of
 from ._events import (
     AttachFs,
     FsAttached,
@@ -321,7 +322,16 @@ def _state(core: Core, j: JobRec, now: float) -> FsState:
     last = fs.get("last_change")
     return FsState(j.id, tuple((int(s), str(h)) for s, h in fs.get("servers", [])), j.fs_min or 1,
                    j.fs_max or 1, j.io_rate, tuple(fs.get("samples", [])), fs.get("since"), last,
-                   tuple(j.hosts), fs.get("reclaiming", ""), max(1, len(j.hosts)))
+                   tuple(j.hosts), fs.get("reclaiming", ""), max(1, len(j.hosts)), _intensity(j))
+
+
+def _intensity(j: JobRec) -> float:
+    """The share of its time the job spends in I/O, for the price of a host taken back: measured by its runtime,
+    else declared (``--io-intensity``), else 1 (a job that asks for an I/O rate is taken to wait for its I/O)."""
+    measured = intensity_of(j.progress)
+    if measured is not None:
+        return measured
+    return j.io_intensity if j.io_intensity > 0 else 1.0
 
 
 def sampled(core: Core, e: FsSample) -> None:

@@ -100,6 +100,21 @@ def test_a_host_is_taken_back_only_when_the_storage_gain_is_worth_the_compute_lo
     assert (d.kind, d.host) == ("reclaim", "n3")
 
 
+def test_the_core_prices_a_host_with_the_job_s_measured_or_declared_intensity(tmp_path):
+    from malleable.controller.daemon import _storage
+
+    core = Shell(str(tmp_path / "s.sqlite"), ("n1", "n2"), get_policy("fcfs-bb"), bb_capacity=1 << 30)
+    jid = core.submit(P.Submit("w", ["prog"], 1, 1, 1, False, 100.0, "", "", "/work", {}, bb=float(1 << 28),
+                               fs_min=1, fs_max=2, io_rate=500 * MB, io_intensity=0.25), 0.0)
+    j = core.jobs[jid]
+    assert _storage._state(core.core, j, 1.0).intensity == 0.25                  # declared
+    j.progress["io"] = {"io_seconds": 3.0, "seconds": 4.0, "bytes": 10}
+    assert _storage._state(core.core, j, 1.0).intensity == 0.75                  # measured replaces it
+    j.progress.clear()
+    j.io_intensity = 0.0
+    assert _storage._state(core.core, j, 1.0).intensity == 1.0                   # unknown: waits for its I/O
+
+
 def test_a_host_being_taken_back_is_waited_for_then_used():
     assert one(fs([10, 10, 10], reclaiming="n4"), free=("n2",)).kind == "keep"     # not n2: one change at a time
     d = one(fs([10, 10, 10], reclaiming="n4"), free=("n4",))
