@@ -22,6 +22,7 @@ from malleable.controller.daemon._paths import addr_file
 from tests._procs import kill9, running
 from tests.controller._daemon_util import (TOKEN, cli, daemon_thread, isolate, kill_leftovers, wait_final,
                                            wait_for)
+from tests.controller.test_storage_live import fs_done
 
 M = 1 << 20
 G = 1 << 30
@@ -34,12 +35,6 @@ def env(monkeypatch, tmp_path):
     monkeypatch.delenv("MALLEABLE_CONTROLLER", raising=False)
     monkeypatch.chdir(tmp_path)
     return dict(os.environ)
-
-
-def fs_done(c, jid):
-    """The job's file system once it is stopped (or failed), else None."""
-    fs = c.info(jid).job.get("fs") or {}
-    return fs if fs.get("phase") in ("stopped", "failed") else None
 
 
 def start(state, cluster, hosts, cap="512M"):
