@@ -15,7 +15,7 @@ class IntelMPI(Backend):
     """Intel MPI 2021.
 
     With one process and the default fabric selection it runs on shared memory only, and
-    ``MPI_Comm_spawn`` then crashes (SIGSEGV, 2021.18): the job needs OFI (``I_MPI_FABRICS=shm:ofi``);
+    ``MPI_Comm_spawn`` then crashes (SIGSEGV, 2021.18): the job needs OFI (``I_MPI_FABRICS=ofi``, see :meth:`job_env`);
     libfabric's ``tcp`` provider is the one that works without a fast network. ``MPI_Finalize`` waits for
     every process still *connected* (a freed but not disconnected communicator counts), so communicators
     spanning spawn groups are disconnected; after an expansion that abandoned dead or stopped joiners the
@@ -31,8 +31,10 @@ class IntelMPI(Backend):
     concurrent_spawn = False
 
     def job_env(self, hosts: Sequence[str] = ()) -> dict[str, str]:
-        """OFI next to shared memory, over TCP."""
-        return {"I_MPI_FABRICS": "shm:ofi", "FI_PROVIDER": "tcp"}
+        """OFI over TCP for every pair of processes, also on one host: with shared memory next to it
+        (``shm:ofi``) a spawned group's intercommunicator barrier with its parents may never complete (seen
+        with 2021.18 on a 6.18 kernel: the joiners pass it, the parents wait forever)."""
+        return {"I_MPI_FABRICS": "ofi", "FI_PROVIDER": "tcp"}
 
     def launch_argv(self, mpiexec: str, spec: LaunchSpec) -> list[str]:
         """Intel's hydra: ``-bootstrap ssh -bootstrap-exec X -iface IF -hosts .. -ppn 1 -genv K V .. -n N cmd``.

@@ -10,6 +10,7 @@ if it is split, and finalizes MPI) must return from the application.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -36,6 +37,7 @@ from malleable.runtime._requests import AdaptRequest
 from malleable.runtime._settings import env_int, env_timeout
 from malleable.runtime._sources import NullSource, PlanSource, choose_hosts, make_source
 from malleable.runtime._types import AdaptWindow, Pause, ProbeResult, Resize, Status
+from malleable.runtime._waits import wait_request
 
 __all__ = [
     "AdaptReport",
@@ -546,7 +548,10 @@ def _renew_req_comm(rt: _Runtime, leaving: bool = False) -> None:
     """The request channel follows the world (collective over the new world; leavers only drop theirs)."""
     old = rt.req_comm
     if old is not None:
-        rt.req_sends = []  # small messages: sent eagerly, nothing to wait for
+        for req in rt.req_sends:   # rank 0 has them (it answered): completed, or Intel MPI's disconnect crashes
+            with contextlib.suppress(AdaptTimeout):
+                wait_request(req, 5.0, "a size request to rank 0")
+        rt.req_sends = []
         _mpi.current().release(old)
     rt.req_sent = rt.req_got = 0
     rt.req_comm = None if leaving else rt.world.Dup()

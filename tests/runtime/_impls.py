@@ -28,13 +28,15 @@ IMPI_TESTS = frozenset({
     "test_expand_1_to_4_and_shrink_to_1", "test_uneven_2_3_5_2", "test_killed_joiner_raises_and_world_survives",
     "test_joiner_killed_by_a_signal", "test_stopped_joiner_fails_the_expansion_within_the_timeout",
     "test_exit_code_of_any_rank_reaches_malleable_run", "test_expand_onto_node2_node3_then_shrink_frees_node3",
-    "test_redistribution_suite_under_mpiexec", "test_request_from_rank_1_granted_by_the_plan",
+    "test_redistribution_suite_under_mpiexec",
     "test_job_computes_while_the_expansion_is_prepared", "test_paused_job_uses_no_cpu_and_resumes_to_the_exact_result",
     "test_anchor_grows_1_2_4_and_shrinks_to_2", "test_random_arrays_follow_every_adaptation",
 })
 """The tests that also run on Intel MPI by default: expand and shrink, the failure cases its backend handles
-differently (killed, stopped and signalled joiners, exit codes), multi-host spawn, the pytest-mpi suite, requests,
-synchronous expansion where others overlap, pause, the Jacobi app and registered data."""
+differently (killed, stopped and signalled joiners, exit codes), multi-host spawn, the pytest-mpi suite,
+synchronous expansion where others overlap, pause, the Jacobi app and registered data. Not the application's size
+requests: with 2021.18 on this machine's kernel, rank 0 crashes (SIGSEGV) in ``MPI_Comm_disconnect`` of the request
+channel after an expansion a request asked for (docs/runtime.md, limits)."""
 
 
 def deselect_impi_extras(config, items) -> None:
