@@ -1,5 +1,11 @@
 """Process checks shared by the tests: is a pid still a running process (a zombie is not)? Kill one and wait."""
 
+import contextlib
+import os
+import signal
+import subprocess
+from typing import Any
+
 import psutil
 
 
@@ -19,3 +25,25 @@ def kill9(pid: int, timeout: float = 10.0) -> None:
         p.wait(timeout)
     except psutil.NoSuchProcess:
         pass
+
+
+def run_all_or_kill(argv: list[str], timeout: float, **kw: Any) -> subprocess.CompletedProcess:
+    """``subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kw)``, except that on a timeout
+    every process it started is killed too (its launcher's daemons, ranks, spawned joiners), not only ``argv``'s
+    own process: a hung MPI job must not keep spinning through the tests after it."""
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True, **kw) as p:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            procs: list[psutil.Process] = []
+            with contextlib.suppress(psutil.Error):
+                procs = psutil.Process(p.pid).children(recursive=True)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+            for q in procs:
+                with contextlib.suppress(psutil.Error):
+                    q.kill()
+            out, err = p.communicate()
+            raise subprocess.TimeoutExpired(argv, timeout, out, err) from None
+    return subprocess.CompletedProcess(argv, p.returncode, out, err)

