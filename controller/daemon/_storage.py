@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from ._core import Core
 
 __all__ = ["HANDLERS", "RULE", "attached", "check_submit", "ended", "failed", "fault", "forget", "host_checked",
-           "progress", "ready", "ready_to_launch", "reasons", "reload", "sampled", "scaled", "stopped", "submitted"]
+           "lent_hosts", "progress", "ready", "ready_to_launch", "reasons", "reload", "sampled", "scaled", "stopped", "submitted"]
 
 log = logging.getLogger(__name__)
 
@@ -306,9 +306,8 @@ def _donors(core: Core, j: JobRec) -> list[Donor]:
     for o in core.jobs.values():
         if (o.id != j.id and o.malleable and o.state == JobState.RUNNING and o.registered and not o.order
                 and not o.cancel and o.hosts and o.hosts[-1] in core.storage):
-            n, job = len(o.hosts), core.to_job(o)
-            loss = host_loss(n, declared(job, n), declared(job, n - 1)) if n > 1 else 0.0
-            out.append(Donor(o.id, o.hosts[-1], n, o.min_nodes, loss))
+            n = len(o.hosts)
+            out.append(Donor(o.id, o.hosts[-1], n, o.min_nodes, host_loss(declared, core.to_job(o), n)))
     return out
 
 
@@ -318,7 +317,8 @@ def _state(core: Core, j: JobRec, now: float) -> FsState:
         core.log_event(j.id, "fs-reclaim", f"{fs['reclaiming']} was not released in {RECLAIM_WAIT:g} s; "
                        "deciding afresh", now)
         fs["reclaiming"] = ""
-        _give_back(core, j, [h for h in fs.get("lent", []) if h not in {x for _, x in fs.get("servers", [])}], now)
+        serving = {h for _, h in fs.get("servers", [])}
+        _give_back(core, j, [h for h in fs.get("lent", []) if h not in serving], now)
     last = fs.get("last_change")
     return FsState(j.id, tuple((int(s), str(h)) for s, h in fs.get("servers", [])), j.fs_min or 1,
                    j.fs_max or 1, j.io_rate, tuple(fs.get("samples", [])), fs.get("since"), last,
@@ -353,7 +353,7 @@ def sampled(core: Core, e: FsSample) -> None:
 
 def _decide(core: Core, j: JobRec, now: float) -> None:
     """Run the storage policy on the job's file system as it is now and carry out its decision."""
-    lent = {h: o.id for o in core.jobs.values() for h in o.fs.get("lent", [])}
+    lent = lent_hosts(core)
     free = [h for h in core.storage if core.hosts[h].free and lent.get(h, j.id) == j.id]
     taken = {h: o for h in core.storage if (o := core.hosts[h].owner) is not None}
     for d in decide_storage(_state(core, j, now), core.storage, free, taken, _donors(core, j), now, RULE):
@@ -419,6 +419,11 @@ def host_checked(core: Core, host: str, now: float) -> None:
                 _decide(core, j, now)                  # its server is started now, not at the next sample
             core.save(j)
             return
+
+
+def lent_hosts(core: Core) -> dict[str, int]:
+    """The hosts lent to job file systems, each with the job whose file system holds it."""
+    return {h: o.id for o in core.jobs.values() for h in o.fs.get("lent", [])}
 
 
 def _give_back(core: Core, j: JobRec, hosts: list[str], now: float, fs: dict | None = None) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 from malleable.errors import Refusal, UnknownJob
 
 from . import _protocol as P
+from . import _storage
 from ._cgroup import JobCgroups
 from ._core import Core
 from ._events import Request
@@ -55,7 +56,7 @@ class DaemonViews:
         """Every host: idle, alloc, draining, alloc+drain, storage (lent to a job's file system: ``job`` is that
         job) or down (with the reason)."""
         rows = []
-        lent = {h: j.id for j in self.core.jobs.values() for h in j.fs.get("lent", [])}
+        lent = _storage.lent_hosts(self.core)
         for name in self.core.nodes:
             h = self.core.hosts[name]
             if h.down:

@@ -34,10 +34,11 @@ and window then apply again, so a change cannot trigger its own reversal.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from malleable.adhocfs._rule import RuleConfig, Scaling, decide
+from malleable.controller.sched._model import Job
 
 __all__ = ["Donor", "FsDecision", "FsState", "StorageRule", "decide_storage", "host_loss", "storage_gain"]
 
@@ -107,10 +108,14 @@ class Donor:
     loss: float = 1.0
 
 
-def host_loss(size: int, t_size: float, t_less: float) -> float:
-    """What a job at ``size`` nodes loses by giving one, in nodes' worth of work per second, from its run times
-    (any unit) at ``size`` and ``size - 1`` nodes: ``size * (1 - t_size / t_less)``."""
-    return size * (1.0 - t_size / t_less) if t_less > 0 else 0.0
+def host_loss(speedup: Callable[[Job, int], float], job: Job, size: int) -> float:
+    """What ``job`` at ``size`` nodes loses by giving one, in nodes' worth of work per second, from its run times
+    by ``speedup`` (any unit) at ``size`` and ``size - 1`` nodes: ``size * (1 - T(size) / T(size - 1))``; 0 at
+    one node (it cannot give one)."""
+    if size <= 1:
+        return 0.0
+    t_less = speedup(job, size - 1)
+    return size * (1.0 - speedup(job, size) / t_less) if t_less > 0 else 0.0
 
 
 def storage_gain(fs: FsState, k: int) -> float:

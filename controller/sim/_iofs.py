@@ -326,9 +326,8 @@ class Storage:
         not be free once given)."""
         led = self.ledger
         serving = self._serving()
-        t = led.speedup
         return [Donor(v.job.id, self.names[v.nodes[-1]], v.size, max(v.job.min_procs, 1),
-                      host_loss(v.size, t(v.job, v.size), t(v.job, v.size - 1)) if v.size > 1 else 0.0)
+                      host_loss(led.speedup, v.job, v.size))
                 for v in led.running.values()
                 if v.job.id != job_id and v.job.kind is JobKind.MALLEABLE and v.nodes
                 and (not v.job.phases or v.job.id in led.points) and v.nodes[-1] not in serving]

@@ -5,6 +5,8 @@ free, and makes room for a compute job given a host that an extra server runs on
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from malleable.controller.daemon import _protocol as P
@@ -87,8 +89,9 @@ def test_a_host_is_taken_back_only_when_the_storage_gain_is_worth_the_compute_lo
     assert storage_gain(fs([10, 10, 10], nodes=4), 3) == pytest.approx(4.0)                 # 4 nodes waiting on it
     # the loss from the speedup model: linear loses a whole node's worth, Amdahl's s = 0.3 at 2 nodes 0.7
     job = Job(1, 0.0, 2, 100.0, JobKind.MALLEABLE, 1, 2, 0.3)
-    assert host_loss(2, amdahl(job, 2), amdahl(job, 1)) == pytest.approx(0.7)
-    assert host_loss(4, 1 / 4, 1 / 3) == pytest.approx(1.0)
+    assert host_loss(amdahl, job, 2) == pytest.approx(0.7)
+    assert host_loss(amdahl, replace(job, serial=0.0), 4) == pytest.approx(1.0)
+    assert host_loss(amdahl, job, 1) == 0.0                                         # one node: nothing to give
     two = ((1, "n1"), (2, "n2"))
     # the cheapest donor gives the host, however many hosts the others have above their minimum
     d = one(fs([10, 10, 10]), free=(), donors=(Donor(3, "n3", 4, 1, 1.0), Donor(4, "n4", 2, 1, 0.4)))
