@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import tempfile
 from pathlib import Path
 
 PROG = Path(__file__).parent / "progs" / "adapt_prog.py"
@@ -13,11 +16,24 @@ MPI_ENV = {"MALLEABLE_ADAPT_TIMEOUT": "30", "MALLEABLE_MAX_PROCS_PER_HOST": "8"}
 def run_prog(mpi, n, plan, iters=12, env=None, hosts=None, timeout=180, check=True, keep_going=False):
     """Run adapt_prog.py as n processes of MPI implementation ``mpi`` with a plan.
 
-    Returns (iteration rows, adaptation reports, adaptation errors, completed process).
+    Returns (iteration rows, adaptation reports, adaptation errors, completed process). The JSON records are read
+    from the file rank 0 appends them to, not from the launcher's output: Open MPI's forwarding from another host
+    can drop the last lines of a job under load. The process's ``stdout`` holds those records, then the launcher's
+    other lines.
     """
-    e = dict(MPI_ENV, MALLEABLE_PLAN=json.dumps(plan), PROG_ITERS=str(iters))
+    fd, out = tempfile.mkstemp(prefix="adapt_prog.", suffix=".jsonl")
+    os.close(fd)
+    e = dict(MPI_ENV, MALLEABLE_PLAN=json.dumps(plan), PROG_ITERS=str(iters), PROG_OUT=out)
     e.update(env or {})
-    proc = mpi.run(n, mpi.python, str(PROG), env=e, timeout=timeout, hosts=hosts, check=check, keep_going=keep_going)
+    try:
+        proc = mpi.run(n, mpi.python, str(PROG), env=e, timeout=timeout, hosts=hosts, check=check,
+                       keep_going=keep_going)
+        with open(out) as f:
+            records = f.read()
+    finally:
+        os.unlink(out)
+    other = "".join(x + "\n" for x in proc.stdout.splitlines() if not x.startswith("{"))
+    proc = subprocess.CompletedProcess(proc.args, proc.returncode, records + other, proc.stderr)
     rows, reports, errors = [], [], []
     for line in proc.stdout.splitlines():
         if not line.startswith("{"):

@@ -87,7 +87,7 @@ def test_open_mpi_refuses_remote_spawns_and_launches_across_hosts(netns_cluster)
     assert [r["hosts"] for r in rows][0] == ["node1", "node2"]
     refused = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith('{"refused"')]
     assert len(refused) == 1 and "cannot spawn processes onto another host" in refused[0]["refused"]
-    assert [r["size"] for r in rows] == [2, 2, 3, 3] and all(r["ok"] for r in rows)  # a local spawn works
+    assert [r["size"] for r in rows] == [2, 2, 3, 3] and all(r["ok"] for r in rows), proc.stdout + proc.stderr
     bad = subprocess.run([mpi.python, "-m", "malleable", "run", "-n", "1", "--hosts", "node1",
                           "--launcher-exec", netns_cluster.launcher, "--plan", json.dumps(plan), "--",
                           mpi.python, str(PROG)], capture_output=True, text=True, timeout=120,

@@ -72,8 +72,12 @@ def _of_this_job(pid):
 
 
 def emit(obj):
-    sys.stdout.write(json.dumps(obj) + "\n")
+    line = json.dumps(obj) + "\n"
+    sys.stdout.write(line)
     sys.stdout.flush()
+    if os.environ.get("PROG_OUT"):  # the program's own record: a launcher's output forwarding may cut the tail
+        with open(os.environ["PROG_OUT"], "a") as f:
+            f.write(line)
 
 
 _marker = os.environ.get("PROG_DIE_JOINER")
