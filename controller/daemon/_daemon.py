@@ -70,7 +70,7 @@ from ._events import (
     Tick,
 )
 from ._fsshell import FsShell
-from ._hostpool import HostPool, Prober, application, proc_info, scan_tagged
+from ._hostpool import HeldExits, HostPool, Prober, application, proc_info, scan_tagged
 from ._keys import KeyBook, job_credential
 from ._launch import job_argv, job_env, read_rc, start_job, stop_job
 from ._paths import addr_file, jobs_dir
@@ -163,6 +163,7 @@ class Daemon(DaemonViews):
         self.keyring = Keyring(KeyBook(self.token, cid, self.users, lambda jid: jid in self.core.jobs).secret)
         self.cgroups = JobCgroups(cid)
         self.prober = Prober(self.pool)
+        self.held_exits: HeldExits[JobExited] = HeldExits()
         self.fs = FsShell(self.pool, self.token, cid)
         self.curve_public = server_public_key(self.token) if encryption_wanted() else ""
         self.core = Core(self.pool.nodes, make_policy(config.policy, config.params), config.core,
@@ -317,10 +318,13 @@ class Daemon(DaemonViews):
             self._check_hosts(now)
         probed = self.prober.result()
         if probed is not None:
-            self._apply_probe(probed, now)
-        if self.config.host_check and now - self._last_probe >= self.config.host_check:
-            self._last_probe = now
-            self.prober.start(self.core.nodes)
+            self._apply_probe(probed[1], now)
+        for ev in self.held_exits.due(probed[0] if probed else None, now):
+            self.handle(ev)
+            self.dirty = True
+        if self.config.host_check and (now - self._last_probe >= self.config.host_check or self.held_exits.held):
+            if self.prober.start(self.core.nodes, now):
+                self._last_probe = now
         if now - self._last_tick >= self.config.tick or (self.core.wakes and min(self.core.wakes) <= now):
             self._last_tick = now
             self.handle(Tick(now))
@@ -410,6 +414,10 @@ class Daemon(DaemonViews):
             code, _ = read_rc(self.jobs_dir, jid)
             if code is None and sig is not None and sig < 0:
                 code = 128 - sig
+            j = self.core.jobs.get(jid)
+            if code != 0 and self.config.host_check and self.pool.kind != "local" and j and not j.stop_at:
+                self.held_exits.hold(jid, JobExited(now, jid, code), now)     # a lost host may explain it
+                continue
             self.handle(JobExited(now, jid, code))
             self.dirty = True
 

@@ -26,15 +26,19 @@ import subprocess
 import sys
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import Generic, TypeVar
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from malleable.errors import ConfigError
 from malleable.launch import expand_hostlist, read_hostfile, remote_argv
 
-__all__ = ["TAG_VAR", "HostPool", "ProcInfo", "Prober", "application", "netns_of", "proc_info", "scan_tagged"]
+__all__ = [
+    "TAG_VAR", "HeldExits", "HostPool", "ProcInfo", "Prober", "application", "netns_of", "proc_info", "scan_tagged",
+]
 
 log = logging.getLogger(__name__)
+E = TypeVar("E")
 
 TAG_VAR = "MALLEABLE_JOB_TAG"
 _TAG = TAG_VAR.encode() + b"="
@@ -309,11 +313,11 @@ class Prober:
     def __init__(self, pool: HostPool) -> None:
         self.pool = pool
         self._thread: threading.Thread | None = None
-        self._result: dict[str, str] | None = None
+        self._result: tuple[float, dict[str, str]] | None = None
         self._lock = threading.Lock()
 
-    def start(self, hosts: Sequence[str]) -> bool:
-        """Begin a round over ``hosts`` unless one is under way; whether it began."""
+    def start(self, hosts: Sequence[str], now: float) -> bool:
+        """Begin a round over ``hosts`` at ``now`` unless one is under way; whether it began."""
         if self._thread is not None and self._thread.is_alive():
             return False
         names = tuple(hosts)
@@ -325,14 +329,15 @@ class Prober:
                 log.warning("checking the hosts failed: %s", e)
                 return
             with self._lock:
-                self._result = out
+                self._result = (now, out)
 
         self._thread = threading.Thread(target=run, name="host-probe", daemon=True)
         self._thread.start()
         return True
 
-    def result(self) -> dict[str, str] | None:
-        """The last finished round's ``{host: reason or ""}``, once (None if none finished since)."""
+    def result(self) -> tuple[float, dict[str, str]] | None:
+        """The last finished round, once (None if none finished since): when it began, and ``{host: reason or
+        ""}``."""
         with self._lock:
             out, self._result = self._result, None
         return out
@@ -341,6 +346,26 @@ class Prober:
         """Wait (bounded) for a round under way."""
         if self._thread is not None:
             self._thread.join(timeout)
+
+
+@dataclass
+class HeldExits(Generic[E]):
+    """Job exits that a failed host may explain, held until a round of host checks begun after them has finished
+    (at most ``limit`` seconds): a launcher often notices a lost host before the periodic check does, and the job
+    would fail where the controller re-queues a job hit by a host failure. The host failure is then handled
+    first, and the exit after it."""
+
+    limit: float = 15.0
+    held: dict[int, tuple[float, E]] = field(default_factory=dict)
+
+    def hold(self, job_id: int, exit_event: E, now: float) -> None:
+        self.held[job_id] = (now, exit_event)
+
+    def due(self, checked_from: float | None, now: float) -> list[E]:
+        """The exits a round begun at ``checked_from`` covers, or held for ``limit`` seconds; no longer held."""
+        out = [jid for jid, (t, _) in self.held.items()
+               if (checked_from is not None and checked_from >= t) or now - t >= self.limit]
+        return [self.held.pop(jid)[1] for jid in out]
 
 
 def _netns_down(host: str) -> str:

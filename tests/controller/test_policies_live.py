@@ -1,16 +1,19 @@
 """One policy of each family run live by the controller on namespace hosts, with real MPI jobs: seed 002's MEBF
 (shrink to admit a job, shrink-once), seed 000's MEBF (moldable start, expansion when the queue drains), an EBS
 strategy of seed 003 (grow, shrink for a waiting job, grow back) and SFSJ node stealing with a host taken off the
-network mid-run. Malleable-fill has its own test (test_daemon_netns.py)."""
+network mid-run; a job whose launcher sees its host lost before the controller does is re-queued all the same.
+Malleable-fill has its own test (test_daemon_netns.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -115,20 +118,17 @@ def test_sfsj_steals_for_a_job_hit_by_a_host_failure(env, tmp_path, netns_cluste
     """sfsj: a host of a 2-host job goes off the network; the controller marks it down, interrupts and re-queues
     the job first in line; it cannot restart on the one free host, so SFSJ interrupts the smaller job and gives
     its host to it; the victim restarts once the failed host is back."""
-    lock = open("/run/malleable-test-node5.lock", "a+")  # noqa: SIM115 - the host is taken down: one user at a time
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    subprocess.run([str(TESTBED / "netns-cluster"), "up", "5"], check=True, capture_output=True)
-    bad = "node5"
-    hosts = [netns_cluster.hosts[0], netns_cluster.hosts[1], bad]
-    pool = HostPool.from_hosts([",".join(hosts)], netns_cluster.launcher)
-    link = ["ip", "link", "set", f"nc-{bad}"]
-    try:
+    with fifth_host() as (bad, link):
+        hosts = [netns_cluster.hosts[0], netns_cluster.hosts[1], bad]
+        pool = HostPool.from_hosts([",".join(hosts)], netns_cluster.launcher)
         with daemon_thread(tmp_path / "ctl.sqlite", pool, "sfsj", host_check=0.3) as (d, c):
             release = tmp_path / "release"       # b runs until the steal was seen (a loaded machine is slow)
             b = c.submit([sys.executable, WHERE, "none", "90", str(release)], 1, time_limit=120, name="b",
                          out=str(tmp_path / "b.out"), env=env)
             wait_for(lambda: states(c).get(b) == "RUNNING", 30, "the small job to start")
-            a = c.submit([sys.executable, WHERE, "none", "6"], 2, time_limit=120, name="a",
+            # a runs until released too: it holds the other hosts until the victim has restarted on the failed one
+            release_a = tmp_path / "release-a"
+            a = c.submit([sys.executable, WHERE, "none", "90", str(release_a)], 2, time_limit=120, name="a",
                          out=str(tmp_path / "a.out"), env=env)
             wait_for(lambda: states(c).get(a) == "RUNNING" and (tmp_path / "a.out").exists(), 30, "a to start")
             assert c.info(a).job["hosts"] == hosts[1:]
@@ -141,12 +141,13 @@ def test_sfsj_steals_for_a_job_hit_by_a_host_failure(env, tmp_path, netns_cluste
             release.touch()                                                   # its restart may end at once
             t_up = time.time()
             subprocess.run([*link, "up"], check=True)
+            # the victim restarts only once the failed host is back and checked clean (a still holds the others)
+            wait_for(lambda: len(c.info(b).steps) == 2, 60, "the victim to restart")
+            release_a.touch()
             final = wait_final(c, [a, b], 120)
             assert final == {a: "COMPLETED", b: "COMPLETED"}
             steps = c.info(b).steps
-            # the victim restarts only after the host is back: on it once it is checked clean, or on the victim's
-            # old host if the job that took it ends first (a loaded machine)
-            assert len(steps) == 2 and steps[0]["hosts"] == [hosts[0]] and steps[1]["hosts"] in ([bad], [hosts[0]])
+            assert len(steps) == 2 and steps[0]["hosts"] == [hosts[0]] and steps[1]["hosts"] == [bad]
             assert steps[1]["t"] >= t_up
             kinds = [e["kind"] for e in c.info(a).events]
             assert kinds.count("start") == 2 and "requeue" in kinds and kinds.count("end") == 1
@@ -154,6 +155,43 @@ def test_sfsj_steals_for_a_job_hit_by_a_host_failure(env, tmp_path, netns_cluste
             assert nodes[bad] != "down"
             wait_for(lambda: all(x["state"] == "idle" for x in c.rows(P.Nodes())), 30, "every host idle")
             assert not scan_tagged(d.cid + "."), "processes of the jobs left behind"
-    finally:
-        subprocess.run([*link, "up"], capture_output=True)
-        lock.close()
+
+
+def test_a_job_whose_launcher_sees_its_host_lost_first_is_requeued(env, tmp_path, netns_cluster):
+    """mpiexec notices a host taken off the network long before the periodic host check (once a minute here): the
+    job's exit waits for a check of the hosts, begun at once, which finds the host down; so the job is re-queued as
+    interrupted and restarts on the other hosts instead of failing."""
+    with fifth_host() as (bad, link):
+        hosts = [netns_cluster.hosts[0], bad, netns_cluster.hosts[1]]
+        pool = HostPool.from_hosts([",".join(hosts)], netns_cluster.launcher)
+        with daemon_thread(tmp_path / "ctl.sqlite", pool, "easy", host_check=60) as (d, c):
+            release = tmp_path / "release"
+            a = c.submit([sys.executable, WHERE, "none", "90", str(release)], 2, time_limit=120, name="a",
+                         out=str(tmp_path / "a.out"), env=env)
+            wait_for(lambda: states(c).get(a) == "RUNNING" and (tmp_path / "a.out").exists(), 30, "a to start")
+            assert c.info(a).job["hosts"] == hosts[:2]
+            t_down = time.monotonic()
+            subprocess.run([*link, "down"], check=True)
+            wait_for(lambda: len(c.info(a).steps) == 2, 40, "a to restart")
+            assert time.monotonic() - t_down < 60                      # not found by the periodic check
+            assert sorted(c.info(a).steps[1]["hosts"]) == sorted([hosts[0], hosts[2]])
+            assert bad in c.call(P.Status()).info["down"]
+            release.touch()
+            assert wait_final(c, [a], 60) == {a: "COMPLETED"}
+            kinds = [e["kind"] for e in c.info(a).events]
+            assert kinds.count("host-down") == 1 and kinds.count("requeue") == 1 and kinds.count("end") == 1
+            wait_for(lambda: not scan_tagged(d.cid + "."), 30, "no process of the job left")
+
+
+@contextlib.contextmanager
+def fifth_host() -> Iterator[tuple[str, list[str]]]:
+    """node5 and the command (append ``down`` or ``up``) that takes it off the network and back: one test at a time
+    (a lock); it is up again afterwards."""
+    with open("/run/malleable-test-node5.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        subprocess.run([str(TESTBED / "netns-cluster"), "up", "5"], check=True, capture_output=True)
+        link = ["ip", "link", "set", "nc-node5"]
+        try:
+            yield "node5", link
+        finally:
+            subprocess.run([*link, "up"], capture_output=True)
