@@ -163,7 +163,7 @@ class Daemon(DaemonViews):
         self.keyring = Keyring(KeyBook(self.token, cid, self.users, lambda jid: jid in self.core.jobs).secret)
         self.cgroups = JobCgroups(cid)
         self.prober = Prober(self.pool)
-        self.held_exits: HeldExits[JobExited] = HeldExits()
+        self.held_exits = HeldExits()
         self.fs = FsShell(self.pool, self.token, cid)
         self.curve_public = server_public_key(self.token) if encryption_wanted() else ""
         self.core = Core(self.pool.nodes, make_policy(config.policy, config.params), config.core,
@@ -416,7 +416,7 @@ class Daemon(DaemonViews):
                 code = 128 - sig
             j = self.core.jobs.get(jid)
             if code != 0 and self.config.host_check and self.pool.kind != "local" and j and not j.stop_at:
-                self.held_exits.hold(jid, JobExited(now, jid, code), now)     # a lost host may explain it
+                self.held_exits.held.append(JobExited(now, jid, code))     # a lost host may explain it
                 continue
             self.handle(JobExited(now, jid, code))
             self.dirty = True

@@ -26,19 +26,19 @@ import subprocess
 import sys
 import threading
 from collections.abc import Sequence
-from typing import Generic, TypeVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from malleable.errors import ConfigError
 from malleable.launch import expand_hostlist, read_hostfile, remote_argv
 
+from ._events import JobExited
+
 __all__ = [
     "TAG_VAR", "HeldExits", "HostPool", "ProcInfo", "Prober", "application", "netns_of", "proc_info", "scan_tagged",
 ]
 
 log = logging.getLogger(__name__)
-E = TypeVar("E")
 
 TAG_VAR = "MALLEABLE_JOB_TAG"
 _TAG = TAG_VAR.encode() + b"="
@@ -349,23 +349,23 @@ class Prober:
 
 
 @dataclass
-class HeldExits(Generic[E]):
+class HeldExits:
     """Job exits that a failed host may explain, held until a round of host checks begun after them has finished
     (at most ``limit`` seconds): a launcher often notices a lost host before the periodic check does, and the job
     would fail where the controller re-queues a job hit by a host failure. The host failure is then handled
     first, and the exit after it."""
 
     limit: float = 15.0
-    held: dict[int, tuple[float, E]] = field(default_factory=dict)
+    held: list[JobExited] = field(default_factory=list)
 
-    def hold(self, job_id: int, exit_event: E, now: float) -> None:
-        self.held[job_id] = (now, exit_event)
-
-    def due(self, checked_from: float | None, now: float) -> list[E]:
+    def due(self, checked_from: float | None, now: float) -> list[JobExited]:
         """The exits a round begun at ``checked_from`` covers, or held for ``limit`` seconds; no longer held."""
-        out = [jid for jid, (t, _) in self.held.items()
-               if (checked_from is not None and checked_from >= t) or now - t >= self.limit]
-        return [self.held.pop(jid)[1] for jid in out]
+        def over(e: JobExited) -> bool:
+            return (checked_from is not None and checked_from >= e.now) or now - e.now >= self.limit
+
+        out = [e for e in self.held if over(e)]
+        self.held = [e for e in self.held if not over(e)]
+        return out
 
 
 def _netns_down(host: str) -> str:
