@@ -31,6 +31,7 @@ from malleable.controller.sched._ledger import Ledger
 from malleable.controller.sched._model import Job, JobKind, StartJob
 from malleable.controller.sched._speedup import declared
 from malleable.errors import ConfigError, ProtocolError, Refusal
+from malleable.runtime import _iometer
 from malleable.runtime._iometer import IOMeter, io_phase, io_stats, meter, report_io
 from tests.controller._core_shell import Shell
 from tests.controller._daemon_util import TOKEN, cli, daemon_thread, isolate, wait_final, wait_for
@@ -83,7 +84,8 @@ def test_meter_sums_io_and_limits_reports_to_one_per_second():
     assert m.stats().bytes == 1024                           # refused calls changed nothing
 
 
-def test_io_phase_without_a_controller_link_only_counts():
+def test_io_phase_without_a_controller_link_only_counts(monkeypatch):
+    monkeypatch.setattr(_iometer, "_METER", IOMeter())  # this process's meter stays as it was for later tests
     before = io_stats()
     with io_phase(nbytes=4096):
         Path(os.devnull).write_bytes(b"x" * 4096)

@@ -10,6 +10,7 @@ import zmq
 
 from malleable.controller.daemon import _protocol as P
 from malleable.errors import PlanError
+from malleable.runtime import _iometer
 from malleable.runtime._link import ControllerSource
 from malleable.runtime._plan import parse_plan
 from malleable.runtime._requests import AdaptRequest, Refusal, check_request, grant
@@ -65,8 +66,12 @@ def test_request_deferred_then_granted(mpi):
 
 
 @pytest.fixture
-def daemon_stand_in():
-    """A ROUTER socket speaking the controller protocol, standing in for the daemon: the test plays the policy."""
+def daemon_stand_in(monkeypatch):
+    """A ROUTER socket speaking the controller protocol, standing in for the daemon: the test plays the policy.
+
+    The link gets a process I/O meter of its own, as in a job's rank 0: I/O counted by other tests in this process
+    would otherwise go out as an ``io`` progress report between the messages the test expects."""
+    monkeypatch.setattr(_iometer, "_METER", _iometer.IOMeter())
     ctx = zmq.Context()
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, 0)
