@@ -90,7 +90,8 @@ class CoreConfig:
         ack_timeout: seconds a sent resize order may stay unacknowledged before the job is marked unresponsive
             (its hosts stay reserved until it answers or ends).
         refuse_backoff: seconds without new orders for a job after it refused one.
-        drain_grace: seconds after a job's end before its processes still found on a host are killed.
+        drain_grace: seconds after a job's end (or the end of a run that put it back in the queue) before its
+            processes still found on a host are killed.
         default_time: time limit of jobs submitted without one (s; 0: unlimited).
         kill_wait: seconds between the SIGTERM that stops a job (cancel, time limit, interruption) and the SIGKILL
             of whatever is left of it (Slurm's KillWait).
@@ -547,7 +548,8 @@ class Core:
                 self.log_event(j.id, "unresponsive", f"order {o.seq} ({o.kind} to {o.procs}) not acknowledged "
                             f"within {self.config.ack_timeout:g} s; its hosts stay reserved", now)
         for h in self.draining():
-            if h.drain not in self.jobs and now - h.drain_since > self.config.drain_grace:
+            d = self.jobs.get(h.drain)  # type: ignore[arg-type]
+            if (d is None or not d.launched) and now - h.drain_since > self.config.drain_grace:
                 self.emit(Kill(h.drain, h.name))  # type: ignore[arg-type]
 
     def hosts_clean(self, names: Sequence[str]) -> bool:

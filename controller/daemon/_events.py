@@ -365,7 +365,8 @@ class Stop:
 
 @dataclass(frozen=True, slots=True)
 class Kill:
-    """Kill processes of an ended job still found on a host after the grace period."""
+    """Kill processes of a job that ended (or was put back in the queue) still found on a host after the grace
+    period."""
 
     job_id: int
     host: str

@@ -6,7 +6,7 @@ import pytest
 
 from malleable.controller import ResizeJob, StartJob
 from malleable.controller.daemon import _protocol as P
-from malleable.controller.daemon._events import Kill, Launch, Stop
+from malleable.controller.daemon._events import HostDown, Kill, Launch, Stop
 from malleable.controller.sched._fill import malleable_fill
 from malleable.controller.sched._rigid import easy
 from malleable.errors import Refusal, UnknownJob
@@ -166,6 +166,26 @@ def test_time_limit_ack_timeout_and_leftover_kill(tmp_path):
     assert core.store.load_job(j).state == "TIMEOUT"
     assert sorted(h.name for h in core.draining()) == ["n1", "n2"]
     assert sorted(a.host for a in core.tick(203.0) if isinstance(a, Kill)) == ["n1", "n2"]
+
+
+def test_leftovers_of_a_run_cut_by_a_host_failure_are_killed_so_the_job_can_restart(tmp_path):
+    """A host of a running job fails; the job is stopped and put back in the queue; processes its run left on its
+    other host (a launcher's daemon orphaned while starting) are killed after the grace period, not kept until the
+    job ends, which would hold the host, and the job that needs it, for ever."""
+    core = make(tmp_path, drain_grace=1.0)
+    j = submit(core, 2)
+    assert launch_ids(core.schedule(1.0)) == [j]
+    core.launched(j, 100, 1.0, 1.0)
+    assert core.jobs[j].hosts == ["n1", "n2"]
+    assert [type(a) for a in core.do(HostDown(2.0, "n2", "link down"))] == [Stop]
+    core.exited(j, 255, 2.5)
+    assert core.jobs[j].state == "PENDING" and j in core.core.held                      # n1 not checked yet
+    assert [h.name for h in core.draining()] == ["n1"]
+    assert [a for a in core.tick(3.0) if isinstance(a, Kill)] == []                     # within the grace
+    assert [a for a in core.tick(3.6) if isinstance(a, Kill)] == [Kill(j, "n1")]
+    core.host_clean("n1", 3.7)
+    assert j not in core.core.held
+    assert launch_ids(core.schedule(3.8)) == [j] and sorted(core.jobs[j].hosts) == ["n1", "n3"]
 
 
 def test_cancel_pending_and_running(tmp_path):

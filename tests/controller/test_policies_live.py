@@ -54,6 +54,11 @@ def exact(out: Path) -> dict:
     return done[-1]
 
 
+def ranks_up(out: Path) -> int:
+    """How many ranks of a where_prog job have started (each prints one line first)."""
+    return len(out.read_text().splitlines()) if out.exists() else 0
+
+
 def test_mebf002_shrinks_once_to_admit_jobs(env, tmp_path, netns_cluster):
     """mebf-intensive: a malleable job on 4 hosts gives one host (floor(0.4 x 4)) to a waiting rigid job; a second
     waiting job is not served by shrinking it again (shrink-once), it waits for the first to end."""
@@ -130,7 +135,7 @@ def test_sfsj_steals_for_a_job_hit_by_a_host_failure(env, tmp_path, netns_cluste
             release_a = tmp_path / "release-a"
             a = c.submit([sys.executable, WHERE, "none", "90", str(release_a)], 2, time_limit=120, name="a",
                          out=str(tmp_path / "a.out"), env=env)
-            wait_for(lambda: states(c).get(a) == "RUNNING" and (tmp_path / "a.out").exists(), 30, "a to start")
+            wait_for(lambda: states(c).get(a) == "RUNNING" and ranks_up(tmp_path / "a.out") == 2, 30, "a's ranks")
             assert c.info(a).job["hosts"] == hosts[1:]
             subprocess.run([*link, "down"], check=True)
             wait_for(lambda: bad in c.call(P.Status()).info["down"], 20, "the host to be marked down")
@@ -158,8 +163,9 @@ def test_sfsj_steals_for_a_job_hit_by_a_host_failure(env, tmp_path, netns_cluste
 
 
 def test_a_job_whose_launcher_sees_its_host_lost_first_is_requeued(env, tmp_path, netns_cluster):
-    """mpiexec notices a host taken off the network long before the periodic host check (once a minute here): the
-    job's exit waits for a check of the hosts, begun at once, which finds the host down; so the job is re-queued as
+    """mpiexec notices a host taken off the network long before the periodic host check (once a minute here) when
+    it is still starting the job's processes there (as here: the host goes down as soon as the job runs): the job's
+    exit waits for a check of the hosts, begun at once, which finds the host down; so the job is re-queued as
     interrupted and restarts on the other hosts instead of failing."""
     with fifth_host() as (bad, link):
         hosts = [netns_cluster.hosts[0], bad, netns_cluster.hosts[1]]
