@@ -81,28 +81,33 @@ class BlockWriter:
         change, settle every write in flight first and send the unacknowledged ones again (module docstring).
 
         Raises:
-            ServerUnavailable: a server of the file's layout did not answer within the timeout (it is dead,
-                not leaving).
+            ServerUnavailable: a server of the file's layout did not answer within the timeout (it is dead, not
+                leaving); the writes of its blocks are dropped, the others are sent again first.
         """
+        failure: ServerUnavailable | None = None
         stuck, last = 0, -1
         while True:
             for sid in list(self._batch):
                 self._send_batch(sid)
-            redo, silent, error = self._settle(keep)
+            redo, silent, error = self._settle(0 if failure else keep)
             if redo is None:
+                if failure is not None:
+                    raise failure
                 return
             self._refresh(True)  # the new layout, once the file's redistribution (if any) is over
-            if error is not None:
-                for rec in redo:
-                    for block, _, _ in rec.parts:
-                        if any(silent.get(s) == self._addrs.get(s) for s in self._replicas(block)):
-                            raise error  # still in the layout, at the same address: dead
+            if error is not None:  # a silent server still in the layout, at the same address, is dead
+                dead = {s for s, addr in silent.items() if self._addrs.get(s) == addr}
+                kept = [(rec, [pt for pt in rec.parts if dead.isdisjoint(self._replicas(pt[0]))]) for rec in redo]
+                if any(len(parts) < len(rec.parts) for rec, parts in kept):
+                    failure = failure or error
+            else:
+                kept = [(rec, list(rec.parts)) for rec in redo]
             stuck, last = (stuck + 1 if self.version == last else 0), self.version
             if stuck >= STUCK:
                 raise FsError(errno.EIO, f"{self.name}: writes refused as stale {STUCK} times under layout "
                                          f"version {self.version}")
-            for rec in sorted(redo, key=lambda r: r.seq):  # the order they were first sent in
-                for block, off, data in rec.parts:
+            for rec, parts in sorted(kept, key=lambda k: k[0].seq):  # the order they were first sent in
+                for block, off, data in parts:
                     self._queue_put(block, off, data)
 
     def _settle(
