@@ -29,7 +29,6 @@ from malleable.adhocfs._namespace import BLOCKING, MODES, normalize
 from malleable.adhocfs._placement import FileLayout, block_range, in_ranges, ranges_of
 from malleable.adhocfs._protocol import (
     DeclareRio,
-    Error,
     Extend,
     FileInfo,
     FsStatus,
@@ -39,7 +38,6 @@ from malleable.adhocfs._protocol import (
     Mkdir,
     Names,
     Open,
-    PutBlocks,
     Remove,
     Rename,
     SetSize,

@@ -106,7 +106,7 @@ class BlockWriter:
             if stuck >= STUCK:
                 raise FsError(errno.EIO, f"{self.name}: writes refused as stale {STUCK} times under layout "
                                          f"version {self.version}")
-            for rec, parts in sorted(kept, key=lambda k: k[0].seq):  # the order they were first sent in
+            for _, parts in sorted(kept, key=lambda k: k[0].seq):  # the order they were first sent in
                 for block, off, data in parts:
                     self._queue_put(block, off, data)
 

@@ -45,7 +45,7 @@ def test_wrong_secret_as_str_is_refused(dep2):
     from malleable.adhocfs import connect
     from malleable.errors import AuthError, ServerUnavailable
 
-    fs = connect(dep2.address, token="not-the-secret", timeout=1.0)
+    fs = connect(dep2.address, token="not-the-secret", timeout=1.0)  # noqa: S106 - a wrong one on purpose
     try:
         with pytest.raises((AuthError, ServerUnavailable)):
             fs.listdir("/")
