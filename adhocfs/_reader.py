@@ -159,8 +159,11 @@ class BlockReader:
             raise _Fallback
         try:
             got = self._collect(self._pf_pending, f"reading {self.name}")
-        except (ServerUnavailable, Moved):
+        except ServerUnavailable:
             raise _Fallback from None  # the careful path refreshes the layout and retries or reports
+        except Moved:
+            self._refresh(False)  # the careful path then asks the blocks' new owners at once
+            raise _Fallback from None
         for rec, reply in got:
             if isinstance(reply, BlockData) and len(reply.parts) == len(rec.blocks):
                 for b, found, part in zip(rec.blocks, reply.found, reply.parts, strict=True):

@@ -134,8 +134,8 @@ class BlockWriter:
                 for k, rec in departed.items():
                     del pending[k]
                     redo.append(rec)
-                    if rec.peer is not None:
-                        rec.peer.reset()  # drop what is still queued for it
+                for p in {id(rec.peer): rec.peer for rec in departed.values() if rec.peer is not None}.values():
+                    p.reset()  # drop what is still queued for it
                 continue
             try:
                 got = self._collect(pending, what)
@@ -151,7 +151,8 @@ class BlockWriter:
                 if isinstance(reply, Error):
                     if reply.kind == "stale":  # fenced by a redistribution: send again under the new layout
                         redo.append(rec)
-                        changed, fresh = True, False
+                        changed = True
+                        fresh = fresh and rec.version != self.version  # a layout newer than its was fetched
                         continue
                     raise_remote(reply, f"data server {rec.key[0]}, {what}")
         return (redo if changed else None), {}, None
