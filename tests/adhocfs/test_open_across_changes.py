@@ -59,6 +59,17 @@ def _owners(fs, path, blocks, replicas=1):
     return {b: lay.replicas(epochs, info.fid, b, replicas) for b in blocks if lay.allocated(b)}
 
 
+def _scribble(f, model, rng, n, span, most):
+    """``n`` writes of 1 to ``most`` random bytes at offsets below ``span`` through ``f``, mirrored in ``model``."""
+    for _ in range(n):
+        pos, piece = rng.randrange(span), rng.randbytes(rng.randrange(1, most))
+        f.seek(pos)
+        f.write(piece)
+        end = pos + len(piece)
+        model.extend(bytes(max(0, end - len(model))))
+        model[pos:end] = piece
+
+
 def _kill(dep, fs, sid):
     """SIGKILL data server ``sid`` and wait until its process is gone."""
     pid = next(s["pid"] for s in fs.status().servers if s["sid"] == sid)
@@ -135,21 +146,11 @@ def test_open_files_across_expand_then_total_shrink(make_fs):
         tail = rng.randbytes(2 * MIB)
         w.write(tail)
         model.extend(tail)
-        for _ in range(20):  # rewrites of old blocks, still buffered when the shrink starts
-            pos, piece = rng.randrange(len(model) - 10_000), rng.randbytes(rng.randrange(1, 10_000))
-            w.seek(pos)
-            w.write(piece)
-            model[pos : pos + len(piece)] = piece
+        _scribble(w, model, rng, 20, len(model) - 10_000, 10_000)  # old blocks, still buffered at the shrink
         victim = _heaviest(c, "/t.bin", among={s for s in range(1, 4)} - set(new))
         info = shrink_fs(dep.address, [victim], "total")
         assert info["state"] == "done" and info["moved"] > info["on_leaving"]  # staying servers' blocks moved too
-        for _ in range(20):
-            pos, piece = rng.randrange(len(model)), rng.randbytes(rng.randrange(1, 200_000))
-            w.seek(pos)
-            w.write(piece)
-            end = pos + len(piece)
-            model.extend(bytes(max(0, end - len(model))))
-            model[pos:end] = piece
+        _scribble(w, model, rng, 20, len(model), 200_000)
         w.seek(0)
         assert w.read() == model  # the writer reads its own bytes back
         w.close()
@@ -199,7 +200,7 @@ def test_dead_server_still_unavailable_while_departed_writes_are_resent(make_fs)
         t0 = time.monotonic()
         with pytest.raises(ServerUnavailable, match=f"data server {dead} .*writing /d.bin"):
             f.flush()
-        assert time.monotonic() - t0 < 2.0 + 5.0  # the timeout and a little: never a hang
+        assert time.monotonic() - t0 < 2.0 + 13.0  # the timeout and some slack for a loaded machine: never a hang
         f.close()
         resent = [b for b in were_on_victim if dead not in owners[b]]
         assert resent
@@ -232,22 +233,10 @@ def test_replicas_answer_for_a_dead_server_after_a_shrink(make_fs):
         w.flush()
         r = c.open("/r.bin", "rb")
         assert r.read(bs) == model[:bs]
-        for _ in range(30):  # buffered when the shrink starts
-            pos, piece = rng.randrange(len(model)), rng.randbytes(rng.randrange(1, 100_000))
-            w.seek(pos)
-            w.write(piece)
-            end = pos + len(piece)
-            model.extend(bytes(max(0, end - len(model))))
-            model[pos:end] = piece
+        _scribble(w, model, rng, 30, len(model), 100_000)  # buffered when the shrink starts
         victim = _heaviest(c, "/r.bin")
         assert shrink_fs(dep.address, [victim], "partial")["state"] == "done"
-        for _ in range(30):  # sent with the layout from before the shrink
-            pos, piece = rng.randrange(len(model)), rng.randbytes(rng.randrange(1, 100_000))
-            w.seek(pos)
-            w.write(piece)
-            end = pos + len(piece)
-            model.extend(bytes(max(0, end - len(model))))
-            model[pos:end] = piece
+        _scribble(w, model, rng, 30, len(model), 100_000)  # sent with the layout from before the shrink
         w.close()
         _kill(dep, c, next(s for s in (1, 2, 3, 4) if s != victim))
         r.seek(0)
