@@ -19,7 +19,6 @@ from malleable.errors import ConfigError, FsError, MalleableError
 __all__ = ["hosts_arg", "job_fs", "meta_option", "one_line", "parse_size", "register"]
 
 CHUNK = 4 << 20
-_ADDR = re.compile(r"^tcp://[^\s:/]+:\d{1,5}$")
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -43,6 +42,8 @@ def one_line(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
     def run(args: argparse.Namespace) -> int:
         import zmq
 
+        from malleable.adhocfs._rpc import ADDRESS
+
         cmd = getattr(args, "fs_command", "fs")
         if getattr(args, "job", None) is not None:
             if args.meta is not None:
@@ -53,7 +54,7 @@ def one_line(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
             meta = args.meta = os.environ.get("MALLEABLE_FS") or None
             if meta is None:
                 raise ConfigError(f"{cmd}: give --meta tcp://HOST:PORT or set MALLEABLE_FS")
-        if cmd != "start" and meta is not None and not _ADDR.match(meta):
+        if cmd != "start" and meta is not None and not ADDRESS.match(meta):
             raise ConfigError(f"{cmd}: --meta must be the metadata address tcp://HOST:PORT "
                               f"(the last line of 'malleable fs start'), got {meta!r}")
         try:
