@@ -96,6 +96,7 @@ class _Node:
     writable: bool
     opens: int
     size: int  # the file's size as this mount knows it (it grows with writes before they are published)
+    mtime: float  # when it was opened or last changed through this mount
 
 
 class MountOps(mfusepy.Operations):
@@ -116,6 +117,7 @@ class MountOps(mfusepy.Operations):
         self._pool = [_Conn(connect(), threading.Lock()) for _ in range(max(1, pool))]
         self._next = itertools.cycle(self._pool)
         self._nodes: dict[int, _Node] = {}
+        self._paths: dict[str, int] = {}  # path -> file id of the files open for writing here
         self._table = threading.Lock()  # taken before a connection's lock, never after
         self.uid = os.getuid() if uid is None else uid
         self.gid = os.getgid() if gid is None else gid
@@ -169,11 +171,13 @@ class MountOps(mfusepy.Operations):
             # read-ahead (many blocks in flight) serves them, where concurrent ones would arrive out of order
             conn_info.want &= ~FUSE_CAP_ASYNC_READ
         if config is not None:
-            # close-to-open across hosts: every path lookup asks the metadata server again (so an open sees
-            # another host's published size); attributes of open files are kept a second; no negative cache
-            config.entry_timeout = 0.0
+            # close-to-open across hosts: attributes are never cached, so a stat, or a read past the size the
+            # kernel knows, asks again (an open sees another host's published size at its first read); names
+            # are kept a second (a file removed on another host may still be found for that long, its open
+            # then fails with ENOENT); missing names are not kept (another host's new file is seen at once)
+            config.entry_timeout = 1.0
             config.negative_timeout = 0.0
-            config.attr_timeout = 1.0
+            config.attr_timeout = 0.0
             # inode numbers are libfuse's node ids (the same in stat and readdir; file ids would need a stat
             # per directory entry)
             config.use_ino = 0
@@ -189,6 +193,9 @@ class MountOps(mfusepy.Operations):
     # ------------------------------------------------------------ attributes
     @answered
     def getattr(self, path: str, fh: int | None = None) -> dict[str, Any]:
+        node = self._nodes.get(fh if fh is not None else self._paths.get(path, -1))
+        if node is not None and node.writable:  # a file being written here: this mount knows best
+            return self._attrs(False, node.fid, node.size, node.mtime, node.file.block_size)
         st = self._stat(path)
         size = st.size
         node = self._nodes.get(st.fid)
@@ -211,20 +218,17 @@ class MountOps(mfusepy.Operations):
 
     @answered
     def chmod(self, path: str, mode: int) -> int:
-        self._stat(path)  # modes are not stored: files show 0644, directories 0755
-        return 0
+        return 0  # modes are not stored: files show 0644, directories 0755
 
     @answered
     def chown(self, path: str, uid: int, gid: int) -> int:
-        self._stat(path)
         if uid not in (-1, self.uid) or gid not in (-1, self.gid):
             raise OSError(errno.EPERM, "adhocfs keeps no owners: every file belongs to the mounting user")
         return 0
 
     @answered
     def utimens(self, path: str, times: tuple[int, int] | None = None) -> int:
-        self._stat(path)  # times are not stored: mtime is the time of the file's last change
-        return 0
+        return 0  # times are not stored: mtime is the time of the file's last change
 
     # ------------------------------------------------------------ namespace
     @answered
@@ -249,6 +253,7 @@ class MountOps(mfusepy.Operations):
     def unlink(self, path: str) -> int:
         with self._meta.lock:
             self._meta.fs.remove(path)
+        self._paths.pop(path, None)
         return 0
 
     @answered
@@ -257,19 +262,21 @@ class MountOps(mfusepy.Operations):
             raise OSError(errno.EINVAL, "adhocfs renames do not exchange entries or leave whiteouts")
         with self._meta.lock:
             fs = self._meta.fs
-            try:
-                dst = fs.stat(new)
-            except FileNotFoundError:
-                dst = None
-            if dst is not None and flags & RENAME_NOREPLACE:
+            if flags & RENAME_NOREPLACE and fs.exists(new):
                 raise OSError(errno.EEXIST, f"{new} exists")
-            if dst is not None and dst.is_dir:  # POSIX replaces an empty directory (here in two steps)
-                if fs.listdir(new):
-                    raise OSError(errno.ENOTEMPTY, f"{new} is not empty")
+            try:
+                fs.rename(old, new)
+            except IsADirectoryError:  # onto a directory: POSIX replaces an empty one (here in two steps)
                 if not fs.stat(old).is_dir:
-                    raise OSError(errno.EISDIR, f"{new} is a directory")
+                    raise
+                if fs.listdir(new):
+                    raise OSError(errno.ENOTEMPTY, f"{new} is not empty") from None
                 fs.remove(new)
-            fs.rename(old, new)
+                fs.rename(old, new)
+        with self._table:
+            prefix = old.rstrip("/") + "/"
+            for path in [p for p in self._paths if p == old or p.startswith(prefix)]:
+                self._paths[new + path[len(old):]] = self._paths.pop(path)
         return 0
 
     @answered
@@ -294,7 +301,7 @@ class MountOps(mfusepy.Operations):
                 size = f.seek(0, io.SEEK_END)
             node = self._nodes.get(f.fid)
             if node is None:
-                node = self._nodes[f.fid] = _Node(f.fid, conn, f, writable, 0, size)
+                node = self._nodes[f.fid] = _Node(f.fid, conn, f, writable, 0, size, time.time())
             elif writable and not node.writable:  # a writer joins readers: they share its read-write file
                 with node.conn.lock:
                     node.file.close()
@@ -303,6 +310,8 @@ class MountOps(mfusepy.Operations):
                 with conn.lock:
                     f.close()
             node.opens += 1
+            if writable:
+                self._paths[path] = node.fid
         if trunc:
             self._truncate(node, 0)
         return node.fid
@@ -341,13 +350,13 @@ class MountOps(mfusepy.Operations):
             f = node.file
             f.seek(offset)
             n = f.write(data)
-            node.size = max(node.size, offset + n)
+            node.size, node.mtime = max(node.size, offset + n), time.time()
         return n
 
     def _truncate(self, node: _Node, length: int) -> None:
         with node.conn.lock:
             node.file.truncate(length)
-            node.size = length
+            node.size, node.mtime = length, time.time()
 
     @answered
     def truncate(self, path: str, length: int, fh: int | None = None) -> int:
@@ -382,6 +391,8 @@ class MountOps(mfusepy.Operations):
             if node.opens > 0:
                 return 0
             del self._nodes[fh]
+            for p in [p for p, fid in self._paths.items() if fid == fh] if node.writable else ():
+                del self._paths[p]
             with node.conn.lock:
                 try:
                     node.file.close()

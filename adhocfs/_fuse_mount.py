@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import faulthandler
 import hashlib
 import json
 import logging
@@ -224,7 +225,8 @@ def umount(path: str, lazy: bool = False, wait: float = 15.0) -> None:
         hint = f" (a program uses it; 'malleable fs umount --lazy {path}' detaches it)" if "busy" in text else ""
         raise FsError(f"umount: {text}{hint}")
     if rec is not None:
-        _wait_exit(rec.pid, wait)
+        if not lazy:  # a lazily detached mount keeps its daemon until the last program lets go
+            _wait_exit(rec.pid, wait)
         _record_file(real).unlink(missing_ok=True)
 
 
@@ -234,11 +236,26 @@ def _wait_exit(pid: int, wait: float) -> None:
 
     try:
         p = psutil.Process(pid)
-        if __name__ not in " ".join(p.cmdline()):
-            return  # the pid was reused
+        try:
+            if __name__ not in " ".join(p.cmdline()):
+                return  # the pid was reused
+        except psutil.ZombieProcess:
+            pass  # exited already: reaped below if it is this process's child
         p.wait(wait)
     except psutil.TimeoutExpired:
-        log.warning("mount daemon %d did not exit within %g s after the unmount: ending it", pid, wait)
+        log.warning("mount daemon %d did not exit within %g s after the unmount: ending it (its threads' stacks "
+                    "are in its log)", pid, wait)
+        p.send_signal(signal.SIGUSR1)
+        import glob
+        with open("/tmp/t23stacks.txt", "a") as dbg:
+            for t in glob.glob(f"/proc/{pid}/task/*"):
+                try:
+                    dbg.write(f"== {t} {open(t + '/comm').read().strip()} {open(t + '/wchan').read()}\n")
+                    dbg.write(open(t + "/stack").read())
+                except OSError as e:
+                    dbg.write(f"{e}\n")
+            dbg.write(open("/proc/self/mountinfo").read())
+        time.sleep(0.5)
         p.kill()
     except psutil.Error:
         return
@@ -258,6 +275,7 @@ def _serve(argv: list[str] | None = None) -> int:
     p.add_argument("dir")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 PID: every thread's stack in the log
     ready = os.fdopen(args.ready_fd, "w") if args.ready_fd is not None else None
 
     def tell(text: str) -> None:
