@@ -39,11 +39,10 @@ def write(path: str) -> None:
     fh.Write_at(size * PART * 8 + rank * TAIL, tail)  # independent
     fh.Sync()
     fh.Close()  # collective: sizes and written ranges are published before it returns
+    hosts = comm.gather(MPI.Get_processor_name())
     if rank == 0:
-        print(f"{size} ranks wrote {size * (PART * 8 + TAIL)} bytes to {path} from "
-              f"{len(set(comm.gather(MPI.Get_processor_name())))} hosts")
-    else:
-        comm.gather(MPI.Get_processor_name())
+        n = len(set(hosts))
+        print(f"{size} ranks on {n} host{'s' if n > 1 else ''} wrote {size * (PART * 8 + TAIL)} bytes to {path}")
 
 
 def check(path: str, nranks: int) -> bool:

@@ -97,7 +97,7 @@ def test_fio_writes_verified(mnt):
         pytest.skip("fio is not installed (Debian: apt-get install fio)")
     for rw, bs in (("randwrite", "64k"), ("write", "1M")):
         out = sh(f"fio --name=v --filename={mnt}/fio-{rw}.dat --size=48M --bs={bs} --rw={rw} --verify=crc32c "
-                 f"--do_verify=1 --verify_fatal=1 --ioengine=psync --output-format=terse", timeout=240)
+                 f"--do_verify=1 --verify_fatal=1 --ioengine=psync --verify_state_save=0 --output-format=terse", timeout=240)
         fields = out.strip().splitlines()[-1].split(";")
         assert fields[4] == "0", out  # fio's error field: 0, the written data read back with its checksums
         os.unlink(mnt / f"fio-{rw}.dat")
@@ -134,6 +134,17 @@ def _renameat2(src: Path, dst: Path, flags: int) -> int:
     libc = ctypes.CDLL(None, use_errno=True)
     rc = libc.renameat2(-100, os.fsencode(src), -100, os.fsencode(dst), flags)  # AT_FDCWD
     return 0 if rc == 0 else ctypes.get_errno()
+
+
+def _fallocate(path: Path) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+    fd = os.open(path, os.O_RDWR)
+    try:
+        if libc.fallocate(fd, 0, 0, 1 << 20):
+            raise OSError(ctypes.get_errno(), "fallocate")
+    finally:
+        os.close(fd)
 
 
 def test_renames(pair):
@@ -200,6 +211,7 @@ def test_unsupported_operations_answer_errno(pair):
         "open a missing file": (lambda: os.open(remote / "nope", os.O_RDONLY), errno.ENOENT),
         "exclusive create": (lambda: os.open(remote / "f", os.O_CREAT | os.O_EXCL | os.O_WRONLY), errno.EEXIST),
         "file in a file": (lambda: os.open(remote / "f/x", os.O_CREAT | os.O_WRONLY), errno.ENOTDIR),
+        "fallocate": (lambda: _fallocate(remote / "f"), errno.EOPNOTSUPP),
     }
     for what, (call, code) in cases.items():
         with pytest.raises(OSError) as e:
