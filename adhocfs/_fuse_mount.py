@@ -293,7 +293,7 @@ def _serve(argv: list[str] | None = None) -> int:
     try:
         serve(ops, args.dir, f"adhocfs:{args.meta}", allow_other=args.allow_other)
     except Exception as e:  # noqa: BLE001 - the mount failed: libfuse said why just before, in the log
-        log.error("the mount failed (%s)", e)
+        log.error("the mount failed (%s)", e)  # noqa: TRY400 - libfuse's reason is the line before
         tell("")
         return 1
     return 0

@@ -97,7 +97,8 @@ def test_fio_writes_verified(mnt):
         pytest.skip("fio is not installed (Debian: apt-get install fio)")
     for rw, bs in (("randwrite", "64k"), ("write", "1M")):
         out = sh(f"fio --name=v --filename={mnt}/fio-{rw}.dat --size=48M --bs={bs} --rw={rw} --verify=crc32c "
-                 f"--do_verify=1 --verify_fatal=1 --ioengine=psync --verify_state_save=0 --output-format=terse", timeout=240)
+                 "--do_verify=1 --verify_fatal=1 --ioengine=psync --verify_state_save=0 --output-format=terse",
+                 timeout=240)
         fields = out.strip().splitlines()[-1].split(";")
         assert fields[4] == "0", out  # fio's error field: 0, the written data read back with its checksums
         os.unlink(mnt / f"fio-{rw}.dat")

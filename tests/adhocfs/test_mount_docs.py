@@ -17,6 +17,9 @@ from tests.conftest import REPO
 pytestmark = pytest.mark.usefixtures("no_leaked_mounts")
 
 
+DOC_DIR = "/tmp/adhoc"  # noqa: S108 - the directory the documented session uses, replaced by a temporary one
+
+
 def _steps() -> list[tuple[str, str]]:
     text = (REPO / "docs" / "adhocfs.md").read_text()
     block = re.search(r"```console\n(.*?)```", text.split("## Mount: unmodified programs (FUSE)", 1)[1], re.S)
@@ -30,7 +33,7 @@ def _steps() -> list[tuple[str, str]]:
 
 
 def _norm(text: str, where: str) -> str:
-    text = text.replace(where, "/tmp/adhoc")
+    text = text.replace(where, DOC_DIR)
     text = re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", text)
     text = re.sub(r"pid \d+", "pid PID", text)
     text = re.sub(r"mounts/[0-9a-f]+\.log", "mounts/LOG.log", text)
@@ -46,7 +49,7 @@ def test_mount_session_in_the_docs_runs(tmp_path):
     assert steps[0][0].startswith("export MALLEABLE_TOKEN") and steps[-1][0] == "malleable fs stop"
     script = ["set -u"]
     for i, (cmd, _) in enumerate(steps):
-        script += [f"echo '@@@ {i}'", f"{{ {cmd.replace('/tmp/adhoc', where)} ; }} 2>&1 < /dev/null"]
+        script += [f"echo '@@@ {i}'", f"{{ {cmd.replace(DOC_DIR, where)} ; }} 2>&1 < /dev/null"]
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     env.pop("MALLEABLE_FS", None)
     done = None

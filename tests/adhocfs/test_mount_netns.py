@@ -12,8 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.conftest import REPO, run_mpi
 from mount_util import need_fuse, no_leaked_mounts, unmount_checked  # noqa: F401 - fixture
+
+from tests.conftest import REPO, run_mpi
 
 pytestmark = [pytest.mark.netns, pytest.mark.usefixtures("no_leaked_mounts")]
 
