@@ -34,21 +34,25 @@ def _timed(cmd: list[str]) -> float:
     return time.perf_counter() - t0
 
 
-def _dd(mnt: str, per: int, tag: str) -> dict[str, float]:
-    """MB/s of dd writing (fsync at the end: the close publishes) then reading one file in 1 MiB requests."""
+def _dd(mnt: str, per: int, tag: str, direct: bool) -> dict[str, float]:
+    """MB/s of dd writing (fsync at the end: the close publishes) then reading one file in 1 MiB requests, through
+    the page cache or with O_DIRECT."""
     path = os.path.join(mnt, tag)
-    w = _timed(["dd", "if=/dev/zero", f"of={path}", "bs=1M", f"count={per // MIB}", "conv=fsync", "status=none"])
-    r = _timed(["dd", f"if={path}", "of=/dev/null", "bs=1M", "status=none"])
+    oflag, iflag = (["oflag=direct"], ["iflag=direct"]) if direct else ([], [])
+    w = _timed(["dd", "if=/dev/zero", f"of={path}", "bs=1M", f"count={per // MIB}", "conv=fsync", "status=none",
+                *oflag])
+    r = _timed(["dd", f"if={path}", "of=/dev/null", "bs=1M", "status=none", *iflag])
     return {"write": per / w / 1e6, "read": per / r / 1e6}
 
 
-def _fio(mnt: str, streams: int, per: int, tag: str) -> dict[str, float]:
+def _fio(mnt: str, streams: int, per: int, tag: str, direct: bool) -> dict[str, float]:
     """MB/s of fio with ``streams`` jobs, each writing then reading its file sequentially in 1 MiB requests."""
     res = {}
     for rw, key in (("write", "write"), ("read", "read")):
         out = subprocess.run(
             ["fio", f"--name={tag}", f"--directory={mnt}", f"--size={per}", f"--numjobs={streams}", "--bs=1M",
-             f"--rw={rw}", "--ioengine=psync", "--end_fsync=1", "--group_reporting", "--output-format=json"],
+             f"--rw={rw}", "--ioengine=psync", "--end_fsync=1", "--group_reporting", "--output-format=json",
+             f"--direct={int(direct)}"],
             check=True, capture_output=True, text=True, timeout=600).stdout
         job = json.loads(out[out.index("{"):])["jobs"][0]
         res[key] = job[key]["bw_bytes"] / 1e6
@@ -87,21 +91,25 @@ def mount_rows(nservers: int, total: int, reps: int, md_files: int,
 
     per1 = total // MIB * MIB
     per2 = total // 2 // MIB * MIB
-    runs: dict[str, list[dict[str, float]]] = {"dd": [], "fio": []}
+    runs: dict[str, list[dict[str, float]]] = {"dd": [], "dd O_DIRECT": [], "fio": [], "fio O_DIRECT": []}
     md: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as st, start_fs("127.0.0.1", ["127.0.0.1"] * nservers, state=st) as dep:
         mnt = os.path.join(st, "mnt")
         os.mkdir(mnt)
         mount(dep.address, mnt)
         try:
-            for rep in range(reps):
+            for rep in range(reps):  # the client first, then the tools through the mount doing the same
                 base = _client(spawn, dep.address, 1, per1, f"c{rep}-")
-                got = _dd(mnt, per1, f"dd{rep}")
-                runs["dd"].append({**got, "client_write": base["write"], "client_read": base["read"]})
+                for direct in (False, True):
+                    got = _dd(mnt, per1, f"dd{rep}{direct:d}", direct)
+                    runs["dd O_DIRECT" if direct else "dd"].append(
+                        {**got, "client_write": base["write"], "client_read": base["read"]})
                 if shutil.which("fio"):
                     base = _client(spawn, dep.address, 2, per2, f"k{rep}-")
-                    got = _fio(mnt, 2, per2, f"fio{rep}")
-                    runs["fio"].append({**got, "client_write": base["write"], "client_read": base["read"]})
+                    for direct in (False, True):
+                        got = _fio(mnt, 2, per2, f"fio{rep}{direct:d}", direct)
+                        runs["fio O_DIRECT" if direct else "fio"].append(
+                            {**got, "client_write": base["write"], "client_read": base["read"]})
                 for name in os.listdir(mnt):
                     os.unlink(os.path.join(mnt, name))
             if md_files:
@@ -121,7 +129,7 @@ def mount_rows(nservers: int, total: int, reps: int, md_files: int,
             continue
         med = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
         rows.append({
-            "tool": tool, "streams": 1 if tool == "dd" else 2, "servers": nservers,
+            "tool": tool, "streams": 1 if tool.startswith("dd") else 2, "servers": nservers,
             "write_MBps": round(med["write"], 1), "read_MBps": round(med["read"], 1),
             "client_write_MBps": round(med["client_write"], 1), "client_read_MBps": round(med["client_read"], 1),
             "write_vs_client": round(statistics.median(r["write"] / r["client_write"] for r in rs), 3),
@@ -134,10 +142,10 @@ def mount_rows(nservers: int, total: int, reps: int, md_files: int,
 def print_mount(res: dict[str, Any]) -> None:
     """The mount rows and the metadata figure as tables."""
     print(f"\nthrough the mount vs the Python client (same run, 1 MiB requests, {res['bytes_per_row'] >> 20} MiB)")
-    print(f"{'tool':>5} {'streams':>7} {'write MB/s':>11} {'client':>7} {'ratio':>6} {'read MB/s':>10} {'client':>7} "
+    print(f"{'tool':>11} {'streams':>7} {'write MB/s':>11} {'client':>7} {'ratio':>6} {'read MB/s':>10} {'client':>7} "
           f"{'ratio':>6}")
     for r in res["rows"]:
-        print(f"{r['tool']:>5} {r['streams']:>7} {r['write_MBps']:>11.0f} {r['client_write_MBps']:>7.0f} "
+        print(f"{r['tool']:>11} {r['streams']:>7} {r['write_MBps']:>11.0f} {r['client_write_MBps']:>7.0f} "
               f"{r['write_vs_client']:>6.0%} {r['read_MBps']:>10.0f} {r['client_read_MBps']:>7.0f} "
               f"{r['read_vs_client']:>6.0%}")
     md = res["metadata"]
@@ -157,7 +165,7 @@ def plot_mount(res: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 4.5))
     labels, vals, colors = [], [], []
     for r in res["rows"]:
         for op in ("write", "read"):
