@@ -122,11 +122,20 @@ class MountOps(mfusepy.Operations):
         self.uid = os.getuid() if uid is None else uid
         self.gid = os.getgid() if gid is None else gid
         self._ready = ready
+        self.is_ready = threading.Event()
+        self._closing, self._closed = threading.Lock(), False
         self._started = time.time()
 
     # ------------------------------------------------------------ plumbing
     def close(self) -> None:
-        """Close every open file (publishing what was written) and every connection."""
+        """Close every open file (publishing what was written) and every connection (once)."""
+        with self._closing:
+            if self._closed:
+                return
+            self._closed = True
+            self._close()
+
+    def _close(self) -> None:
         for node in list(self._nodes.values()):
             with node.conn.lock:
                 try:
@@ -136,6 +145,10 @@ class MountOps(mfusepy.Operations):
         self._nodes.clear()
         for conn in (self._meta, *self._pool):
             conn.fs.close()
+
+    def open_files(self) -> int:
+        """How many files are open on this mount."""
+        return len(self._nodes)
 
     def _stat(self, path: str) -> Any:
         with self._meta.lock:
@@ -184,6 +197,7 @@ class MountOps(mfusepy.Operations):
             config.readdir_ino = 1
             config.kernel_cache = 0  # the page cache of a file is dropped when it is opened
             config.auto_cache = 0
+        self.is_ready.set()
         if self._ready is not None:
             self._ready()
 
@@ -425,8 +439,33 @@ def serve(ops: MountOps, mountpoint: str, fsname: str, allow_other: bool = False
     if allow_other:
         opts.update(allow_other=True, default_permissions=True)
     started = time.monotonic()
+    threading.Thread(target=_watch, args=(ops, mountpoint), name="unmount-watch", daemon=True).start()
     try:
         _Fuse(ops, mountpoint, **opts)
     finally:
         log.info("%s unmounted after %.1f s", mountpoint, time.monotonic() - started)
         ops.close()
+
+
+def _watch(ops: MountOps, mountpoint: str, every: float = 0.2) -> None:
+    """End the daemon once its mount is gone and no file is open on it, should libfuse's loop not return by
+    itself (its worker threads are cancelled at the end, which a thread inside Python may not survive)."""
+    ops.is_ready.wait()
+    dev = os.stat(mountpoint).st_dev
+    mine = f"{os.major(dev)}:{os.minor(dev)}"
+    gone_since = None
+    while True:
+        time.sleep(every)
+        with open("/proc/self/mountinfo", encoding="utf-8") as f:
+            present = any(line.split()[2] == mine for line in f)
+        if present or ops.open_files():
+            gone_since = None
+            continue
+        gone_since = gone_since or time.monotonic()
+        if time.monotonic() - gone_since > 3 * every:
+            log.warning("%s is unmounted but libfuse's loop did not return: closing down", mountpoint)
+            closer = threading.Thread(target=ops.close, daemon=True)
+            closer.start()
+            closer.join(10.0)
+            logging.shutdown()
+            os._exit(0)
