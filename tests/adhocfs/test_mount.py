@@ -232,12 +232,16 @@ def test_unsupported_operations_answer_errno(pair):
 
 
 def test_two_mounts_of_one_file_system(dep2, mnt, tmp_path):
-    """What one mount wrote and closed, another (a second host's) reads; a removal is seen at once."""
-    with mounted(dep2.address, tmp_path / "second") as rec:
+    """What one mount wrote and closed, another (a second host's) reads; a removal is seen at once. The second
+    mount lets other users in, showing every file as its owner's."""
+    with mounted(dep2.address, tmp_path / "second", allow_other=True, uid=4321, gid=4322) as rec:
         other = Path(rec.dir)
         data = random.Random(4).randbytes((2 << 20) + 3)
         (mnt / "shared.bin").write_bytes(data)
         assert (other / "shared.bin").read_bytes() == data
+        st = os.stat(other / "shared.bin")
+        assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (4321, 4322, 0o644)
+        assert "allow_other" in next(ln for ln in open("/proc/self/mounts") if f" {rec.dir} " in ln)
         with open(other / "shared.bin", "ab") as f:
             f.write(b"tail")
         assert os.stat(mnt / "shared.bin").st_size == len(data) + 4
