@@ -237,8 +237,9 @@ def _wait_exit(pid: int, wait: float) -> None:
     try:
         p = psutil.Process(pid)
         try:
-            if __name__ not in " ".join(p.cmdline()):
-                return  # the pid was reused
+            cmd = " ".join(p.cmdline())
+            if cmd and __name__ not in cmd:
+                return  # the pid was reused (an exiting daemon shows an empty command line: wait for it)
         except psutil.ZombieProcess:
             pass  # exited already: reaped below if it is this process's child
         p.wait(wait)
