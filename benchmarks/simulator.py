@@ -41,8 +41,8 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-TRACE = Path(os.environ.get("MALLEABLE_HPC2N", HERE.parent.parent / "shared" / "workloads" /
-                            "HPC2N-2002-2.1-cln.swf.gz"))
+# the whole HPC2N log where MALLEABLE_HPC2N names it (workloads/README.md), else the repository's cut of it
+TRACE = Path(os.environ.get("MALLEABLE_HPC2N", HERE.parent / "workloads" / "HPC2N-2002-2.1-cln-first20000.swf.gz"))
 POLICIES = ("fcfs", "easy", "conservative")
 MALLEABLE = ("easy", "mebf-handoff", "mebf-spare", "mebf-intensive", "mebf-handoff-expand+", "mebf-handoff-shrink+",
              "mebf0", "fpsma-pwma", "fpsma-prma", "egs-pwma", "egs-prma", "fpsma-mtct-pwma", "conservative",
