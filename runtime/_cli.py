@@ -19,6 +19,7 @@ from malleable.runtime._bounds import check_expand, check_plan, host_resolves, i
 from malleable.runtime._layout import Group, GroupLayout, plan_expand
 from malleable.runtime._mpi import for_mpiexec
 from malleable.runtime._plan import parse_plan, validate_plan
+from malleable.runtime._progscan import never_imports_malleable
 from malleable.runtime._sources import choose_hosts
 
 __all__ = ["build_run_argv", "register"]
@@ -90,6 +91,10 @@ def build_run_argv(args: argparse.Namespace) -> list[str]:
             raise ConfigError("--rigid starts a job that cannot be resized: --plan does not apply")
         return mpiexec_argv(args.procs, cmd, hosts=hosts or None, launcher_exec=args.launcher_exec,
                             keep_going=args.no_auto_cleanup)
+    never = never_imports_malleable(cmd) if args.procs > 1 else None
+    if never:
+        raise ConfigError(f"{never} never imports malleable, so it cannot call init_adapt() and would run as 1 "
+                          f"process, not {args.procs}: use --rigid to start {args.procs} processes as mpiexec -n does")
     env = {"MALLEABLE_INITIAL_PROCS": str(args.procs)}
     per_host = getattr(args, "max_procs_per_host", None)
     if per_host is not None:
