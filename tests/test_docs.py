@@ -4,8 +4,9 @@ type it on this machine; a block that needs what a test machine may not have say
 The conventions (docs/contributing.md, "Commands in the docs"):
 
 * A fenced block in ``sh``/``bash`` is a script: it runs with ``set -e`` (its commands must succeed). A ``console``
-  block holds ``$ `` commands (a line ending in ``\\`` goes on in the next) and their output, which is not checked;
-  each command must end with exit code 0 (show a failure as ``cmd; echo "exit code $?"``).
+  block (or one without a language that has ``$ `` lines) holds ``$ `` commands (a line ending in ``\\`` goes on in
+  the next) and their output, which is not checked; each command must end with exit code 0 (show a failure as
+  ``cmd; echo "exit code $?"``).
 * ``# needs: WHAT`` as a block's first line (after a ``#!`` line) marks a block that needs something else: root,
   hosts (``malleable testbed up N``), the network, Slurm, a Dask scheduler, a whole trace; it is skipped, and the
   reader sees what it needs. Only :data:`NEEDS` words may start the list.
@@ -113,7 +114,7 @@ def page_script(page: Path) -> tuple[str, dict[int, int], list[str]]:
             add("trap 'echo \"@@ERR $LINENO $?\" >&2' ERR; set -e", b.line)
             add("\n".join(b.lines), b.line)
             add("set +e; trap - ERR", b.line + len(b.lines) - 1)
-        elif b.lang == "console":
+        elif b.lang == "console" or (b.lang in ("", "text") and any(x.startswith("$ ") for x in b.lines)):
             for line, cmd in console_commands(b):
                 add(cmd, line)
                 add(f'__rc=$?; [ $__rc = 0 ] || {{ echo "@@ERR {len(script) - cmd.count(chr(10))} $__rc" >&2; exit 1; }}',
