@@ -13,7 +13,7 @@ import time
 import pytest
 
 from malleable.controller.daemon import _protocol as P
-from malleable.controller.daemon._hostpool import HostPool
+from malleable.controller.daemon._hostpool import HostPool, scan_tagged
 from tests._procs import running
 from tests.controller._cli_util import cli_env
 from tests.controller._daemon_util import cli, daemon_thread, states, wait_final, wait_for
@@ -40,9 +40,13 @@ def test_history_offline_from_a_real_daemons_state(env):
         ok = c.submit(["sleep", "1.2"], nodes=1, name="ok", cwd=str(env))
         bad = c.submit(["sh", "-c", "exit 3"], nodes=1, name="bad", cwd=str(env))
         gone = c.submit(["sleep", "300"], nodes=1, name="gone", cwd=str(env))
-        slow = c.submit(["sleep", "300"], nodes=1, name="slow", time_limit=1.0, cwd=str(env))
+        # 3 s: the limit counts from the launch, and the job's sleep must run by then (mpiexec starts slowly under
+        # load) for SIGTERM, not the kill wait's SIGKILL, to end it
+        slow = c.submit(["sleep", "300"], nodes=1, name="slow", time_limit=3.0, cwd=str(env))
         other = c.submit(["true"], nodes=2, name="theirs", user="bo", cwd=str(env))
-        wait_for(lambda: states(c).get(gone) == "RUNNING", 30, "gone to run")
+        # cancelled once its program runs (not while mpiexec still starts it): SIGTERM ends it, 0:15
+        wait_for(lambda: any(p.name == "sleep" for p in scan_tagged(d.tag(gone)).get(d.tag(gone), [])), 60,
+                 "gone's sleep to run")
         c.call(P.Cancel(gone))
         wait_final(c, [ok, bad, gone, slow, other], 60)
         t_mid = time.time()
