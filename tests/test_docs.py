@@ -12,7 +12,7 @@ The conventions (docs/contributing.md, "Commands in the docs"):
   reader sees what it needs. Only :data:`NEEDS` words may start the list.
 * ``# file: NAME`` as a block's first line (any language) writes the block to NAME before the next blocks run.
 * A page's blocks run in order in one shell (variables carry over), in a fresh folder that holds links to the
-  repository's files, with a fresh HOME, this Python's bin folder first on PATH and no MALLEABLE_* variable
+  repository's files (``.venv`` links to the Python environment running the tests), with a fresh HOME, this Python's bin folder first on PATH and no MALLEABLE_* variable
   inherited. Whatever a page starts must be stopped by the page: processes left behind fail the test.
 """
 
@@ -141,8 +141,9 @@ def run_page(page: Path, tmp_path: Path) -> tuple[str | None, list[str]]:
     work.mkdir(parents=True)
     home.mkdir(parents=True)
     for entry in REPO.iterdir():
-        if entry.name != ".git":
+        if entry.name not in (".git", ".venv"):
             (work / entry.name).symlink_to(entry)
+    (work / ".venv").symlink_to(sys.prefix)          # the docs' .venv is the environment running the tests
     run = uuid.uuid4().hex
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MALLEABLE_", "PYTEST_", "VIRTUAL_ENV"))}
     env.update(HOME=str(home), PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
