@@ -39,7 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--n", type=int, default=512, help="grid size (default 512)")
     p.add_argument("--iters", type=int, help="iterations, >= 8 (default 400; with --io 4000)")
     p.add_argument("--hosts", help="comma-separated hosts to spread the job over (the anchor runs on the first)")
-    p.add_argument("--launcher-exec", help="ssh stand-in hydra uses to reach the hosts (e.g. the test cluster's: malleable testbed launcher)")
+    p.add_argument("--launcher-exec",
+                   help="ssh stand-in hydra uses to reach the hosts (the test cluster's: malleable testbed launcher)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds an adaptation step may wait (default 60)")
     p.add_argument("--keep", metavar="DIR", help="keep the grid (u.npy) and the stats (stats.json) in DIR")
     p.add_argument("--io", action="store_true",

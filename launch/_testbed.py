@@ -153,7 +153,8 @@ def status() -> list[HostState]:
     if not names:
         return []
     bridge = Path(f"/sys/class/net/{BRIDGE}/operstate")
-    rows = [HostState(HEAD, HEAD_IP, f"bridge {BRIDGE}: {bridge.read_text().strip() if bridge.exists() else 'missing'}")]
+    state = bridge.read_text().strip() if bridge.exists() else "missing"
+    rows = [HostState(HEAD, HEAD_IP, f"bridge {BRIDGE}: {state}")]
     for name in names:
         there = (NETNS_DIR / name).exists()
         rows.append(HostState(name, host_ip(_host_number(name)), "namespace ok" if there else "namespace MISSING"))

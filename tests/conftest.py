@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-
 from pathlib import Path
 
 import psutil

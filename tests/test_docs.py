@@ -12,8 +12,9 @@ The conventions (docs/contributing.md, "Commands in the docs"):
   reader sees what it needs. Only :data:`NEEDS` words may start the list.
 * ``# file: NAME`` as a block's first line (any language) writes the block to NAME before the next blocks run.
 * A page's blocks run in order in one shell (variables carry over), in a fresh folder that holds links to the
-  repository's files (``.venv`` links to the Python environment running the tests), with a fresh HOME, this Python's bin folder first on PATH and no MALLEABLE_* variable
-  inherited. Whatever a page starts must be stopped by the page: processes left behind fail the test.
+  repository's files (``.venv`` links to the Python environment running the tests), with a fresh HOME, this
+  Python's bin folder first on PATH and no MALLEABLE_* variable inherited. Whatever a page starts must be stopped
+  by the page: processes left behind fail the test.
 """
 
 from __future__ import annotations
@@ -117,8 +118,8 @@ def page_script(page: Path) -> tuple[str, dict[int, int], list[str]]:
         elif b.lang == "console" or (b.lang in ("", "text") and any(x.startswith("$ ") for x in b.lines)):
             for line, cmd in console_commands(b):
                 add(cmd, line)
-                add(f'__rc=$?; [ $__rc = 0 ] || {{ echo "@@ERR {len(script) - cmd.count(chr(10))} $__rc" >&2; exit 1; }}',
-                    line + cmd.count("\n"))
+                first = len(script) - cmd.count("\n")          # the script line the command starts on
+                add(f'__rc=$?; [ $__rc = 0 ] || {{ echo "@@ERR {first} $__rc" >&2; exit 1; }}', line + cmd.count("\n"))
     return "\n".join(script) + "\n", origin, skipped
 
 

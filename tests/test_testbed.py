@@ -61,11 +61,13 @@ def test_up_adds_hosts_that_reach_each_other_by_name_and_down_removes_everything
         seen["hostfile"] = sh(*TB, "hostfile", "--slots", "2").stdout
         # a server on node2, a client on node1 that finds it by name through /etc/hosts
         launch = sh(*TB, "launcher").stdout.strip()
-        server = subprocess.Popen([launch, "-x", "node2", sys.executable, "-c", '"import socket; s = socket.create_server((\\'\\', 7000)); '
-                                   'c, _ = s.accept(); c.sendall(socket.gethostname().encode()); c.close()"'])
+        serve = ('"import socket; s = socket.create_server((\\'\\', 7000)); c, _ = s.accept(); '
+                 'c.sendall(socket.gethostname().encode()); c.close()"')
+        ask = ('"import socket; c = socket.create_connection((\\'node2\\', 7000), 1); '
+               'print(socket.gethostname(), c.getsockname()[0], c.recv(100).decode())"')
+        server = subprocess.Popen([launch, "-x", "node2", sys.executable, "-c", serve])
         for _ in range(200):
-            got = sh(launch, "node1", sys.executable, "-c", '"import socket; c = socket.create_connection((\\'node2\\', 7000), 1); '
-                     'print(socket.gethostname(), c.getsockname()[0], c.recv(100).decode())"', check=False)
+            got = sh(launch, "node1", sys.executable, "-c", ask, check=False)
             if got.returncode == 0:
                 break
             time.sleep(0.05)

@@ -495,9 +495,10 @@ def _status(args: argparse.Namespace) -> int:
     print(f"pool: {st['pool']}, {st['hosts']} hosts ({st['free']} free), {st['slots']} slot(s) per host")
     print(f"policy: {st['policy']}, {st['passes']} passes; {jobs}; state {st['state']}")
     if st.get("bb_total"):
-        from ._cli_views import hostlist
+        from malleable.launch import compress_hostlist
+
         from ._protocol import format_size
 
-        print(f"burst buffer: {format_size(st['bb_total'])} on {hostlist(st['storage_hosts'])}, "
+        print(f"burst buffer: {format_size(st['bb_total'])} on {compress_hostlist(st['storage_hosts'])}, "
               f"{format_size(st['bb_free'])} free")
     return 0

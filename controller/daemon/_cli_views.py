@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from malleable.errors import ConfigError
+from malleable.launch import compress_hostlist  # host lists print as Slurm prints them: node[1-3,7]
 
 from ._timefmt import format_duration, format_elapsed, format_limit
 
 __all__ = ["FIELDS", "JSON_SCHEMA", "STATE_CODES", "Field", "document", "exit_code", "format_lines", "fs_lines",
-           "history_lines", "hostlist", "info_lines", "job_json", "measured_intensity", "node_lines", "parse_format",
+           "history_lines", "info_lines", "job_json", "measured_intensity", "node_lines", "parse_format",
            "queue_lines"]
 
 JSON_SCHEMA = 1
@@ -119,17 +120,10 @@ def _size(j: dict[str, Any]) -> str:
     return str(j["nodes"])
 
 
-def hostlist(hosts: Iterable[str]) -> str:
-    """Host names as every human view prints them: sorted and compressed as Slurm does (``node[1-3,7]``)."""
-    from malleable.launch import compress_hostlist
-
-    return compress_hostlist(hosts)
-
-
 def _nodelist(j: dict[str, Any]) -> str:
     if j["state"] == "PENDING":
         return f"({j.get('reason') or 'Priority'})"
-    hosts = hostlist(j["hosts"])
+    hosts = compress_hostlist(j["hosts"])
     if j.get("order"):
         hosts += f" -> {len(j['order']['target'])}"
     if j.get("unresponsive"):
@@ -204,7 +198,7 @@ FIELDS = {f.name.lower(): f for f in (
     Field("End", 19, lambda j, now: _fmt_t(j["end"]) if j["end"] else "Unknown"),
     Field("NNodes", 8, lambda j, now: str(j["size"] or j["nodes"])),
     Field("Size", 9, lambda j, now: _size(j)),
-    Field("NodeList", 15, lambda j, now: hostlist(j["hosts"]) or "None assigned"),
+    Field("NodeList", 15, lambda j, now: compress_hostlist(j["hosts"]) or "None assigned"),
     Field("WorkDir", 20, lambda j, now: j["cwd"]),
     Field("Reason", 20, lambda j, now: j["reason"] or "None"),
 )}
@@ -224,7 +218,8 @@ def parse_format(text: str) -> list[tuple[Field, int]]:
         name, _, width = item.partition("%")
         f = FIELDS.get(name.lower())
         if f is None:
-            raise ConfigError(f"invalid field requested: {name!r} (fields: {' '.join(x.name for x in FIELDS.values())})")
+            names = " ".join(x.name for x in FIELDS.values())
+            raise ConfigError(f"invalid field requested: {name!r} (fields: {names})")
         if width and not (width.isdigit() and int(width) > 0):
             raise ConfigError(f"bad width in {item!r}: want FIELD%N with N >= 1")
         out.append((f, int(width) if width else f.width))
@@ -283,7 +278,7 @@ def fs_lines(j: dict[str, Any]) -> list[str]:
     from ._protocol import format_size
 
     fs = j.get("fs") or {}
-    hosts = f" Meta={fs['meta']} Data={hostlist(fs.get('data', []))}" if fs.get("meta") else ""
+    hosts = f" Meta={fs['meta']} Data={compress_hostlist(fs.get('data', []))}" if fs.get("meta") else ""
     out = [f"  BurstBuffer={format_size(j['bb'])} FsServers={j.get('fs_servers') or 1} "
            f"FsReplicas={j.get('fs_replicas') or 1} "
            f"Fs={fs.get('address') or '-'} FsState={fs.get('phase') or 'waiting'}{hosts}"]
@@ -353,7 +348,8 @@ def info_lines(job: dict[str, Any], steps: list[dict[str, Any]], events: list[di
         if s["decided"] is not None:
             extra = f"  (decided +{s['decided'] - t0:.2f} s, took {s['t'] - s['decided']:.2f} s"
             extra += f", runtime {s['seconds']:.3f} s)" if s["seconds"] is not None else ")"
-        out.append(f"    +{s['t'] - t0:8.2f} s  {s['kind']:<7} {s['size']:>3} nodes  {hostlist(s['hosts'])}{extra}")
+        hosts = compress_hostlist(s["hosts"])
+        out.append(f"    +{s['t'] - t0:8.2f} s  {s['kind']:<7} {s['size']:>3} nodes  {hosts}{extra}")
     if n_events > 0 and events:
         shown = events[-n_events:]
         out.append(f"  events (last {len(shown)} of {len(events)}):" if len(shown) < len(events) else "  events:")
