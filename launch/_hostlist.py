@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import hostlist
-
 from malleable.errors import ConfigError
 
 __all__ = ["compress_hostlist", "expand_hostlist"]
@@ -23,6 +21,8 @@ def expand_hostlist(text: str) -> list[str]:
     Raises:
         ConfigError: unbalanced brackets, a bad, backwards or too large range, or a list that names no host.
     """
+    import hostlist   # here: launching a job on this host needs no host list
+
     if not isinstance(text, str):
         raise TypeError(f"host list must be a string, got {type(text).__name__}")
     try:
@@ -41,6 +41,8 @@ def compress_hostlist(hosts: Iterable[str]) -> str:
     Raises:
         ConfigError: a name that cannot be part of a host list (brackets or commas in it).
     """
+    import hostlist
+
     try:
         return str(hostlist.collect_hostlist(list(hosts)))
     except hostlist.BadHostlist as e:
