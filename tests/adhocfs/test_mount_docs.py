@@ -1,5 +1,6 @@
 """The mount session of docs/adhocfs.md runs as printed: command by command, output compared up to ports, pids,
-times and column widths (its directory /tmp/adhoc is replaced by a temporary one)."""
+times and column widths (it runs in a temporary folder holding a link to the repository's examples, so its mount
+folder ``adhoc`` is a temporary one)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from tests.conftest import REPO
 pytestmark = pytest.mark.usefixtures("no_leaked_mounts")
 
 
-DOC_DIR = "/tmp/adhoc"  # noqa: S108 - the directory the documented session uses, replaced by a temporary one
+DOC_ABS = "/home/me/malleable/adhoc"  # the mount folder's absolute path as the documented session printed it
 
 
 def _steps() -> list[tuple[str, str]]:
@@ -33,7 +34,7 @@ def _steps() -> list[tuple[str, str]]:
 
 
 def _norm(text: str, where: str) -> str:
-    text = text.replace(where, DOC_DIR)
+    text = text.replace(where, "adhoc").replace(DOC_ABS, "adhoc")
     text = re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", text)
     text = re.sub(r"pid \d+", "pid PID", text)
     text = re.sub(r"mounts/[0-9a-f]+\.log", "mounts/LOG.log", text)
@@ -45,16 +46,17 @@ def _norm(text: str, where: str) -> str:
 def test_mount_session_in_the_docs_runs(tmp_path):
     need_fuse()
     where = str(tmp_path / "adhoc")
+    (tmp_path / "examples").symlink_to(REPO / "examples")
     steps = _steps()
     assert steps[0][0].startswith("export MALLEABLE_TOKEN") and steps[-1][0] == "malleable fs stop"
     script = ["set -u"]
     for i, (cmd, _) in enumerate(steps):
-        script += [f"echo '@@@ {i}'", f"{{ {cmd.replace(DOC_DIR, where)} ; }} 2>&1 < /dev/null"]
+        script += [f"echo '@@@ {i}'", f"{{ {cmd} ; }} 2>&1 < /dev/null"]
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     env.pop("MALLEABLE_FS", None)
     done = None
     try:
-        done = subprocess.run(["bash", "-c", "\n".join(script)], cwd=REPO, env=env, capture_output=True, text=True,
+        done = subprocess.run(["bash", "-c", "\n".join(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
                               timeout=240)
     finally:  # a step that failed before the session's umount and stop: clean up after it
         subprocess.run(["fusermount3", "-uz", where], capture_output=True)
