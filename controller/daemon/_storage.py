@@ -132,7 +132,7 @@ def _restop(core: Core, j: JobRec, fs: dict) -> None:
         j.fs = {"old": fs}
     fs["restarted"] = phase                     # shown by ``malleable info --json``; the stop is logged as usual
     core.fs_old[j.id] = (j, j.bb, fs)
-    core.ledger.bb_used += j.bb
+    core.ledger.hold_bb(j.id, j.bb, after_run=True)
     log.info("job %d: the controller restarted while its file system was %s: %d file(s) left to stage out, then "
              "its servers are stopped", j.id, phase, len(out))
     core.emit(StopFs(j.id, fs.get("address", ""), _hosts_of(fs), out))
@@ -179,7 +179,7 @@ def _stop(core: Core, j: JobRec, now: float, stage_out: bool) -> None:
     out = tuple((s, d) for s, d in j.stage_out) if stage_out else ()
     fs["phase"] = "staging-out" if out else "stopping"
     core.fs_old[j.id] = (j, j.bb, fs)
-    core.ledger.bb_used += j.bb
+    core.ledger.hold_bb(j.id, j.bb, after_run=True)
     core.log_event(j.id, "fs-stop", f"{len(out)} file(s) to stage out, then the servers stop", now)
     core.emit(StopFs(j.id, fs["address"], _hosts_of(fs), out))
 
@@ -190,7 +190,7 @@ def forget(core: Core, j: JobRec, now: float) -> None:
     if j.fs.get("phase") == "starting":
         j.fs["phase"] = "abandoned"
         core.fs_old[j.id] = (j, j.bb, j.fs)
-        core.ledger.bb_used += j.bb
+        core.ledger.hold_bb(j.id, j.bb, after_run=True)
     elif j.fs.get("phase") == "ready":
         _stop(core, j, now, stage_out=False)
     if not JobState(j.state).final:
@@ -265,7 +265,7 @@ def _release(core: Core, job_id: int) -> tuple[JobRec, float, dict] | None:
     """The buffer an ended file system held is free again."""
     old = core.fs_old.pop(job_id, None)
     if old is not None:
-        core.ledger.bb_used = max(0.0, core.ledger.bb_used - old[1])
+        core.ledger.release_bb(job_id, after_run=True)
     return old
 
 
