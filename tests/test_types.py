@@ -14,7 +14,8 @@ PURE = ["malleable.controller.sched", "malleable.controller.daemon._core", "mall
         "malleable.controller.daemon._link", "malleable.controller.daemon._events",
         "malleable.controller.daemon._protocol", "malleable._wire", "malleable.adhocfs._placement",
         "malleable.adhocfs._rule", "malleable.adhocfs._messages",
-        "malleable.controller.daemon._storage"]
+        "malleable.controller.daemon._storage", "malleable.controller.daemon._fsrecord",
+        "malleable.controller.daemon._records"]
 
 
 @pytest.mark.timeout(600)

@@ -53,7 +53,6 @@ from ._events import (
     HostUp,
     JobExited,
     JobLaunched,
-    JobState,
     Kill,
     Launch,
     LaunchFailed,
@@ -67,7 +66,7 @@ from ._events import (
     Tick,
 )
 from ._link import job_intensity, mtct_of, serial_of
-from ._store import HostRec, JobRec
+from ._records import HostRec, JobRec, JobState
 
 __all__ = ["Core", "CoreConfig"]
 
@@ -133,7 +132,7 @@ class Core:
         self.storage: tuple[str, ...] = tuple(self.config.storage_hosts) or self.pool
         if not set(self.storage) <= set(self.pool) or self.config.bb_capacity < 0:
             raise ValueError("storage hosts must be hosts of the pool and the capacity >= 0")
-        self.fs_old: dict[int, tuple[JobRec, float, dict]] = {}   # file systems being stopped: record, buffer, fs
+        self.fs_old: dict[int, _storage.StoppingFs] = {}   # file systems being stopped, by job id
         self.jobs: dict[int, JobRec] = {}
         self.hosts: dict[str, HostRec] = {}
         self.ended: dict[int, str] = dict(ended or {})
@@ -300,7 +299,7 @@ class Core:
         if fn is None:
             raise Refusal(f"{getattr(msg, 'TYPE', type(msg).__name__)} is not a request the core handles")
         owner = None
-        if type(msg) in (P.Cancel, P.Suspend):
+        if isinstance(msg, P.Cancel | P.Suspend):
             j = self.jobs.get(msg.job_id)
             owner = j.user if j is not None else None
         authorize(e.who, msg, owner)

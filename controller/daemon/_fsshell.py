@@ -121,7 +121,7 @@ class FsShell:
 
     def job_env(self, job: Any) -> dict[str, str]:
         """What a job with a ready file system gets in its environment: the address and the file system's secret."""
-        addr = (job.fs or {}).get("address") if job.bb else ""
+        addr = job.fs.address if job.bb else ""
         return {FS_ENV: addr, TOKEN_ENV: self.secret(job.id)} if addr else {}
 
     def _server_env(self, job_id: int) -> dict[str, str]:

@@ -12,8 +12,8 @@ from malleable.controller.sched._model import RunningJob, SizeRequest
 from malleable.errors import PolicyError, Refusal, UnknownJob
 
 from . import _protocol as P
-from ._events import AddStep, JobState, Reply
-from ._store import JobRec
+from ._events import AddStep, Reply
+from ._records import JobRec, JobState
 
 if TYPE_CHECKING:
     from ._core import Core

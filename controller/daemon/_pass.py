@@ -12,8 +12,8 @@ from malleable.controller.sched._ledger import Effect
 from malleable.controller.sched._model import NodeId, ResizeJob, RunningJob, Snapshot, StartJob
 
 from . import _link, _storage
-from ._events import JobState, ResizeOrder, Schedule
-from ._store import JobRec
+from ._events import Schedule
+from ._records import JobRec, JobState, ResizeOrder
 
 if TYPE_CHECKING:
     from ._core import Core

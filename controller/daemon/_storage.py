@@ -19,7 +19,7 @@ malleable job to give back a host for a later server. The file system's servers 
 in ``JobRec.fs`` (``servers``, ``samples``, ``decisions``), which ``malleable info`` shows.
 
 Plain functions over the :class:`~._core.Core` they are given, as :mod:`._pass` and :mod:`._link` are; the
-record of the file system lives in ``JobRec.fs`` (``phase``: starting, ready, staging-out, stopped or failed).
+record of the file system is a :class:`~._fsrecord.JobFs` in ``JobRec.fs`` (its phases: :class:`~._fsrecord.FsPhase`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from malleable.controller.sched._fspolicy import Donor, FsDecision, FsState, StorageRule, decide_storage, host_loss
 from malleable.controller.sched._speedup import declared
@@ -45,12 +45,12 @@ from ._events import (
     FsSample,
     FsScaled,
     FsStopped,
-    JobState,
     ScaleFs,
     StartFs,
     StopFs,
 )
-from ._store import JobRec
+from ._fsrecord import RESTOP, FsNote, FsPhase, JobFs, StagedFile
+from ._records import JobRec, JobState
 
 if TYPE_CHECKING:
     from ._core import Core
@@ -59,6 +59,14 @@ __all__ = ["HANDLERS", "RULE", "attached", "check_submit", "ended", "failed", "f
            "lent_hosts", "progress", "ready", "ready_to_launch", "reasons", "reload", "sampled", "scaled", "stopped", "submitted"]
 
 log = logging.getLogger(__name__)
+
+
+class StoppingFs(NamedTuple):
+    """A file system being stopped (after its job's run, or started for a job that no longer waits for it), with
+    its job's record; its buffer stays held in the ledger until :class:`FsStopped`."""
+
+    job: JobRec
+    fs: JobFs
 
 WAIT_REASON = "BurstBuffer"
 """The pending reason of a job whose burst buffer does not fit in what is free now."""
@@ -96,46 +104,41 @@ def reload(core: Core, j: JobRec) -> JobRec:
     stopped). The ready file system of a launched job is taken over: the shell is asked to check that it still
     answers (:class:`AttachFs`), and it is staged out and stopped when the job ends, as if there had been no
     restart (its address and hosts are in the record, its secret and its servers' tag are derived again)."""
-    phase = j.fs.get("phase")
-    if "old" in j.fs:                           # back in the queue while its last file system was being stopped
-        _restop(core, j, j.fs["old"])
-    elif JobState(j.state).final or (not j.launched and phase in ("starting", "ready")):
-        _restop(core, j, j.fs)
-    elif j.launched and phase == "ready":
-        j.fs.update(scaling="", taken_over=True)  # a change in flight was lost; none until it answers (attached)
-        core.ledger.withhold(h for h in j.fs.get("lent", []) if h in core.ledger.free_set)
-        servers = tuple((int(s), str(h)) for s, h in j.fs.get("servers", []))
-        core.emit(AttachFs(j.id, j.fs.get("address", ""), servers))
+    fs = j.fs
+    if fs.old is not None:                      # back in the queue while its last file system was being stopped
+        _restop(core, j, fs.old)
+    elif JobState(j.state).final or (not j.launched and fs.phase in (FsPhase.STARTING, FsPhase.READY)):
+        _restop(core, j, fs)
+    elif j.launched and fs.phase == FsPhase.READY:
+        fs.scaling, fs.taken_over = "", True    # a change in flight was lost; none until it answers (attached)
+        core.ledger.withhold(h for h in fs.lent if h in core.ledger.free_set)
+        core.emit(AttachFs(j.id, fs.address, tuple(fs.servers)))
     return j
 
 
-RESTOP = ("starting", "ready", "staging-out", "stopping", "abandoned")
-"""Phases of a file system the shell was starting or stopping when the controller stopped (stopped again at reload)."""
-
-
-def _restop(core: Core, j: JobRec, fs: dict) -> None:
+def _restop(core: Core, j: JobRec, fs: JobFs) -> None:
     """At a restart, a file system the lost shell was starting for a job not launched yet, or staging out and
     stopping after the job ended, is stopped again: :class:`StopFs` to every host recorded (the shell kills the
     servers by their tag there even when the metadata server does not answer, or its address was not known yet),
     after the stage-out files not copied yet (a copy is written to a temporary name and renamed, so redoing one
     is safe). Its buffer stays held until :class:`FsStopped`; a job not launched yet gets a new file system."""
-    phase = fs.get("phase", "")
+    phase = fs.phase
     if not j.bb or phase not in RESTOP:
         return
     out: tuple[tuple[str, str], ...] = ()
-    if phase == "staging-out":
-        done = {(s, d) for s, d, _, err in fs.get("stage_out", []) if not err}
+    if phase == FsPhase.STAGING_OUT:
+        done = {(x.src, x.dst) for x in fs.stage_out if not x.error}
         out = tuple((s, d) for s, d in j.stage_out if (s, d) not in done)
-        fs["stage_out"] = [x for x in fs.get("stage_out", []) if not x[3]]     # failed copies are tried again
+        fs.stage_out = [x for x in fs.stage_out if not x.error]     # failed copies are tried again
     if not JobState(j.state).final:
-        fs = dict(fs, phase="abandoned")
-        j.fs = {"old": fs}
-    fs["restarted"] = phase                     # shown by ``malleable info --json``; the stop is logged as usual
-    core.fs_old[j.id] = (j, j.bb, fs)
+        fs = fs.copy_as(FsPhase.ABANDONED)
+        j.fs = JobFs(old=fs)
+    fs.restarted = phase                        # shown by ``malleable info --json``; the stop is logged as usual
+    core.fs_old[j.id] = StoppingFs(j, fs)
     core.ledger.hold_bb(j.id, j.bb, after_run=True)
     log.info("job %d: the controller restarted while its file system was %s: %d file(s) left to stage out, then "
              "its servers are stopped", j.id, phase, len(out))
-    core.emit(StopFs(j.id, fs.get("address", ""), _hosts_of(fs), out))
+    core.emit(StopFs(j.id, fs.address, fs.hosts(), out))
 
 
 def fs_hosts(core: Core, j: JobRec) -> tuple[str, tuple[str, ...]]:
@@ -151,15 +154,14 @@ def ready_to_launch(core: Core, j: JobRec, now: float) -> bool:
     first time (the launch then waits for :class:`FsReady`)."""
     if j.id in core.fs_old:                       # an earlier file system of this job is still being stopped
         return False
-    phase = j.fs.get("phase", "")
-    if phase == "ready":
+    phase = j.fs.phase
+    if phase == FsPhase.READY:
         return True
-    if phase:
+    if phase != FsPhase.NONE:
         return False
     meta, data = fs_hosts(core, j)
     stage_in = tuple((s, d) for s, d in j.stage_in)
-    j.fs = {"phase": "starting", "meta": meta, "data": list(data), "address": "", "stage_in": [], "stage_out": [],
-            "error": ""}
+    j.fs = JobFs(FsPhase.STARTING, meta, list(data))
     j.reason = "StageIn" if stage_in else ""
     core.save(j)
     core.log_event(j.id, "fs-start", f"file system of {P.format_size(j.bb)}: metadata server on {meta}, "
@@ -168,30 +170,25 @@ def ready_to_launch(core: Core, j: JobRec, now: float) -> bool:
     return False
 
 
-def _hosts_of(fs: dict) -> tuple[str, ...]:
-    """Every host a server of the file system ran on (those removed since included: searched for leftovers)."""
-    return tuple(dict.fromkeys([fs.get("meta", ""), *fs.get("data", []), *fs.get("used", [])]))
-
-
 def _stop(core: Core, j: JobRec, now: float, stage_out: bool) -> None:
     """Ask the shell to stop the job's file system (after its stage-out) and keep its buffer held until then."""
     fs = j.fs
     out = tuple((s, d) for s, d in j.stage_out) if stage_out else ()
-    fs["phase"] = "staging-out" if out else "stopping"
-    core.fs_old[j.id] = (j, j.bb, fs)
+    fs.phase = FsPhase.STAGING_OUT if out else FsPhase.STOPPING
+    core.fs_old[j.id] = StoppingFs(j, fs)
     core.ledger.hold_bb(j.id, j.bb, after_run=True)
     core.log_event(j.id, "fs-stop", f"{len(out)} file(s) to stage out, then the servers stop", now)
-    core.emit(StopFs(j.id, fs["address"], _hosts_of(fs), out))
+    core.emit(StopFs(j.id, fs.address, fs.hosts(), out))
 
 
 def forget(core: Core, j: JobRec, now: float) -> None:
     """The job goes back to the queue or ends before it was launched: a file system being started for it is
     stopped once it answers (its buffer stays held until then), and the next start makes a new one."""
-    if j.fs.get("phase") == "starting":
-        j.fs["phase"] = "abandoned"
-        core.fs_old[j.id] = (j, j.bb, j.fs)
+    if j.fs.phase == FsPhase.STARTING:
+        j.fs.phase = FsPhase.ABANDONED
+        core.fs_old[j.id] = StoppingFs(j, j.fs)
         core.ledger.hold_bb(j.id, j.bb, after_run=True)
-    elif j.fs.get("phase") == "ready":
+    elif j.fs.phase == FsPhase.READY:
         _stop(core, j, now, stage_out=False)
     if not JobState(j.state).final:
         _keep_old(core, j)
@@ -201,13 +198,13 @@ def _keep_old(core: Core, j: JobRec) -> None:
     """A job back in the queue keeps the file system being stopped for it in its record (``fs.old``, until
     :class:`FsStopped`), so that a restart in between stops it again; its next start makes a new one."""
     old = core.fs_old.get(j.id)
-    j.fs = {"old": j.fs} if old is not None and old[2] is j.fs else {}
+    j.fs = JobFs(old=j.fs) if old is not None and old.fs is j.fs else JobFs()
     core.save(j)
 
 
 def ended(core: Core, j: JobRec, now: float) -> None:
     """The job's processes ended (or could not start): stage out (only when it ended for good), stop the servers."""
-    if j.bb and j.fs.get("phase") == "ready":
+    if j.bb and j.fs.phase == FsPhase.READY:
         _stop(core, j, now, stage_out=JobState(j.state).final)
         core.save(j)
     if not JobState(j.state).final:
@@ -216,34 +213,34 @@ def ended(core: Core, j: JobRec, now: float) -> None:
 
 def ready(core: Core, e: FsReady) -> None:
     j = core.jobs.get(e.job_id)
-    if j is None or j.state != JobState.STARTING or j.fs.get("phase") != "starting":
+    if j is None or j.state != JobState.STARTING or j.fs.phase != FsPhase.STARTING:
         old = core.fs_old.get(e.job_id)
-        fs = old[2] if old else {}
+        fs = old.fs if old else JobFs()
         core.log_event(e.job_id, "fs-stop", "file system ready for a job that no longer waits for it: stopping it",
                        e.now)
-        core.emit(StopFs(e.job_id, e.address, _hosts_of(fs), ()))
+        core.emit(StopFs(e.job_id, e.address, fs.hosts(), ()))
         return
-    j.fs.update(phase="ready", address=e.address)
+    j.fs.phase, j.fs.address = FsPhase.READY, e.address
     j.reason = ""
     core.save(j)
     core.log_event(j.id, "fs-ready", f"file system at {e.address}", e.now)
     core.launch_ready(e.now)
 
 
-def _record(core: Core, job_id: int) -> tuple[JobRec | None, dict]:
+def _record(core: Core, job_id: int) -> tuple[JobRec | None, JobFs]:
     """The job's record and the file system an event is about (an ended job's, or the current one)."""
     old = core.fs_old.get(job_id)
     if old is not None:
-        return old[0], old[2]
+        return old.job, old.fs
     j = core.jobs.get(job_id)
-    return j, (j.fs if j is not None else {})
+    return j, (j.fs if j is not None else JobFs())
 
 
 def progress(core: Core, e: FsProgress) -> None:
     j, fs = _record(core, e.job_id)
-    if j is None or not fs:
+    if j is None or fs.empty:
         return
-    fs.setdefault(f"stage_{e.direction}", []).append([e.src, e.dst, e.size, e.error])
+    (fs.stage_in if e.direction == "in" else fs.stage_out).append(StagedFile(e.src, e.dst, e.size, e.error))
     if j.fs is fs:
         core.save(j)
     what = f"failed: {e.error}" if e.error else f"{e.size} bytes"
@@ -252,16 +249,16 @@ def progress(core: Core, e: FsProgress) -> None:
 
 def failed(core: Core, e: FsFailed) -> None:
     j = core.jobs.get(e.job_id)
-    if j is None or j.fs.get("phase") != "starting":
+    if j is None or j.fs.phase != FsPhase.STARTING:
         _release(core, e.job_id)
         return
-    j.fs.update(phase="failed", error=e.reason[:500])
+    j.fs.phase, j.fs.error = FsPhase.FAILED, e.reason[:500]
     core.drain_all(j, e.now)
     core.finish(j, JobState.FAILED, None, e.now, f"file system: {e.reason}"[:500])
     core.launch_ready(e.now)
 
 
-def _release(core: Core, job_id: int) -> tuple[JobRec, float, dict] | None:
+def _release(core: Core, job_id: int) -> StoppingFs | None:
     """The buffer an ended file system held is free again."""
     old = core.fs_old.pop(job_id, None)
     if old is not None:
@@ -272,11 +269,11 @@ def _release(core: Core, job_id: int) -> tuple[JobRec, float, dict] | None:
 def stopped(core: Core, e: FsStopped) -> None:
     old = _release(core, e.job_id)
     if old is not None:
-        j, _, fs = old
-        _give_back(core, j, fs.get("lent", []), e.now, fs)
-        fs.update(phase="stopped", left=list(e.left), error=e.errors[:500] or fs.get("error", ""))
-        if j.fs.get("old") is fs:                  # an ended job keeps it for ``info``; a queued one starts anew
-            j.fs = fs if JobState(j.state).final else {}
+        j, fs = old
+        _give_back(core, j, fs.lent, e.now, fs)
+        fs.phase, fs.left, fs.error = FsPhase.STOPPED, list(e.left), e.errors[:500] or fs.error
+        if j.fs.old is fs:                         # an ended job keeps it for ``info``; a queued one starts anew
+            j.fs = fs if JobState(j.state).final else JobFs()
             core.save(j)
         elif j.fs is fs:
             core.save(j)
@@ -313,16 +310,15 @@ def _donors(core: Core, j: JobRec) -> list[Donor]:
 
 def _state(core: Core, j: JobRec, now: float) -> FsState:
     fs = j.fs
-    if fs.get("reclaiming") and now - fs.get("reclaim_since", now) > RECLAIM_WAIT:
-        core.log_event(j.id, "fs-reclaim", f"{fs['reclaiming']} was not released in {RECLAIM_WAIT:g} s; "
+    since = now if fs.reclaim_since is None else fs.reclaim_since
+    if fs.reclaiming and now - since > RECLAIM_WAIT:
+        core.log_event(j.id, "fs-reclaim", f"{fs.reclaiming} was not released in {RECLAIM_WAIT:g} s; "
                        "deciding afresh", now)
-        fs["reclaiming"] = ""
-        serving = {h for _, h in fs.get("servers", [])}
-        _give_back(core, j, [h for h in fs.get("lent", []) if h not in serving], now)
-    last = fs.get("last_change")
-    return FsState(j.id, tuple((int(s), str(h)) for s, h in fs.get("servers", [])), j.fs_min or 1,
-                   j.fs_max or 1, j.io_rate, tuple(fs.get("samples", [])), fs.get("since"), last,
-                   tuple(j.hosts), fs.get("reclaiming", ""), max(1, len(j.hosts)), _intensity(j))
+        fs.reclaiming = ""
+        serving = {h for _, h in fs.servers}
+        _give_back(core, j, [h for h in fs.lent if h not in serving], now)
+    return FsState(j.id, tuple(fs.servers), j.fs_min or 1, j.fs_max or 1, j.io_rate, tuple(fs.samples), fs.since,
+                   fs.last_change, tuple(j.hosts), fs.reclaiming, max(1, len(j.hosts)), _intensity(j))
 
 
 def _intensity(j: JobRec) -> float:
@@ -337,16 +333,16 @@ def _intensity(j: JobRec) -> float:
 def sampled(core: Core, e: FsSample) -> None:
     """A new measurement of a running job's file system: record it, run the storage policy, act on its decision."""
     j = core.jobs.get(e.job_id)
-    if j is None or j.state != JobState.RUNNING or j.fs.get("phase") != "ready":
+    if j is None or j.state != JobState.RUNNING or j.fs.phase != FsPhase.READY:
         return
     fs = j.fs
-    fs["servers"] = [[sid, h] for sid, h in e.servers]
-    fs["data"] = [h for _, h in e.servers]
-    fs["aio"] = e.aio
+    fs.servers = [(sid, h) for sid, h in e.servers]
+    fs.data = [h for _, h in e.servers]
+    fs.aio = e.aio
     if e.aio is not None:
-        fs["samples"] = [*fs.get("samples", []), e.aio][-KEEP_SAMPLES:]
-        fs["since"] = fs.get("since", 0) + 1
-    if not (fs.get("scaling") or fs.get("taken_over")):   # a file system taken over at a restart keeps its servers
+        fs.samples = [*fs.samples, e.aio][-KEEP_SAMPLES:]
+        fs.since = (fs.since or 0) + 1
+    if not (fs.scaling or fs.taken_over):       # a file system taken over at a restart keeps its servers
         _decide(core, j, e.now)
     core.save(j)
 
@@ -362,9 +358,9 @@ def _decide(core: Core, j: JobRec, now: float) -> None:
 
 def _note(j: JobRec, d: FsDecision, now: float) -> None:
     """Keep the decision for ``malleable info`` (a keep replaces an earlier keep: only changes pile up)."""
-    rec = {"t": now, "kind": d.kind, "host": d.host, "sid": d.sid, "reason": d.reason[:300]}
-    out = j.fs.setdefault("decisions", [])
-    if d.kind == "keep" and out and out[-1]["kind"] == "keep":
+    rec = FsNote(now, d.kind, d.host, d.sid, d.reason[:300])
+    out = j.fs.decisions
+    if d.kind == "keep" and out and out[-1].kind == "keep":
         out[-1] = rec
     else:
         out.append(rec)
@@ -375,13 +371,13 @@ def _carry_out(core: Core, j: JobRec, d: FsDecision, now: float) -> None:
     fs = j.fs
     _note(j, d, now)
     if d.kind == "add":
-        fs.update(scaling="add", reclaiming="", used=list(dict.fromkeys([*fs.get("used", []), d.host])))
+        fs.scaling, fs.reclaiming, fs.used = "add", "", list(dict.fromkeys([*fs.used, d.host]))
         core.log_event(j.id, "fs-grow", f"one data server more on {d.host}: {d.reason}"[:300], now)
-        core.emit(ScaleFs(j.id, fs["address"], "add", d.host, 0, math.ceil(j.bb / (j.fs_servers or 1))))
+        core.emit(ScaleFs(j.id, fs.address, "add", d.host, 0, math.ceil(j.bb / (j.fs_servers or 1))))
     elif d.kind == "remove":
-        fs["scaling"] = "remove"
+        fs.scaling = "remove"
         core.log_event(j.id, "fs-shrink", f"data server {d.sid} on {d.host} leaves: {d.reason}"[:300], now)
-        core.emit(ScaleFs(j.id, fs["address"], "remove", d.host, d.sid))
+        core.emit(ScaleFs(j.id, fs.address, "remove", d.host, d.sid))
     elif d.kind == "reclaim":
         _reclaim(core, j, d, now)
 
@@ -400,7 +396,8 @@ def _reclaim(core: Core, j: JobRec, d: FsDecision, now: float) -> None:
         why = "; ".join(w for _, w in [*done.rejected, *done.deferred])
         core.log_event(j.id, "fs-reclaim", f"job {donor.id} cannot give {d.host} now: {why}"[:300], now)
         return
-    j.fs.update(reclaiming=d.host, reclaim_since=now, last_change=now, since=0)
+    fs = j.fs
+    fs.reclaiming, fs.reclaim_since, fs.last_change, fs.since = d.host, now, now, 0
     core.log_event(j.id, "fs-reclaim", f"job {donor.id} gives {d.host} for a data server: {d.reason}"[:300], now)
 
 
@@ -410,12 +407,12 @@ def host_checked(core: Core, host: str, now: float) -> None:
     lent to that file system until its server there leaves or the file system stops."""
     core.ledger.clean(host)
     for j in core.jobs.values():
-        if j.state == JobState.RUNNING and j.fs.get("phase") == "ready" and j.fs.get("reclaiming") == host:
+        if j.state == JobState.RUNNING and j.fs.phase == FsPhase.READY and j.fs.reclaiming == host:
             core.ledger.withhold([host])
-            j.fs["lent"] = sorted({*j.fs.get("lent", []), host})
+            j.fs.lent = sorted({*j.fs.lent, host})
             core.log_event(j.id, "fs-reclaim", f"{host} was released; kept for a data server of this file system",
                            now)
-            if not j.fs.get("scaling"):
+            if not j.fs.scaling:
                 _decide(core, j, now)                  # its server is started now, not at the next sample
             core.save(j)
             return
@@ -423,16 +420,16 @@ def host_checked(core: Core, host: str, now: float) -> None:
 
 def lent_hosts(core: Core) -> dict[str, int]:
     """The hosts lent to job file systems, each with the job whose file system holds it."""
-    return {h: o.id for o in core.jobs.values() for h in o.fs.get("lent", [])}
+    return {h: o.id for o in core.jobs.values() for h in o.fs.lent}
 
 
-def _give_back(core: Core, j: JobRec, hosts: list[str], now: float, fs: dict | None = None) -> None:
+def _give_back(core: Core, j: JobRec, hosts: list[str], now: float, fs: JobFs | None = None) -> None:
     """Hosts lent to a file system go back to the policies' free hosts."""
     fs = j.fs if fs is None else fs
-    back = [h for h in hosts if h in fs.get("lent", [])]
+    back = [h for h in hosts if h in fs.lent]
     if not back:
         return
-    fs["lent"] = [h for h in fs["lent"] if h not in back]
+    fs.lent = [h for h in fs.lent if h not in back]
     core.ledger.unwithhold(back)
     core.log_event(j.id, "fs-lent", f"{','.join(back)} no longer serve this file system; free for compute jobs",
                    now)
@@ -441,26 +438,26 @@ def _give_back(core: Core, j: JobRec, hosts: list[str], now: float, fs: dict | N
 def scaled(core: Core, e: FsScaled) -> None:
     """A server was added or removed (or not): the file system's hosts follow, the rule's cool-down starts."""
     j = core.jobs.get(e.job_id)
-    if j is None or not j.fs:
+    if j is None or j.fs.empty:
         return
     fs = j.fs
-    fs["scaling"] = ""
+    fs.scaling = ""
     if e.error:
         core.log_event(j.id, f"fs-{'grow' if e.kind == 'add' else 'shrink'}", f"failed: {e.error}"[:300], e.now)
     elif e.kind == "add":
-        fs["servers"] = [*fs.get("servers", []), [e.sid, e.host]]
-        fs["data"] = [*fs.get("data", []), e.host]
+        fs.servers = [*fs.servers, (e.sid, e.host)]
+        fs.data = [*fs.data, e.host]
         core.log_event(j.id, "fs-grown", f"data server {e.sid} on {e.host} serves new blocks", e.now)
     else:
-        fs["servers"] = [s for s in fs.get("servers", []) if s[0] != e.sid]
-        fs["data"] = [h for _, h in fs["servers"]]
+        fs.servers = [s for s in fs.servers if s[0] != e.sid]
+        fs.data = [h for _, h in fs.servers]
         core.log_event(j.id, "fs-shrunk", f"data server {e.sid} on {e.host} left; its blocks moved to the others",
                        e.now)
     if not e.error:
-        fs["used"] = list(dict.fromkeys([*fs.get("used", []), e.host]))
-    if e.host in fs.get("lent", []) and (e.kind == "remove") != bool(e.error):
+        fs.used = list(dict.fromkeys([*fs.used, e.host]))
+    if e.host in fs.lent and (e.kind == "remove") != bool(e.error):
         _give_back(core, j, [e.host], e.now)
-    fs.update(last_change=e.now, since=0)
+    fs.last_change, fs.since = e.now, 0
     core.save(j)
 
 
@@ -469,15 +466,15 @@ def attached(core: Core, e: FsAttached) -> None:
     """The shell checked a file system taken over at a restart: it answers (the job goes on with it) or not (a
     fault the job's own I/O will meet; it is still staged out and stopped when the job ends)."""
     j = core.jobs.get(e.job_id)
-    if j is None or not j.fs:
+    if j is None or j.fs.empty:
         return
-    address = j.fs.get("address", "")
+    address = j.fs.address
     if e.error:
-        j.fs["error"] = f"not answering after a restart: {e.error}"[:500]
+        j.fs.error = f"not answering after a restart: {e.error}"[:500]
         core.log_event(j.id, "fs-fault", f"file system at {address} does not answer after the restart: "
                        f"{e.error}"[:300], e.now)
     else:
-        j.fs.pop("taken_over", None)       # the shell can change it again: it grows and shrinks as before
+        j.fs.taken_over = False            # the shell can change it again: it grows and shrinks as before
         core.log_event(j.id, "fs-attach", f"file system at {address} re-attached after a restart", e.now)
     core.save(j)
 
@@ -487,11 +484,12 @@ def fault(core: Core, e: FsFault) -> None:
     job's reads and writes of their blocks fail with the file system's error, and the stop after the job still
     looks for every server's process."""
     j = core.jobs.get(e.job_id)
-    if j is None or not j.fs:
+    if j is None or j.fs.empty:
         return
-    lost = sorted({*j.fs.get("lost", []), *e.sids})
-    used = list(dict.fromkeys([*j.fs.get("used", []), *e.hosts]))   # searched for leftovers at the stop
-    j.fs.update(lost=lost, error=e.text[:500], used=used)
+    fs = j.fs
+    fs.lost = sorted({*fs.lost, *e.sids})
+    fs.error = e.text[:500]
+    fs.used = list(dict.fromkeys([*fs.used, *e.hosts]))          # searched for leftovers at the stop
     core.log_event(j.id, "fs-fault", e.text[:300], e.now)
     core.save(j)
 
