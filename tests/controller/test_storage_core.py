@@ -155,7 +155,8 @@ def test_a_restart_while_the_file_system_starts_stops_it_and_starts_a_new_one_af
     # its servers are stopped by their tag on the hosts recorded (no address yet), its buffer held meanwhile
     assert again.first == [StopFs(jid, "", ("n1", "n2"), ())]
     assert again.jobs[jid].state == "STARTING" and only_old(again.jobs[jid].fs)
-    assert again.core.fs_old[jid].fs is again.jobs[jid].fs.old and again.core.fs_old[jid].fs.phase == "abandoned"
+    assert again.core.state.stopping[jid].fs is again.jobs[jid].fs.old
+    assert again.core.state.stopping[jid].fs.phase == "abandoned"
     assert again.snapshot(2.0).bb_free == 2 * G                        # the job's buffer and the old file system's
     assert of(again.schedule(2.0), StartFs) == []                      # not before the old one is gone
     (start,) = of(again.do(FsStopped(3.0, jid, ("n2",))), StartFs)    # then a new one, staged in again

@@ -13,8 +13,8 @@ from malleable.controller.daemon import _protocol as P
 from malleable.controller.daemon._cli_submit import resolve
 from malleable.controller.daemon._events import FsReady, FsSample, FsScaled, ScaleFs, StartFs, StopFs
 from malleable.controller.daemon._views import DaemonViews
-from malleable.controller.sched._fspolicy import Donor, FsState, StorageRule, decide_storage
 from malleable.controller.sched import get_policy
+from malleable.controller.sched._fspolicy import Donor, FsState, StorageRule, decide_storage
 from malleable.errors import ConfigError, ProtocolError
 from tests.controller._core_shell import Shell
 
@@ -104,18 +104,16 @@ def test_a_host_is_taken_back_only_when_the_storage_gain_is_worth_the_compute_lo
 
 
 def test_the_core_prices_a_host_with_the_job_s_measured_or_declared_intensity(tmp_path):
-    from malleable.controller.daemon import _storage
-
     core = Shell(str(tmp_path / "s.sqlite"), ("n1", "n2"), get_policy("fcfs-bb"), bb_capacity=1 << 30)
     jid = core.submit(P.Submit("w", ["prog"], 1, 1, 1, False, 100.0, "", "", "/work", {}, bb=float(1 << 28),
                                fs_min=1, fs_max=2, io_rate=500 * MB, io_intensity=0.25), 0.0)
     j = core.jobs[jid]
-    assert _storage._state(core.core, j, 1.0).intensity == 0.25                  # declared
+    assert core.core.parts.scaling.fs_state(j, 1.0).intensity == 0.25      # declared
     j.progress["io"] = {"io_seconds": 3.0, "seconds": 4.0, "bytes": 10}
-    assert _storage._state(core.core, j, 1.0).intensity == 0.75                  # measured replaces it
+    assert core.core.parts.scaling.fs_state(j, 1.0).intensity == 0.75      # measured replaces it
     j.progress.clear()
     j.io_intensity = 0.0
-    assert _storage._state(core.core, j, 1.0).intensity == 1.0                   # unknown: waits for its I/O
+    assert core.core.parts.scaling.fs_state(j, 1.0).intensity == 1.0       # unknown: waits for its I/O
 
 
 def test_a_host_being_taken_back_is_waited_for_then_used():

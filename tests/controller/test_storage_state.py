@@ -89,16 +89,17 @@ def test_a_state_of_the_previous_version_restarts_into_typed_records(tmp_path):
     assert sorted(sh.jobs) == [1, 2, 3, 7]
     for jid, was in ((1, FsPhase.STARTING), (2, FsPhase.READY), (7, FsPhase.STOPPING)):
         f = sh.jobs[jid].fs
-        assert f.phase is FsPhase.NONE and f.old is sh.core.fs_old[jid].fs
+        assert f.phase is FsPhase.NONE and f.old is sh.core.state.stopping[jid].fs
         assert f.old.phase is FsPhase.ABANDONED and f.old.restarted is was
     run = sh.jobs[3].fs
     assert run.phase is FsPhase.READY and run.taken_over and run.servers == [(1, "n3"), (2, "n8")]
     assert run.samples == [5e7] * 3 and run.since == 0 and run.last_change == 17.0 and run.used == ["n8"]
     assert run.decisions == [FsNote(14.0, "keep", "", 0, KEEP)] and run.aio == 5e7
-    out = sh.core.fs_old[4].fs
+    out = sh.core.state.stopping[4].fs
     assert out.phase is FsPhase.STAGING_OUT and out.restarted is FsPhase.STAGING_OUT
     assert out.stage_out == [StagedFile("/a", "/d/a", 10, "")]             # the failed copy is done again
-    assert sh.core.fs_old[6].fs.phase is FsPhase.ABANDONED and sh.core.fs_old[5].fs.phase is FsPhase.STOPPING
+    stopping = sh.core.state.stopping
+    assert stopping[6].fs.phase is FsPhase.ABANDONED and stopping[5].fs.phase is FsPhase.STOPPING
     # each stop ends as it did: the jobs still waiting get a new file system, the buffer comes back
     starts = {jid: [type(a) for a in sh.do(FsStopped(30.0 + jid, jid, ()))] for jid in range(1, 10)}
     assert starts[1] == starts[2] == [StartFs] and all(not starts[j] for j in range(3, 10))
