@@ -1,5 +1,6 @@
 """The shell's side of job file systems: starting a job's adhocfs servers, staging files in and out, stopping the
 servers and checking their hosts clean, for the core's :class:`~._events.StartFs` and :class:`~._events.StopFs`.
+What is staged, and when, is decided by the core (:class:`~._storage.Storage`); it is carried out here.
 
 Each request runs in a thread of its own (starting servers and copying files take seconds, the daemon's loop must
 go on answering), which reports what happened as core events (:class:`~._events.FsProgress`,
