@@ -83,7 +83,7 @@ def job_json(j: dict[str, Any], now: float) -> dict[str, Any]:
 
 def measured_intensity(j: dict[str, Any]) -> float | None:
     """The I/O intensity the job measured and reported (``"io"`` progress phase), or None."""
-    from ._link import intensity_of
+    from ._reports import intensity_of
 
     return intensity_of(j.get("progress") or {})
 
