@@ -163,10 +163,15 @@ def test_sfsj_steals_for_a_job_hit_by_a_host_failure(env, tmp_path, netns_cluste
 
 
 def test_a_job_whose_launcher_sees_its_host_lost_first_is_requeued(env, tmp_path, netns_cluster):
-    """mpiexec notices a host taken off the network long before the periodic host check (once a minute here) when
-    it is still starting the job's processes there (as here: the host goes down as soon as the job runs): the job's
-    exit waits for a check of the hosts, begun at once, which finds the host down; so the job is re-queued as
-    interrupted and restarts on the other hosts instead of failing."""
+    """mpiexec may notice a lost host long before the periodic host check (once a minute here): its proxy there
+    is gone. The job's exit then waits for a check of the hosts, begun at once, which finds the host down; so the
+    job is re-queued as interrupted and restarts on the other hosts instead of failing. Made deterministic (mpiexec
+    notices a cut link only when it happens to be talking to the host): mpiexec is paused, the host's processes
+    are killed while its link is up (their connections close), the link goes down, and mpiexec resumes to find
+    its proxy there gone, with the host already off the network when the daemon checks."""
+    import signal
+
+    import psutil
     with fifth_host() as (bad, link):
         hosts = [netns_cluster.hosts[0], bad, netns_cluster.hosts[1]]
         pool = HostPool.from_hosts([",".join(hosts)], netns_cluster.launcher)
@@ -174,10 +179,23 @@ def test_a_job_whose_launcher_sees_its_host_lost_first_is_requeued(env, tmp_path
             release = tmp_path / "release"
             a = c.submit([sys.executable, WHERE, "none", "90", str(release)], 2, time_limit=120, name="a",
                          out=str(tmp_path / "a.out"), env=env)
-            wait_for(lambda: states(c).get(a) == "RUNNING" and (tmp_path / "a.out").exists(), 30, "a to start")
+            wait_for(lambda: states(c).get(a) == "RUNNING" and ranks_up(tmp_path / "a.out") == 2, 30, "a to start")
             assert c.info(a).job["hosts"] == hosts[:2]
+            hydra = [p for p in psutil.process_iter(["name", "cmdline"]) if (p.info["name"] or "").startswith(
+                "mpiexec") and str(release) in " ".join(p.info["cmdline"] or ())]
+            assert len(hydra) == 1
             t_down = time.monotonic()
-            subprocess.run([*link, "down"], check=True)
+            hydra[0].send_signal(signal.SIGSTOP)
+            try:
+                doomed = netns_cluster.pids_on(bad)
+                assert doomed, "the job has processes on the host"
+                for pid in doomed:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                wait_for(lambda: not set(doomed) & set(netns_cluster.pids_on(bad)), 20, "the host's processes gone")
+                subprocess.run([*link, "down"], check=True)
+            finally:
+                hydra[0].send_signal(signal.SIGCONT)
             wait_for(lambda: len(c.info(a).steps) == 2, 40, "a to restart")
             assert time.monotonic() - t_down < 60                      # not found by the periodic check
             assert sorted(c.info(a).steps[1]["hosts"]) == sorted([hosts[0], hosts[2]])
