@@ -1,0 +1,122 @@
+"""Verdicts: does our estimate carry the published claim, and does a control carry it as well?
+
+A published number is read as one of three rules:
+
+* :class:`Near` ``v ± tol``: a value (``tol`` is half a unit of its last printed digit, more for values read off
+  a figure or printed with "about"); it holds when our interval meets ``[v - tol, v + tol]``;
+* :class:`Below` / :class:`Above` ``x``: a direction or an ordering ("shorter than", "X best", "less than basic",
+  written as a difference that must have a sign); it holds when the whole interval is on that side of ``x``, so
+  an interval that contains ``x`` (no significant effect) does not carry it.
+
+The verdict (:func:`judge`): **reproduced** when the rule holds for our estimate; **confounded** when it holds
+but also for a control, a run without the mechanism the claim credits (rigid jobs, alpha = 0, no scheduling
+points, ...), so the number does not show that mechanism's effect; **not reproduced** otherwise. Each verdict
+comes with its reason, computed from the numbers.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+
+from ._stats import Estimate
+
+__all__ = ["Above", "Below", "Near", "Rule", "Verdict", "judge"]
+
+
+class Verdict(enum.Enum):
+    """The outcome for one published number."""
+
+    REPRODUCED = "reproduced"
+    NOT_REPRODUCED = "not reproduced"
+    CONFOUNDED = "confounded"
+    NONE = "no published number"
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.3g}" if abs(x) < 1000 else f"{x:,.0f}"
+
+
+def _span(e: Estimate) -> str:
+    return _fmt(e.mean) if e.n == 1 else f"[{_fmt(e.lo)}, {_fmt(e.hi)}]"
+
+
+@dataclass(frozen=True, slots=True)
+class Near:
+    """The published value ``value``, read with tolerance ``tol``."""
+
+    value: float
+    tol: float
+
+    def holds(self, e: Estimate) -> bool:
+        return e.n > 0 and e.lo <= self.value + self.tol and e.hi >= self.value - self.tol
+
+    def why(self, e: Estimate) -> str:
+        lo, hi = self.value - self.tol, self.value + self.tol
+        if self.holds(e):
+            return f"{_fmt(self.value)} (±{_fmt(self.tol)}) within {_span(e)}"
+        side = "below" if e.hi < lo else "above"
+        gap = lo - e.hi if e.hi < lo else e.lo - hi
+        return f"{_span(e)} is {side} {_fmt(self.value)} ± {_fmt(self.tol)} by {_fmt(gap)}"
+
+    def text(self) -> str:
+        return f"{_fmt(self.value)} ± {_fmt(self.tol)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Below:
+    """The whole interval must lie below ``x``."""
+
+    x: float
+
+    def holds(self, e: Estimate) -> bool:
+        return e.n > 0 and e.hi < self.x
+
+    def why(self, e: Estimate) -> str:
+        if self.holds(e):
+            return f"{_span(e)} below {_fmt(self.x)}"
+        if e.lo >= self.x:
+            return f"{_span(e)} not below {_fmt(self.x)}: the opposite direction"
+        return f"{_span(e)} contains {_fmt(self.x)}: no significant difference"
+
+    def text(self) -> str:
+        return f"< {_fmt(self.x)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Above:
+    """The whole interval must lie above ``x``."""
+
+    x: float
+
+    def holds(self, e: Estimate) -> bool:
+        return e.n > 0 and e.lo > self.x
+
+    def why(self, e: Estimate) -> str:
+        if self.holds(e):
+            return f"{_span(e)} above {_fmt(self.x)}"
+        if e.hi <= self.x:
+            return f"{_span(e)} not above {_fmt(self.x)}: the opposite direction"
+        return f"{_span(e)} contains {_fmt(self.x)}: no significant difference"
+
+    def text(self) -> str:
+        return f"> {_fmt(self.x)}"
+
+
+Rule = Near | Below | Above
+
+
+def judge(rule: Rule | None, ours: Estimate, controls: list[tuple[str, Estimate]]) -> tuple[Verdict, str]:
+    """The verdict for ``ours`` under ``rule`` given the controls' estimates of the same statistic, with the
+    reason."""
+    if rule is None:
+        return Verdict.NONE, ""
+    if ours.n == 0 or math.isnan(ours.mean):
+        return Verdict.NOT_REPRODUCED, "no run gave this number"
+    if not rule.holds(ours):
+        return Verdict.NOT_REPRODUCED, rule.why(ours)
+    same = [(label, e) for label, e in controls if e.n > 0 and rule.holds(e)]
+    if same:
+        return Verdict.CONFOUNDED, "; ".join(f"{label} gives it too: {rule.why(e)}" for label, e in same)
+    return Verdict.REPRODUCED, rule.why(ours)
