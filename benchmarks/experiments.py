@@ -3,7 +3,8 @@
     python benchmarks/experiments.py [--seeds N] [--workers N] [--dask ADDRESS] [--scratch DIR] [--docs-only]
 
 Runs every experiment of ``malleable simulate --experiment all`` (10 seeds by default) into a scratch folder, then
-copies each ``<name>.json``, ``<name>.html`` and the runs table ``runs.jsonl`` into
+copies each ``<name>.json``, ``<name>.html`` and the runs table ``runs.jsonl`` (without the run records, which are in
+the results files) into
 ``benchmarks/results/experiments/`` and rewrites the generated parts of docs/experiments.md from those files. The
 scratch folder keeps finished runs, so a run that stops is resumed by repeating the command with the same
 ``--scratch``. ``--docs-only`` rewrites the docs from the committed results without running anything.
@@ -68,7 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     for d in docs:
         for ext in ("json", "html"):
             shutil.copyfile(scratch / f"{d['name']}.{ext}", RESULTS / f"{d['name']}.{ext}")
-    shutil.copyfile(scratch / RUNS_TABLE, RESULTS / RUNS_TABLE)
+    with open(scratch / RUNS_TABLE) as src, open(RESULTS / RUNS_TABLE, "w") as dst:
+        for line in src:                      # the run records are in the results files already
+            row = json.loads(line)
+            row["record"] = None
+            dst.write(json.dumps(row, separators=(",", ":")) + "\n")
     cpu = sum(d["runs"]["cpu_seconds"] for d in docs)
     timing = {"wall_seconds": round(wall, 1), "cpu_seconds": round(cpu, 1), "cores": os.cpu_count(),
               "workers": args.workers or os.cpu_count(), "dask": args.dask, "seeds": args.seeds,
