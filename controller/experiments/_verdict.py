@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from ._stats import Estimate
 
-__all__ = ["Above", "Below", "Near", "Rule", "Verdict", "judge"]
+__all__ = ["Above", "Below", "Near", "Rule", "Side", "Verdict", "judge"]
 
 
 class Verdict(enum.Enum):
@@ -65,46 +65,38 @@ class Near:
 
 
 @dataclass(frozen=True, slots=True)
-class Below:
-    """The whole interval must lie below ``x``."""
+class Side:
+    """The whole interval must lie below ``x`` (``below``) or above it: a published direction."""
 
     x: float
+    below: bool
 
     def holds(self, e: Estimate) -> bool:
-        return e.n > 0 and e.hi < self.x
+        return e.n > 0 and (e.hi < self.x if self.below else e.lo > self.x)
 
     def why(self, e: Estimate) -> str:
+        word = "below" if self.below else "above"
         if self.holds(e):
-            return f"{_span(e)} below {_fmt(self.x)}"
-        if e.lo >= self.x:
-            return f"{_span(e)} not below {_fmt(self.x)}: the opposite direction"
+            return f"{_span(e)} {word} {_fmt(self.x)}"
+        if (e.lo >= self.x) if self.below else (e.hi <= self.x):
+            return f"{_span(e)} not {word} {_fmt(self.x)}: the opposite direction"
         return f"{_span(e)} contains {_fmt(self.x)}: no significant difference"
 
     def text(self) -> str:
-        return f"< {_fmt(self.x)}"
+        return f"{'<' if self.below else '>'} {_fmt(self.x)}"
 
 
-@dataclass(frozen=True, slots=True)
-class Above:
-    """The whole interval must lie above ``x``."""
-
-    x: float
-
-    def holds(self, e: Estimate) -> bool:
-        return e.n > 0 and e.lo > self.x
-
-    def why(self, e: Estimate) -> str:
-        if self.holds(e):
-            return f"{_span(e)} above {_fmt(self.x)}"
-        if e.hi <= self.x:
-            return f"{_span(e)} not above {_fmt(self.x)}: the opposite direction"
-        return f"{_span(e)} contains {_fmt(self.x)}: no significant difference"
-
-    def text(self) -> str:
-        return f"> {_fmt(self.x)}"
+def Below(x: float) -> Side:  # noqa: N802 - reads as a rule, like Near
+    """The direction "less than ``x``"."""
+    return Side(x, True)
 
 
-Rule = Near | Below | Above
+def Above(x: float) -> Side:  # noqa: N802
+    """The direction "more than ``x``"."""
+    return Side(x, False)
+
+
+Rule = Near | Side
 
 
 def judge(rule: Rule | None, ours: Estimate, controls: list[tuple[str, Estimate]]) -> tuple[Verdict, str]:

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from malleable.controller.sim._plot import _spans
+
 __all__ = ["claims_figure", "curves_figure", "distribution_figure", "gantt_figure"]
 
 WIDTH = 9.0
@@ -115,7 +117,7 @@ def gantt_figure(rec: dict[str, Any]) -> str:
                 continue
             if nodes:
                 rows = sorted(index.setdefault(x, x if isinstance(x, int) else len(index)) for x in ids)
-                for lo, hi in _runs(rows):
+                for lo, hi in _spans(rows):
                     ax.add_patch(Rectangle((x0, lo), w, hi - lo + 1, facecolor=color, edgecolor="white", lw=0.4))
                 ax.text(x0 + w / 2, rows[0] + (rows[-1] - rows[0] + 1) / 2, f"J{j['id']}", fontsize=7.5,
                         ha="center", va="center")
@@ -125,6 +127,8 @@ def gantt_figure(rec: dict[str, Any]) -> str:
                 ax.add_patch(Rectangle((x0, yk + 0.5 - h / 2), w, h, facecolor=color, edgecolor="black", lw=0.3))
                 if m and j["segments"][m - 1][2] not in (0, size):
                     ax.plot([x0, x0], [yk + 0.05, yk + 0.95], color="black", lw=1.0)
+    for t, jid in g.get("interruptions", []):
+        _interrupted(ax, order, t, int(jid), t0, scale, nodes, index, n_rows)
     xmax = (max(ends) - t0) / scale
     ax.set_xlim(min(0.0, (min(starts) - t0) / scale), xmax * 1.01 or 1.0)
     ax.set_ylim(0, max(n_rows, 1))
@@ -139,14 +143,22 @@ def gantt_figure(rec: dict[str, Any]) -> str:
     return _svg(fig)
 
 
-def _runs(rows: list[int]) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for x in rows:
-        if out and out[-1][1] == x - 1:
-            out[-1] = (out[-1][0], x)
+def _interrupted(ax: Any, order: list[dict[str, Any]], t: float, jid: int, t0: float, scale: float, nodes: bool,
+                 index: dict[Any, int], n_rows: int) -> None:
+    """A red cross where job ``jid`` lost its nodes at ``t`` (on the nodes it held, or on its row)."""
+    for k, j in enumerate(order):
+        if j["id"] != jid:
+            continue
+        held = [s for s in j["segments"] if s[2] > 0 and s[0] < t <= s[1]] or [s for s in j["segments"] if s[2] > 0]
+        if nodes and held and held[0][3]:
+            rows = [index.get(x, 0) for x in held[0][3]]
+            y = (min(rows) + max(rows) + 1) / 2
         else:
-            out.append((x, x))
-    return out
+            y = n_rows - 1 - k + 0.5
+        ax.plot([(t - t0) / scale], [y], marker="X", color=PUBLISHED, ms=11, mec="white", mew=1.2, zorder=5)
+        ax.annotate("interrupted", ((t - t0) / scale, y), xytext=(6, 6), textcoords="offset points",
+                    fontsize=8, color=PUBLISHED)
+        return
 
 
 def curves_figure(records: list[dict[str, Any]], key: str) -> str:

@@ -21,7 +21,7 @@ from ._result import SimResult
 if TYPE_CHECKING:
     from ._ioengine import IOResult
 
-__all__ = ["QUANTILES", "binned", "provenance", "result_segments", "run_record"]
+__all__ = ["QUANTILES", "binned", "interruptions", "provenance", "result_segments", "run_record"]
 
 QUANTILES = tuple(float(q) for q in np.linspace(0.0, 1.0, 101))
 """The quantile levels a record keeps of each distribution (every percent)."""
@@ -110,6 +110,15 @@ def run_record(result: SimResult, *, label: str, tau: float = 10.0, io: IOResult
     return rec
 
 
+def interruptions(result: SimResult) -> list[list[float]]:
+    """``[time, job id]`` of every interruption (a failure or a stolen node sent the job back to the queue)."""
+    h = result.history
+    if h is None or not len(h.row):
+        return []
+    gaps = np.flatnonzero(h.size == 0)
+    return [[float(h.time[k]), int(result.workload.ids[h.row[k]])] for k in gaps]
+
+
 def _gantt(segments: list[Segment], w: Any, result: SimResult) -> dict[str, Any]:
     jobs: dict[int, list[list[Any]]] = {}
     for jid, a, b, size, nodes in segments:
@@ -124,7 +133,9 @@ def _gantt(segments: list[Segment], w: Any, result: SimResult) -> dict[str, Any]
         restarts = int(result.restarts[k]) if k is not None and result.restarts is not None else 0
         out.append({"id": jid, "submit": sub, "segments": sorted(segs, key=lambda x: x[0]), "restarts": restarts})
     nodes = all(seg[3] is not None for j in out for seg in j["segments"] if seg[2] > 0)
-    return {"rows": "nodes" if nodes and out else "jobs", "jobs": out}
+    shown = set(jobs)
+    return {"rows": "nodes" if nodes and out else "jobs", "jobs": out,
+            "interruptions": [x for x in interruptions(result) if x[1] in shown]}
 
 
 def provenance(command: Sequence[str] | None = None) -> dict[str, Any]:
