@@ -101,13 +101,13 @@ def gantt_figure(rec: dict[str, Any]) -> str:
     scale, unit = _time_unit(max(ends) - min(min(starts), t0))
     nodes = g["rows"] == "nodes"
     n_rows = rec["machine"] if nodes else len(jobs)
-    fig, ax = plt.subplots(figsize=(WIDTH, min(7.5, 1.3 + 0.16 * max(n_rows, 8))))
+    fig, ax = plt.subplots(figsize=(WIDTH, min(6.0, 1.4 + 0.16 * max(n_rows, 8))))
     cmap = plt.get_cmap("tab20")
     index: dict[Any, int] = {}
     order = sorted(jobs, key=lambda j: min(s[0] for s in j["segments"]))
+    biggest = max([s[2] for j in jobs for s in j["segments"]] + [1])
     for k, j in enumerate(order):
         color = cmap(k % 20)
-        biggest = max([s[2] for s in j["segments"]] + [1])
         for m, (a, b, size, ids) in enumerate(j["segments"]):
             x0, w = (a - t0) / scale, (b - a) / scale
             if size == 0:                               # interrupted: waiting to restart
@@ -123,7 +123,7 @@ def gantt_figure(rec: dict[str, Any]) -> str:
                         ha="center", va="center")
             else:
                 yk = n_rows - 1 - k
-                h = 0.15 + 0.75 * size / biggest
+                h = 0.2 + 0.7 * size / biggest
                 ax.add_patch(Rectangle((x0, yk + 0.5 - h / 2), w, h, facecolor=color, edgecolor="black", lw=0.3))
                 if m and j["segments"][m - 1][2] not in (0, size):
                     ax.plot([x0, x0], [yk + 0.05, yk + 0.95], color="black", lw=1.0)
@@ -139,7 +139,8 @@ def gantt_figure(rec: dict[str, Any]) -> str:
     else:
         ax.set_ylabel("job (first to start at the top)")
         ax.set_yticks([])
-        ax.set_title(f"{rec['label']}: the first {len(jobs)} jobs to start (bar height: size; tick: resize)")
+        ax.set_title(f"{rec['label']}: the first {len(jobs)} jobs to start\n(bar height: size, the largest "
+                     f"{biggest} nodes; a tick marks a resize)")
     return _svg(fig)
 
 

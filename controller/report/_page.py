@@ -22,7 +22,8 @@ h3{font-size:1.02rem;margin:1.2rem 0 .4rem}
 nav a{margin-right:1rem;font-size:.92rem}
 table{border-collapse:collapse;width:100%;font-size:.88rem;margin:.4rem 0}
 th,td{border:1px solid #d8dde3;padding:.3rem .45rem;vertical-align:top;text-align:left}
-th{background:#f1f4f8;position:sticky;top:0}td.num{white-space:nowrap;font-variant-numeric:tabular-nums}
+th{background:#f1f4f8;position:sticky;top:0}#claims td:nth-child(1){width:13%}#claims td:nth-child(2){width:21%}
+#claims td:nth-child(5){width:22%}#claims td:nth-child(6){width:20%}td.num{white-space:nowrap;font-variant-numeric:tabular-nums}
 .v{display:inline-block;border-radius:.7rem;padding:.05rem .55rem;font-size:.8rem;font-weight:600;white-space:nowrap}
 .v-reproduced{background:#d9f2e0;color:#125c2b}.v-not-reproduced{background:#fbe0dc;color:#8c1d10}
 .v-confounded{background:#fdf0cc;color:#7a5300}.v-none{background:#eceff3;color:#4a5560}

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from malleable.cli import main
@@ -24,6 +25,7 @@ from malleable.controller.report import (
 )
 from malleable.controller.report._format import cell
 from malleable.controller.sim import write_swf
+from malleable.controller.sim._record import binned
 from malleable.controller.sim._workload import synthetic
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,6 +102,13 @@ def test_a_simulation_run_has_its_page(tmp_path, capsys):
     assert f"wrote {page}" in capsys.readouterr().out
     dom, log = open_in_chromium(page, tmp_path)
     assert 'data-rendered="ok"' in dom and "Uncaught" not in log
+
+
+def test_curves_are_exact_time_averages_of_step_functions():
+    # 2 busy from t=0, 6 from t=3, 0 from t=5: averages over [0, 2), [2, 4), [4, 6)
+    t, y = binned(np.array([0.0, 3.0, 5.0]), np.array([2.0, 6.0, 0.0]), 0.0, 6.0, bins=3)
+    assert t == [0.0, 2.0, 4.0] and y == pytest.approx([2.0, 4.0, 3.0])
+    assert binned(np.array([]), np.array([]), 0.0, 1.0) == ([], [])
 
 
 def test_report_errors_are_one_line(tmp_path, capsys):
