@@ -263,7 +263,7 @@ def _sfsj_claims(quick: bool) -> list[Claim]:
 
 EXP_SFSJ = Experiment(
     "000-sfsj", "D3.3 §3.1: node stealing (SFSJ) vs BASELINE over conservative backfilling",
-    "the node failures of the trace runs (the toy example is fixed)",
+    "the node failures of the trace runs (the toy example is fixed: one run)",
     ("toy example: Table 3.1 (8 nodes, P3 fails at t=1 for D=5, no checkpoints, no recovery cost)",
      "trace: HPC2N (the development trace; processors as nodes), first 10,000 jobs (quick: 3,000); Poisson node "
      "failures, one per 6 h system-wide, downtime 1 h, on a random node; jobs restart from scratch",

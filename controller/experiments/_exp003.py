@@ -90,7 +90,7 @@ def _w1_claims(quick: bool) -> list[Claim]:
 
 
 EXP_W1 = Experiment(
-    "003-w1", "thesis §7.3, workload W1: rigid FCFS vs the four EBS strategies", "nothing: the workload is fixed",
+    "003-w1", "thesis §7.3, workload W1: rigid FCFS vs the four EBS strategies", "nothing: the workload is fixed, one run",
     ("16 nodes; static times at the start sizes 700/200/650/550/550 s (not in the thesis: chosen so rigid FCFS "
      "ends at 2000 s with job 1 ending at 700 and jobs 2/3 waiting 600/700 s, as printed)",
      "Amdahl speedup, serial fraction 3/19, so job 1 grown 4 -> 16 at t=0 ends at 400 s, as printed",

@@ -66,7 +66,7 @@ def analyse(exp: Experiment, rows: Iterable[dict[str, Any]], seeds: int, quick: 
 def text_table(doc: dict[str, Any]) -> str:
     """The results as aligned text (what ``malleable simulate --experiment`` prints)."""
     lines = [f"== {doc['name']}: {doc['title']}",
-             f"   {doc['seeds']} seed(s) ({doc['random']}); {doc['interval']}"]
+             f"   seeds: {doc['seeds']} (a seed draws {doc['random']}); {doc['interval']}"]
     heads = ("scenario", "metric", "published", "ours", "verdict")
     cells = [heads] + [(r["scenario"], r["metric"], r["published"], cell(r), r["verdict"]) for r in doc["table"]]
     widths = [min(48, max(len(c[i]) for c in cells)) for i in range(4)]

@@ -55,10 +55,10 @@ class Near:
     def why(self, e: Estimate) -> str:
         lo, hi = self.value - self.tol, self.value + self.tol
         if self.holds(e):
-            return f"{_fmt(self.value)} (±{_fmt(self.tol)}) within {_span(e)}"
+            return f"ours {_span(e)} meets {_fmt(self.value)} ± {_fmt(self.tol)}"
         side = "below" if e.hi < lo else "above"
         gap = lo - e.hi if e.hi < lo else e.lo - hi
-        return f"{_span(e)} is {side} {_fmt(self.value)} ± {_fmt(self.tol)} by {_fmt(gap)}"
+        return f"ours {_span(e)} is {side} {_fmt(self.value)} ± {_fmt(self.tol)} by {_fmt(gap)}"
 
     def text(self) -> str:
         return f"{_fmt(self.value)} ± {_fmt(self.tol)}"
@@ -77,10 +77,10 @@ class Side:
     def why(self, e: Estimate) -> str:
         word = "below" if self.below else "above"
         if self.holds(e):
-            return f"{_span(e)} {word} {_fmt(self.x)}"
+            return f"ours {_span(e)} is {word} {_fmt(self.x)}"
         if (e.lo >= self.x) if self.below else (e.hi <= self.x):
-            return f"{_span(e)} not {word} {_fmt(self.x)}: the opposite direction"
-        return f"{_span(e)} contains {_fmt(self.x)}: no significant difference"
+            return f"ours {_span(e)} is not {word} {_fmt(self.x)}: the opposite direction"
+        return f"ours {_span(e)} contains {_fmt(self.x)}: no significant difference"
 
     def text(self) -> str:
         return f"{'<' if self.below else '>'} {_fmt(self.x)}"
@@ -110,5 +110,6 @@ def judge(rule: Rule | None, ours: Estimate, controls: list[tuple[str, Estimate]
         return Verdict.NOT_REPRODUCED, rule.why(ours)
     same = [(label, e) for label, e in controls if e.n > 0 and rule.holds(e)]
     if same:
-        return Verdict.CONFOUNDED, "; ".join(f"{label} gives it too: {rule.why(e)}" for label, e in same)
+        return Verdict.CONFOUNDED, "; ".join(f"{label} gives it too: {rule.why(e).replace('ours ', '', 1)}"
+                                             for label, e in same)
     return Verdict.REPRODUCED, rule.why(ours)

@@ -16,7 +16,7 @@ def _md(text: object) -> str:
 def markdown(doc: dict[str, Any]) -> str:
     """The table of ``doc`` with a line of provenance and the verdict counts."""
     v = doc["verdicts"]
-    lines = [f"{doc['seeds']} seed(s) of {doc['random']}; {doc['interval']}; "
+    lines = [f"Seeds: {doc['seeds']} (a seed draws {doc['random']}); {doc['interval']}; "
              f"{doc['runs']['count']} runs, {doc['runs']['cpu_seconds']:.0f} CPU-seconds. "
              f"Verdicts: {v.get('reproduced', 0)} reproduced, {v.get('confounded', 0)} confounded, "
              f"{v.get('not reproduced', 0)} not reproduced.", "",

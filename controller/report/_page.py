@@ -125,7 +125,7 @@ def _experiment(doc: dict[str, Any]) -> list[str]:
     v = doc["verdicts"]
     runs = doc.get("runs", {})
     parts = [f"<h1>{_e(doc['name'])}: {_e(doc['title'])}</h1>", _provenance(doc),
-             f'<p class="meta">{doc["seeds"]} seed(s) of {_e(doc["random"])}; {_e(doc["interval"])}; '
+             f'<p class="meta">seeds: {doc["seeds"]} (a seed draws {_e(doc["random"])}); {_e(doc["interval"])}; '
              f'{runs.get("count", 0)} runs, {runs.get("cpu_seconds", 0):.0f} CPU-seconds'
              f'{" (quick set-up)" if doc.get("quick") else ""}</p>',
              '<nav><a href="#table">table</a><a href="#figures">published vs ours</a><a href="#runs">runs</a>'

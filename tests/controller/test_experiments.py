@@ -68,7 +68,7 @@ def E(*xs):
 def test_a_value_is_reproduced_when_the_interval_meets_its_rounding():
     rule = Near(-40.0, 0.5)
     v, why = judge(rule, E(-41, -42, -40.2), [])
-    assert v is Verdict.REPRODUCED and "within" in why
+    assert v is Verdict.REPRODUCED and "meets -40 ± 0.5" in why
     v, why = judge(rule, E(-46, -47, -45.5), [])
     assert v is Verdict.NOT_REPRODUCED and "below -40 ± 0.5" in why
     assert judge(rule, E(-39.6), [])[0] is Verdict.REPRODUCED                 # one run: the point itself
