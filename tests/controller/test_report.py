@@ -141,6 +141,15 @@ def test_the_committed_reports_and_the_docs_tables_come_from_the_results():
                                                      "--docs-only"
 
 
+@pytest.mark.parametrize("name", list(EXPERIMENTS))
+def test_the_committed_reports_open_in_chromium(name, tmp_path):
+    dom, log = open_in_chromium(COMMITTED / f"{name}.html", tmp_path)
+    body = re.search(r"<body[^>]*>", dom).group(0)
+    shown, drawn = re.search(r'data-figures="(\d+)/(\d+)"', body).groups()
+    assert 'data-rendered="ok"' in body and drawn == shown and int(shown) >= 1, body
+    assert "Uncaught" not in log, log[-2000:]
+
+
 def test_the_documented_quick_commands_run(tmp_path, capsys):
     text = (ROOT / "docs" / "experiments.md").read_text()
     block = re.search(r"## Run them\n\n```sh\n(.*?)```", text, re.S).group(1)
