@@ -11,7 +11,8 @@ scratch folder keeps finished runs, so a run that stops is resumed by repeating 
 
 Prints, and writes to ``results/experiments/timing.json``: per experiment its runs and CPU-seconds, the wall
 time of the whole run, the cores and the load average of the machine before and after (other work on a shared
-machine lengthens the wall time, not the CPU time).
+machine lengthens the wall time, not the CPU time), and the wall time the runs would take on 2 idle cores (their
+CPU times list-scheduled in the driver's order).
 """
 
 from __future__ import annotations
@@ -44,6 +45,16 @@ def write_docs() -> None:
     print(f"wrote the generated tables of {DOC}")
 
 
+def projected_wall(rows: list[dict], cores: int = 2) -> float:
+    """The wall time of the runs on ``cores`` idle cores: their measured CPU times list-scheduled in the order the
+    driver submits them (longest estimate first), each run to the first free core."""
+    free = [0.0] * cores
+    for r in sorted(rows, key=lambda r: -float(r.get("cost", 1.0))):
+        k = free.index(min(free))
+        free[k] += float(r.get("cpu_seconds", 0.0))
+    return max(free)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=10)
@@ -58,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     from malleable.controller.experiments import EXPERIMENTS, RUNS_TABLE, run_experiments
 
     scratch = Path(args.scratch) if args.scratch else Path(tempfile.mkdtemp(prefix="malleable-experiments-"))
+    table = scratch / RUNS_TABLE
+    before = len(table.read_text().splitlines()) if table.exists() else 0      # a resumed run ran only the rest
     load0 = os.getloadavg()
     t0 = time.perf_counter()
     docs = run_experiments(list(EXPERIMENTS), scratch, seeds=args.seeds, workers=args.workers, dask=args.dask,
@@ -75,7 +88,11 @@ def main(argv: list[str] | None = None) -> int:
             row["record"] = None
             dst.write(json.dumps(row, separators=(",", ":")) + "\n")
     cpu = sum(d["runs"]["cpu_seconds"] for d in docs)
-    timing = {"wall_seconds": round(wall, 1), "cpu_seconds": round(cpu, 1), "cores": os.cpu_count(),
+    rows = [json.loads(line) for line in (RESULTS / RUNS_TABLE).read_text().splitlines()]
+    rows = [r for r in rows if not r["quick"] and int(r["seed"]) < args.seeds]
+    projected = projected_wall(rows)
+    timing = {"wall_seconds": round(wall, 1), "runs_already_done": before, "cpu_seconds": round(cpu, 1),
+              "projected_wall_seconds_on_2_idle_cores": round(projected, 1), "cores": os.cpu_count(),
               "workers": args.workers or os.cpu_count(), "dask": args.dask, "seeds": args.seeds,
               "load_before": [round(x, 2) for x in load0], "load_after": [round(x, 2) for x in load1],
               "experiments": {d["name"]: d["runs"] for d in docs}}
@@ -86,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{d['name']:10} {d['runs']['count']:6d} {d['runs']['cpu_seconds']:8.0f}  {v['reproduced']} reproduced, "
               f"{v['confounded']} confounded, {v['not reproduced']} not reproduced")
     print(f"all: {wall / 60:.1f} min wall, {cpu / 60:.1f} CPU-min, {os.cpu_count()} cores; load average "
-          f"{load0[0]:.1f} before, {load1[0]:.1f} after (1 min)")
+          f"{load0[0]:.1f} before, {load1[0]:.1f} after (1 min); on 2 idle cores the runs would take "
+          f"{projected / 60:.1f} min")
     write_docs()
     return 0
 
