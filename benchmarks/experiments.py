@@ -9,7 +9,8 @@ the results files) into
 scratch folder keeps finished runs, so a run that stops is resumed by repeating the command with the same
 ``--scratch``. ``--docs-only`` rewrites the docs from the committed results without running anything.
 
-Prints, and writes to ``results/experiments/timing.json``: per experiment its runs and CPU-seconds, the wall
+Prints, and (for a run that ran everything, not a resumed one) writes to ``results/experiments/timing.json``: per
+experiment its runs and CPU-seconds, the wall
 time of the whole run, the cores and the load average of the machine before and after (other work on a shared
 machine lengthens the wall time, not the CPU time), and the wall time the runs would take on 2 idle cores (their
 CPU times list-scheduled in the driver's order).
@@ -96,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
               "workers": args.workers or os.cpu_count(), "dask": args.dask, "seeds": args.seeds,
               "load_before": [round(x, 2) for x in load0], "load_after": [round(x, 2) for x in load1],
               "experiments": {d["name"]: d["runs"] for d in docs}}
-    (RESULTS / "timing.json").write_text(json.dumps(timing, indent=1) + "\n")
+    if before == 0:                           # a measured run of everything (a resumed one keeps the last such)
+        (RESULTS / "timing.json").write_text(json.dumps(timing, indent=1) + "\n")
     print(f"{'experiment':10} {'runs':>6} {'CPU s':>8}  verdicts")
     for d in docs:
         v = d["verdicts"]

@@ -18,7 +18,7 @@ from malleable.controller.sim._workload import Workload
 
 from ._verdict import Near
 
-__all__ = ["Recorder", "about", "exact", "jobs_per_node", "record", "result_metrics", "rigid_at"]
+__all__ = ["Recorder", "about", "effect", "exact", "jobs_per_node", "record", "result_metrics", "rigid_at"]
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +26,12 @@ log = logging.getLogger(__name__)
 def exact(value: float, step: float) -> Near:
     """A printed value: ``value`` is read as ``value ± step / 2`` (``step``: the unit of its last digit)."""
     return Near(value, step / 2.0)
+
+
+def effect(value: float, step: float) -> Near:
+    """A printed change against a baseline (``exact``), which a control confounds by meeting it or by changing
+    more in the same direction."""
+    return Near(value, step / 2.0, beyond=True)
 
 
 def about(value: float, share: float = 0.05) -> Near:

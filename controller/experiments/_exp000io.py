@@ -15,7 +15,7 @@ from malleable.controller.sched._speedup import linear
 from malleable.controller.sim._ioengine import simulate_io
 from malleable.controller.sim._workload import Workload
 
-from ._common import exact, record
+from ._common import effect, record
 from ._spec import Claim, Control, Deviation, Experiment, Run, Stat, change
 from ._verdict import Below, Near
 
@@ -183,14 +183,14 @@ def _claims(quick: bool) -> list[Claim]:
         v = f"io-aware-{a:g}"
         if a in PUBLISHED:
             out.append(Claim(f"alpha {a:g}", "average checkpoint time vs FCFSm", f"{PUBLISHED[a]:+.1f}%",
-                             exact(PUBLISHED[a], 0.1), _chg(case, v, "avg_checkpoint_s"), "%",
+                             effect(PUBLISHED[a], 0.1), _chg(case, v, "avg_checkpoint_s"), "%",
                              controls=_controls(case, "avg_checkpoint_s")))
         else:
             out.append(Claim(f"alpha {a:g}", "checkpoint-time change minus alpha 0.4's (points)", "flat beyond 0.4",
                              Near(0.0, 2.0), _flat(case, a), " pts", note="'stagnates' read as within 2 points"))
         out.append(Claim(f"alpha {a:g}", "makespan vs FCFSm", "shorter (up to -9.6%)", Below(0.0),
                          _chg(case, v, "makespan_h"), "%", controls=_controls(case, "makespan_h")))
-    out.append(Claim("best alpha", "makespan vs FCFSm", "up to -9.6%", exact(-9.6, 0.1), _best(case, alphas), "%",
+    out.append(Claim("best alpha", "makespan vs FCFSm", "up to -9.6%", effect(-9.6, 0.1), _best(case, alphas), "%",
                      controls=_controls(case, "makespan_h")))
     for load in ((0.6,) if quick else LOADS):
         c = f"load {load:g}"

@@ -15,7 +15,7 @@ from malleable.controller.sched._speedup import amdahl, linear
 from malleable.controller.sim._engine import simulate
 from malleable.controller.sim._workload import Workload
 
-from ._common import Recorder, about, exact, record, result_metrics
+from ._common import Recorder, about, effect, exact, record, result_metrics
 from ._spec import Claim, Control, Deviation, Experiment, Run, Stat, change, value
 from ._verdict import Above
 
@@ -79,7 +79,8 @@ def _w1_claims(quick: bool) -> list[Claim]:
     published = {"fcfs": (2000, 59.0), "fpsma-pwma": (1500, 90.0), "fpsma-prma": (1600, 90.0),
                   "egs-pwma": (1500, 90.0), "egs-prma": (1600, 90.0)}
     for name, (ms, util) in published.items():
-        out.append(Claim(NAMES[name], "makespan", f"~{ms} s", about(ms), value("W1", name, "makespan"), " s", 0))
+        out.append(Claim(NAMES[name], "makespan", f"~{ms} s", about(ms), value("W1", name, "makespan"), " s",
+                         0))
         out.append(Claim(NAMES[name], "utilisation", f"{'' if name == 'fcfs' else '~'}{util:g}%",
                          exact(util, 1) if name == "fcfs" else about(util),
                          value("W1", name, "utilization", 100), "%", 0,
@@ -90,7 +91,8 @@ def _w1_claims(quick: bool) -> list[Claim]:
 
 
 EXP_W1 = Experiment(
-    "003-w1", "thesis §7.3, workload W1: rigid FCFS vs the four EBS strategies", "nothing: the workload is fixed, one run",
+    "003-w1", "thesis §7.3, workload W1: rigid FCFS vs the four EBS strategies",
+    "nothing: the workload is fixed, one run",
     ("16 nodes; static times at the start sizes 700/200/650/550/550 s (not in the thesis: chosen so rigid FCFS "
      "ends at 2000 s with job 1 ending at 700 and jobs 2/3 waiting 600/700 s, as printed)",
      "Amdahl speedup, serial fraction 3/19, so job 1 grown 4 -> 16 at t=0 ends at 400 s, as printed",
@@ -221,19 +223,19 @@ def _w2_claims(quick: bool) -> list[Claim]:
               controls=tuple(Control(f"{NAMES[n]}, linear", value("100% linear", n, "makespan", m))
                              for n in STRATEGIES[1:]) + (bound,),
               note="linear speedup keeps every job's node-seconds: the makespan cannot fall below the work bound"),
-        Claim("100%, FPSMA+PWMA", "throughput vs rigid FCFS", "+22%", exact(22, 1),
+        Claim("100%, FPSMA+PWMA", "throughput vs rigid FCFS", "+22%", effect(22, 1),
               lambda runs, s: 100 * (runs("rigid", "fcfs", s, "makespan") / runs("100%", "fpsma-pwma", s,
                                                                                  "makespan") - 1), "%", 0),
     ]
     for f in ("50%", "100%"):
         out.append(Claim(f"{f}, FPSMA+PWMA", "AWT", "~8 min", about(8), value(f, "fpsma-pwma", "mean_wait", m),
                          " min", note="with min = 1 every waiting job can be admitted by shrinking"))
-        out.append(Claim(f"{f}, FPSMA+PWMA", "AWT vs rigid FCFS", "-48.5%", exact(-48.5, 0.1),
+        out.append(Claim(f"{f}, FPSMA+PWMA", "AWT vs rigid FCFS", "-48.5%", effect(-48.5, 0.1),
                          change(f, "fpsma-pwma", "fcfs", "mean_wait", base_case="rigid"), "%"))
     out += [
         Claim("100%, FPSMA+PWMA", "ART", "22.25 min", exact(22.25, 0.01), value("100%", "fpsma-pwma", "mean_tat", m),
               " min", 2),
-        Claim("100%, FPSMA+PWMA", "ART vs rigid FCFS", "-20%", exact(-20, 1),
+        Claim("100%, FPSMA+PWMA", "ART vs rigid FCFS", "-20%", effect(-20, 1),
               change("100%", "fpsma-pwma", "fcfs", "mean_tat", base_case="rigid"), "%"),
         Claim("50%, FPSMA+PRMA", "ART", "23.1 min", exact(23.1, 0.1), value("50%", "fpsma-prma", "mean_tat", m),
               " min"),

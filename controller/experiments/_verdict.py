@@ -44,13 +44,22 @@ def _span(e: Estimate) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Near:
-    """The published value ``value``, read with tolerance ``tol``."""
+    """The published value ``value``, read with tolerance ``tol``. With ``beyond`` the value is an effect (a change
+    against a baseline, 0 = none): a control whose whole interval lies further from 0 than the value gets at least
+    that effect, which confounds the claim as much as meeting it."""
 
     value: float
     tol: float
+    beyond: bool = False
 
     def holds(self, e: Estimate) -> bool:
         return e.n > 0 and e.lo <= self.value + self.tol and e.hi >= self.value - self.tol
+
+    def exceeded(self, e: Estimate) -> bool:
+        """Whether ``e`` is an effect larger than the value (only with ``beyond``)."""
+        if not self.beyond or self.value == 0 or e.n == 0:
+            return False
+        return e.hi < self.value - self.tol if self.value < 0 else e.lo > self.value + self.tol
 
     def why(self, e: Estimate) -> str:
         lo, hi = self.value - self.tol, self.value + self.tol
@@ -85,6 +94,9 @@ class Side:
     def text(self) -> str:
         return f"{'<' if self.below else '>'} {_fmt(self.x)}"
 
+    def exceeded(self, e: Estimate) -> bool:  # noqa: ARG002 - a direction has no "more than"
+        return False
+
 
 def Below(x: float) -> Side:  # noqa: N802 - reads as a rule, like Near
     """The direction "less than ``x``"."""
@@ -108,8 +120,14 @@ def judge(rule: Rule | None, ours: Estimate, controls: list[tuple[str, Estimate]
         return Verdict.NOT_REPRODUCED, "no run gave this number"
     if not rule.holds(ours):
         return Verdict.NOT_REPRODUCED, rule.why(ours)
-    same = [(label, e) for label, e in controls if e.n > 0 and rule.holds(e)]
+    same = [(label, e) for label, e in controls if e.n > 0 and (rule.holds(e) or rule.exceeded(e))]
     if same:
-        return Verdict.CONFOUNDED, "; ".join(f"{label} gives it too: {rule.why(e).replace('ours ', '', 1)}"
-                                             for label, e in same)
+        return Verdict.CONFOUNDED, "; ".join(_confounds(rule, label, e) for label, e in same)
     return Verdict.REPRODUCED, rule.why(ours)
+
+
+def _confounds(rule: Rule, label: str, e: Estimate) -> str:
+    if rule.holds(e):
+        return f"{label} gives it too: {rule.why(e).replace('ours ', '', 1)}"
+    assert isinstance(rule, Near)
+    return f"{label} gives more: {_span(e)} is beyond {_fmt(rule.value)}"

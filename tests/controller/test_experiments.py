@@ -98,6 +98,16 @@ def test_a_control_with_the_same_effect_makes_it_confounded():
     assert judge(Below(0.0), E(-5, -6, -5.5), [("alpha = 0", E(-4, -5, -4.5))])[0] is Verdict.CONFOUNDED
 
 
+def test_a_control_with_a_larger_effect_confounds_an_effect_but_not_a_value():
+    ours, rigid = E(-46, -47, -48), E(-56, -57, -58)                 # the control gains more than the paper's -47%
+    v, why = judge(Near(-47.0, 0.5, beyond=True), ours, [("rigid at min", rigid)])
+    assert v is Verdict.CONFOUNDED and "rigid at min gives more" in why and "beyond -47" in why
+    assert judge(Near(-47.0, 0.5), ours, [("rigid at min", rigid)])[0] is Verdict.REPRODUCED      # a plain value
+    # a control changing the other way, or less, does not confound
+    assert judge(Near(-47.0, 0.5, beyond=True), ours, [("max", E(50, 60, 55)), ("less", E(-10, -11, -12))])[0] \
+        is Verdict.REPRODUCED
+
+
 # -- runs -----------------------------------------------------------------------------------------------------
 
 def test_every_experiment_plans_seeded_runs_and_claims():
