@@ -4,6 +4,7 @@ are deterministic for a seed, the driver (resumable, never over the committed re
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import subprocess
@@ -200,7 +201,7 @@ def test_the_command_line(tmp_path, capsys, monkeypatch):
 # -- the committed results ------------------------------------------------------------------------------------
 
 def test_the_committed_results_are_computed_from_their_runs():
-    rows = [json.loads(line) for line in (COMMITTED / RUNS_TABLE).read_text().splitlines()]
+    rows = [json.loads(line) for line in gzip.open(COMMITTED / "runs.jsonl.gz", "rt")]
     for name, exp in EXPERIMENTS.items():
         doc = json.loads((COMMITTED / f"{name}.json").read_text())
         assert doc["seeds"] == (1 if name == "003-w1" else 10) and not doc["quick"], name
