@@ -24,6 +24,7 @@ SUBCOMMAND_MODULES = (
     "malleable.controller._cli",   # simulate, controller, submit, queue, cancel, nodes, info, history
     "malleable.controller.report._cli",  # report
     "malleable.adhocfs._cli",      # fs ...
+    "malleable.launch._cli",       # testbed ...
 )
 
 

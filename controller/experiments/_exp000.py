@@ -212,8 +212,9 @@ def _flows(w: Workload, end: np.ndarray) -> tuple[float, float, float]:
 
 
 def _hpc2n() -> Path:
-    return Path(os.environ.get("MALLEABLE_HPC2N", Path(__file__).resolve().parents[3] / "shared" / "workloads" /
-                               "HPC2N-2002-2.1-cln.swf.gz"))
+    """The repository's cut of the trace (workloads/README.md), or the whole log where MALLEABLE_HPC2N names it."""
+    return Path(os.environ.get("MALLEABLE_HPC2N", Path(__file__).resolve().parents[2] / "workloads" /
+                               "HPC2N-2002-2.1-cln-first20000.swf.gz"))
 
 
 def _sfsj_plan(seeds: int, quick: bool) -> list[Run]:
