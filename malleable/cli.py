@@ -22,6 +22,7 @@ SUBCOMMAND_MODULES = (
     "malleable.runtime._cli",      # run
     "malleable.apps._cli",         # demo
     "malleable.controller._cli",   # simulate, controller, submit, queue, cancel, nodes, info, history
+    "malleable.controller.report._cli",  # report
     "malleable.adhocfs._cli",      # fs ...
     "malleable.launch._cli",       # testbed ...
 )
@@ -61,6 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``malleable`` script; returns the process exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)      # the command as given (results record it)
     configure(args.verbose)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)

@@ -29,7 +29,7 @@ BB_LOGNORM = (1.0972516604048774, -150361.59523836235, 2714115.5724594607)
 the authors' fit of METACENTRUM-2013-3 memory requests (the paper gives no parameters)."""
 PHASE_WORK = 3600.0       # target seconds of computation per compute phase (1 to 10 phases)
 RUNTIME_FACTOR = 40.0     # the computation is the run time minus 40 x (per-processor request / link bandwidth)
-CHECKPOINT_SHARE = 0.5    # a checkpoint writes half the job's burst-buffer request
+CHECKPOINT_SHARE = 1.0    # a checkpoint writes the job's whole burst-buffer request (L209: every transfer)
 
 ASSUMPTIONS = [
     "KTH-SP2-1996-2.1-cln (Parallel Workloads Archive); jobs asking for more than 96 processors left out; "
@@ -39,8 +39,8 @@ ASSUMPTIONS = [
     "walltime ask for 10 MB in all (the authors' artifact); a job's request = per-processor x processors",
     "total burst buffer = 96 x the distribution's mean per-processor request",
     "application model: stage-in of the request, k = clamp(round(computation / 1 h), 1, 10) compute phases, a "
-    "checkpoint of half the request after each but the last (computation suspended, then drained to the file "
-    "system during the next phase), stage-out of the request (the authors' artifact)",
+    "checkpoint of the whole request after each but the last (computation suspended, then drained to the file "
+    "system during the next phase), stage-out of the request: every transfer has the size of the request (L209)",
     "computation = max(run - 40 x per-processor request / 1.25 GB/s, 5% of run) (the authors' artifact)",
     "file system behind one shared 5 GB/s link, split per participating node; nodes reach it and the burst "
     "buffer at 10 Gbit/s; the fluid model replaces Batsim/SimGrid's network simulation",

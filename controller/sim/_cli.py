@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from malleable.errors import ConfigError
@@ -32,16 +33,21 @@ def add_simulate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
                      help="run a sweep file (TOML: traces x policies x parameter grids x seeds) in parallel and "
                           "write one table (--table); runs already in the table are not run again")
     src.add_argument("--experiment", metavar="NAME",
-                     help="run a source document's experiment and print its published-vs-ours table: "
-                          "001, 002, 000-mebf, 000-sfsj, 000-io, 003-w1, 003-w2, 004 or all")
-    p.add_argument("--out", metavar="DIR", default="benchmarks/results",
-                   help="--experiment: directory for the JSON and PNG files (default benchmarks/results)")
+                     help="run source documents' experiments (comma-separated names or all: 001, 002, 000-mebf, "
+                          "000-sfsj, 000-io, 003-w1, 003-w2, 004) over seeds, print each published-vs-ours table "
+                          "with intervals and verdicts, and write the results and report pages to --out")
+    p.add_argument("--out", metavar="DIR",
+                   help="--experiment: folder for the results (default: a new folder experiments-DATE-TIME here); "
+                        "giving the folder of an interrupted run resumes it")
+    p.add_argument("--seeds", type=int, metavar="N",
+                   help="--experiment: seeds per experiment (default 10, or 2 with --quick)")
     p.add_argument("--quick", action="store_true", help="--experiment: smaller set-up (fewer sizes and runs)")
     p.add_argument("--table", metavar="FILE", help="--sweep: output table, .csv or .json (default: SPEC's name "
                                                    "with .csv, in the current folder)")
-    p.add_argument("--workers", type=int, metavar="N", help="--sweep: local processes (default: all cores)")
-    p.add_argument("--dask", metavar="ADDRESS", help="--sweep: run on this Dask scheduler (tcp://host:8786) "
-                                                     "instead of local processes")
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="--sweep, --experiment: local processes (default: all cores)")
+    p.add_argument("--dask", metavar="ADDRESS", help="--sweep, --experiment: run on this Dask scheduler "
+                                                     "(tcp://host:8786) instead of local processes")
     p.add_argument("--speedup", choices=["linear", "amdahl", "rho", "declared"], default="amdahl",
                    help="speedup model of resized or moldable jobs (default amdahl; declared: each job's own, "
                         "rho when it has one, else Amdahl, as the live controller)")
@@ -86,6 +92,9 @@ def add_simulate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
     p.add_argument("--plot", metavar="OUT", help="write a PNG: utilisation over time and a Gantt window")
     p.add_argument("--batsim-csv", metavar="OUT", help="write a Batsim-style jobs CSV (one row per allocation "
                                                        "segment, as evalys reads it)")
+    p.add_argument("--results", metavar="OUT", help="write the run's results file for 'malleable report' (summary, "
+                                                    "curves over time, distributions, a Gantt window, the command "
+                                                    "and commit)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_simulate)
     return p
@@ -164,7 +173,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             result = io.result
         else:
             result = Simulator(w, policy, name=args.policy, progress=progress if bar is not None else None,
-                               nodes=bool(args.plot or args.batsim_csv), **extra).run()
+                               nodes=bool(args.plot or args.batsim_csv or args.results), **extra).run()
     finally:
         if bar is not None:
             bar.close()
@@ -198,7 +207,24 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.plot:
         from ._plot import plot_result
         plot_result(result, args.plot)
+    if args.results:
+        _write_results(args, result, io, s)
     return 0
+
+
+def _write_results(args: argparse.Namespace, result: object, io: object, s: dict) -> None:
+    """The results file of one run (what ``malleable report`` draws)."""
+    from ._record import provenance, run_record
+
+    w = result.workload  # type: ignore[attr-defined]
+    label = f"{args.policy} on {w.name or 'the workload'}"
+    doc = {"kind": "simulation", "title": f"simulation: {label}",
+           "summary": {k: v for k, v in s.items() if not isinstance(v, dict)},
+           "records": [run_record(result, label=label, tau=args.tau, io=io)],  # type: ignore[arg-type]
+           **provenance(_command(args))}
+    with open(args.results, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
 
 
 def _run_io(args: argparse.Namespace, w: Workload, policy: object, extra: dict):  # type: ignore[no-untyped-def]
@@ -227,8 +253,6 @@ def _run_io(args: argparse.Namespace, w: Workload, policy: object, extra: dict):
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from ._sweep import load_sweep, run_sweep
 
     if args.workers is not None and args.workers < 1:
@@ -243,14 +267,50 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def _experiment(args: argparse.Namespace) -> int:
-    from malleable.controller.experiments import EXPERIMENTS, run_experiment
+    from malleable.controller.experiments import EXPERIMENTS, run_experiments
+    from malleable.controller.experiments._results import text_table
 
-    names = list(EXPERIMENTS) if args.experiment == "all" else [args.experiment]
+    names = list(EXPERIMENTS) if args.experiment == "all" else [n.strip() for n in args.experiment.split(",")]
     for name in names:
         if name not in EXPERIMENTS:
             raise ConfigError(f"unknown experiment {name!r}; known: {', '.join(EXPERIMENTS)}, all")
-    for name in names:
-        rep = run_experiment(name, args.out, quick=args.quick)
-        print(rep.table())                                       # the CLI's own output
-        print(f"wrote {args.out}/{name}.json and plots\n")
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {args.workers}")
+    if args.seeds is not None and args.seeds < 1:
+        raise ConfigError(f"--seeds must be >= 1, got {args.seeds}")
+    out = _experiment_folder(args.out)
+    show = not args.no_progress and sys.stderr.isatty()
+    docs = run_experiments(names, out, seeds=args.seeds, quick=args.quick, workers=args.workers, dask=args.dask,
+                           progress=show, command=_command(args))
+    for doc in docs:
+        print(text_table(doc))                                   # the CLI's own output
+        print(f"wrote {out / (doc['name'] + '.json')} and {doc['name']}.html\n")
     return 0
+
+
+def _command(args: argparse.Namespace) -> list[str] | None:
+    """The command line as given to ``malleable.cli.main`` (None: this process's)."""
+    argv = getattr(args, "argv", None)
+    return None if argv is None else ["malleable", *argv]
+
+
+def _experiment_folder(out: str | None) -> Path:
+    """The folder the results go to: the one named, or a new one here; never the committed results."""
+    import time
+
+    committed = (Path(__file__).resolve().parents[2] / "benchmarks" / "results").resolve()
+    if out is None:
+        base = Path(f"experiments-{time.strftime('%Y%m%d-%H%M%S')}")
+        d, k = base, 1
+        while d.exists():
+            k += 1
+            d = Path(f"{base}-{k}")
+        return d
+    d = Path(out)
+    r = d.resolve()
+    if r == committed or committed in r.parents:
+        raise ConfigError(f"--out {out}: benchmarks/results holds the committed results; regenerate them with "
+                          "'python benchmarks/experiments.py' (see docs/experiments.md)")
+    if d.exists() and not d.is_dir():
+        raise ConfigError(f"--out {out}: not a folder")
+    return d

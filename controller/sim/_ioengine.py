@@ -73,13 +73,15 @@ class IOResult:
 class _Flow:
     """A transfer or a computation in progress (mutable, engine-private)."""
 
-    __slots__ = ("job", "kind", "left", "rate")
+    __slots__ = ("amount", "job", "kind", "left", "rate", "t0")
 
-    def __init__(self, job: int, kind: str, left: float) -> None:
+    def __init__(self, job: int, kind: str, left: float, t0: float) -> None:
         self.job = job
         self.kind = kind         # a PhaseKind value, or "drain"
         self.left = left         # seconds of work or bytes
+        self.amount = left       # all of it (bytes moved when the flow is done)
         self.rate = 0.0
+        self.t0 = t0             # when it began (a blocking transfer's time is counted when it is done)
 
 
 class _Run:
@@ -201,12 +203,10 @@ class IOSimulator:
         if dt > 0:
             for f in self._flows:
                 f.left -= f.rate * dt
-                if f.kind != _COMPUTE:
-                    self.moved[f.kind] = self.moved.get(f.kind, 0.0) + f.rate * dt
-                    if self.fs is not None and f.kind in _OWN:
+            if self.fs is not None:                  # the own file systems sample what their jobs moved
+                for f in self._flows:
+                    if f.kind in _OWN:
                         self.fs.moved(f.job, f.rate * dt)
-                    if f.kind != _DRAIN:
-                        self._runs[f.job].io += dt
         self._now = t
 
     def _next_phase(self, jid: int) -> bool:
@@ -227,7 +227,7 @@ class IOSimulator:
                 self._finish(jid)
             return False
         p = r.phases[r.phase]
-        f = _Flow(jid, p.kind.value, float(p.amount))
+        f = _Flow(jid, p.kind.value, float(p.amount), self._now)
         r.flow = f
         self._flows.append(f)
         return False
@@ -246,6 +246,10 @@ class IOSimulator:
         """Flow ``f`` ended: move its job on. True when a pass is due (a job ended or reached a point)."""
         self._flows.remove(f)
         r = self._runs[f.job]
+        if f.kind != _COMPUTE:
+            self.moved[f.kind] = self.moved.get(f.kind, 0.0) + f.amount
+            if f.kind != _DRAIN:
+                r.io += self._now - f.t0
         if f.kind == _DRAIN:
             r.drains.remove(f)
             if r.flow is None and r.phase >= len(r.phases):
@@ -253,7 +257,7 @@ class IOSimulator:
                 return True
             return False
         if f.kind == _CHECKPOINT:
-            d = _Flow(f.job, _DRAIN, float(r.phases[r.phase].amount))
+            d = _Flow(f.job, _DRAIN, float(r.phases[r.phase].amount), self._now)
             r.drains.append(d)
             self._flows.append(d)
         at_point = self._next_phase(f.job)

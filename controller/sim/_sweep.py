@@ -15,8 +15,8 @@ by the run's seed). Grid keys: ``malleable``, ``limit``, ``speedup`` (a model na
 in seconds, seeded), ``submit_scale`` (multiplies submit times: 0.5 halves the inter-arrival times), ``tau``.
 
 Runs go to local processes (all cores by default) or to a Dask cluster (``dask.distributed``); a finished run is
-one row (its axes, then the summary metrics) appended to the output table (CSV or JSON by extension) at once, so a
-sweep that stops is resumed by running it again: runs whose key is already in the table are not run again.
+one row (its axes, then the summary metrics) appended to the output table (CSV, JSON or JSON lines by extension) at
+once, so a sweep that stops is resumed by running it again: runs whose key is already in the table are not run again.
 """
 
 from __future__ import annotations
@@ -152,11 +152,17 @@ def run_one(run: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_table(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The rows of a sweep's output table (CSV or JSON); none if it does not exist yet."""
+    """The rows of a sweep's output table (CSV, JSON or JSON lines); none if it does not exist yet.
+
+    A JSON-lines table keeps every row whole; a last line cut short (the sweep was killed while writing it) is
+    left out, so its run is run again.
+    """
     p = Path(path)
     if not p.exists():
         return []
     try:
+        if p.suffix == ".jsonl":
+            return _jsonl_rows(p)
         if p.suffix == ".json":
             data = json.loads(p.read_text() or "[]")
             if not isinstance(data, list):
@@ -166,6 +172,25 @@ def read_table(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
             return [_typed(r) for r in csv.DictReader(f)]
     except (OSError, json.JSONDecodeError, csv.Error, UnicodeDecodeError) as e:
         raise ConfigError(f"{p}: cannot read the sweep table: {e}") from e
+
+
+def _jsonl_rows(p: Path) -> list[dict[str, Any]]:
+    rows = []
+    lines = p.read_text().splitlines()
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            if i == len(lines):
+                log.warning("%s: the last row is incomplete (an interrupted sweep); its run runs again", p)
+                continue
+            raise
+        if not isinstance(row, dict):
+            raise ConfigError(f"{p}:{i}: not a sweep row (a JSON object)")
+        rows.append(row)
+    return rows
 
 
 def _typed(row: dict[str, str]) -> dict[str, Any]:
@@ -185,15 +210,23 @@ def _typed(row: dict[str, str]) -> dict[str, Any]:
 
 
 class _Table:
-    """The output table, written as rows arrive (CSV: appended; JSON: rewritten)."""
+    """The output table, written as rows arrive (CSV and JSON lines: appended; JSON: rewritten)."""
 
     def __init__(self, path: Path, rows: list[dict[str, Any]]) -> None:
         self.path = path
         self.rows = rows
         self.fields = list(AXES) + list(METRICS)
+        if path.suffix == ".jsonl" and path.exists():
+            data = path.read_bytes()
+            if data and not data.endswith(b"\n"):      # a row cut short (read_table left it out): drop it
+                path.write_bytes(data[: data.rfind(b"\n") + 1])
 
     def add(self, row: dict[str, Any]) -> None:
         self.rows.append(row)
+        if self.path.suffix == ".jsonl":
+            with open(self.path, "a") as f:
+                f.write(json.dumps(row, separators=(",", ":")) + "\n")
+            return
         if self.path.suffix == ".json":
             tmp = self.path.with_name(self.path.name + ".tmp")
             tmp.write_text(json.dumps(self.rows, indent=1) + "\n")
@@ -214,19 +247,19 @@ def run_sweep(runs: list[dict[str, Any]], out: str | os.PathLike[str], *, worker
 
     Args:
         runs: from :func:`load_sweep`.
-        out: the table (``.csv`` or ``.json``); its existing rows are kept and their runs skipped.
+        out: the table (``.csv``, ``.json`` or ``.jsonl``); its existing rows are kept and their runs skipped.
         workers: local processes (default: all cores); 1 runs in this process.
         dask: address of a Dask scheduler (``tcp://host:8786``): the runs go there instead.
         progress: show a progress bar (tqdm, on stderr).
         runner: the function that runs one run (must be importable by the workers).
 
     Raises:
-        ConfigError: an output table that cannot be read, or of another format than CSV/JSON.
+        ConfigError: an output table that cannot be read, or of another format than CSV/JSON/JSON lines.
         SimulationError: a run failed (the rows of the runs finished before are kept).
     """
     path = Path(out)
-    if path.suffix not in (".csv", ".json"):
-        raise ConfigError(f"sweep output must end in .csv or .json, got {path}")
+    if path.suffix not in (".csv", ".json", ".jsonl"):
+        raise ConfigError(f"sweep output must end in .csv or .json (or .jsonl: JSON lines), got {path}")
     table = _Table(path, read_table(path))
     done = {r.get("key") for r in table.rows}
     todo = [r for r in runs if r["key"] not in done]

@@ -1,16 +1,15 @@
 """The I/O experiments' workloads (seed 004's KTH-SP2 with burst buffers, seed 000 §4.2's checkpointing jobs) and
-their quick reports."""
+quick runs of them."""
 
 from __future__ import annotations
-
-import json
 
 import numpy as np
 import pytest
 
-from malleable.controller.experiments import run_experiment
+from malleable.controller.experiments import Run
 from malleable.controller.experiments._exp000io import FLOPS, LINK, PFS, io_workload
 from malleable.controller.experiments._io004 import MACHINE, bb_workload, kth, mean_per_processor, parts
+from malleable.controller.experiments._runner import run_task
 from malleable.controller.sched import PhaseKind
 from malleable.errors import TraceError
 
@@ -59,16 +58,25 @@ def test_checkpointing_workload_and_its_intensities():
     assert FLOPS == 100e9
 
 
-def test_quick_reports_of_the_io_experiments(tmp_path):
-    rep = run_experiment("004", tmp_path, quick=True)
-    body = json.loads((tmp_path / "004.json").read_text())
-    assert (tmp_path / "004.png").stat().st_size > 1000 and body["rows"]
-    for part in (0, 1):
-        r = body["runs"][f"parts:{part}:1.0"]
-        assert r["fcfs-easy"]["mean_wait_h"] > r["fcfs-bb"]["mean_wait_h"]      # the barrier of Fig. 1
-        assert r["sjf-bb"]["mean_wait_h"] > 0 and r["plan-2"]["plan_evaluations"] > 0
-    assert any("plan-2" in row.scenario for row in rep.rows)
-    rep = run_experiment("000-io", tmp_path, quick=True)
-    assert {row.scenario for row in rep.rows} == {"fcfsm", "io-aware-0.4"}
-    runs = json.loads((tmp_path / "000-io.json").read_text())["runs"]
-    assert runs["fcfsm"]["avg_checkpoint_s"] > 0 and runs["io-aware-0.4"]["trace"]
+def test_quick_runs_of_the_io_experiments():
+    # seed 004: the barrier of Fig. 1 on a three-week part; checkpoints are the whole request
+    p = {"part": 0, "sigma": 1.0}
+    easy = run_task(Run("004", "part 1", "fcfs-easy", 0, True, p, detail=True).task())
+    bb = run_task(Run("004", "part 1", "fcfs-bb", 0, True, p).task())
+    plan = run_task(Run("004", "part 1", "plan-2", 0, True, p).task())
+    assert easy["metrics"]["mean_wait_h"] > bb["metrics"]["mean_wait_h"] > 0
+    assert plan["metrics"]["plan_evaluations"] > 0 and plan["metrics"]["plan_passes"] > 0
+    rec = easy["record"]
+    assert {"utilisation", "pfs", "bb"} <= set(rec["curves"]) and max(rec["curves"]["bb"]["y"]) <= 1.0 + 1e-9
+    w = bb_workload(parts(kth())[0], seed=0)
+    for ph, req in zip(w.phases, w.bb, strict=True):
+        assert all(x.amount == req for x in ph if x.kind is PhaseKind.CHECKPOINT)
+    # seed 000 §4.2: FCFSm against alpha 0.4 on the first 600 jobs, with the intensity curves of the report
+    q = {"n": 600, "load": 0.9}
+    base = run_task(Run("000-io", "load 0.9", "fcfsm", 0, True, q).task())["metrics"]
+    io = run_task(Run("000-io", "load 0.9", "io-aware-0.4", 0, True, q, detail=True).task())
+    assert base["avg_checkpoint_s"] > 0 and io["metrics"]["avg_checkpoint_s"] > 0
+    assert io["metrics"]["malleable_mean_size"] < base["malleable_mean_size"]
+    assert io["record"]["curves"]["intensity_s"]["y"] and io["record"]["curves"]["intensity_w"]["y"]
+    still = run_task(Run("000-io", "load 0.9", "io-aware-0.4, no points", 0, True, q).task())["metrics"]
+    assert still["resizes"] == 0 and io["metrics"]["resizes"] > 0
