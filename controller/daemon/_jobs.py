@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from malleable.controller.sched._depend import DepStatus, dependency_status, format_dependency, parse_dependency
 from malleable.controller.sched._ledger import Ledger
 from malleable.controller.sched._speedup import speedup_params
 from malleable.errors import Refusal, UnknownJob
@@ -66,6 +67,7 @@ class Jobs(Part):
         if not 0.0 <= m.io_intensity <= 1.0:
             raise Refusal(f"--io-intensity must be between 0 and 1, got {m.io_intensity:g}")
         self.storage.check_submit(m)
+        dependency = self._dependency(m.dependency)
         hi = min(hi, n_hosts)
         pref = min(pref, hi)
         limit = 0.0 if m.unlimited else (m.time_limit or self.config.default_time)    # 0: no limit
@@ -76,17 +78,59 @@ class Jobs(Part):
         j = JobRec(jid, m.name or m.cmd[0].rsplit("/", 1)[-1], list(m.cmd), pref, lo, hi, m.malleable, limit,
                    m.out.replace("%j", str(jid)), m.err.replace("%j", str(jid)), m.cwd, env, now,
                    reason="Priority", speedup=speedup, constraint=constraint, user=m.user,
-                   io_intensity=m.io_intensity, **submitted(m))
-        self.ledger.submit(to_job(j))
+                   io_intensity=m.io_intensity, dependency=dependency, **submitted(m))
+        if dependency and dependency_status(parse_dependency(dependency), st.ended)[0] is DepStatus.WAITING:
+            j.reason = DepStatus.WAITING.value          # out of the queue the policies see until they end
+        else:
+            self.ledger.submit(to_job(j))
         self.out.save(j)
         self.out.log_event(jid, "submit", f"{'malleable' if m.malleable else 'rigid'} {lo}..{hi} pref {pref} nodes, "
                            f"limit {f'{limit:g} s' if limit else 'UNLIMITED'}, speedup {speedup or 'linear'}, user "
-                           f"{m.user or '-'}{f', burst buffer {P.format_size(m.bb)}' if m.bb else ''}: "
+                           f"{m.user or '-'}{f', burst buffer {P.format_size(m.bb)}' if m.bb else ''}"
+                           f"{f', after {dependency}' if dependency else ''}: "
                            f"{' '.join(m.cmd)[:200]}", now)
         if dropped:
             self.out.log_event(jid, "env", "not stored or passed on (secret-looking names): "
                                f"{', '.join(dropped)[:300]}", now)
         self.out.emit(Reply(P.Submitted(jid)))
+
+    def _dependency(self, text: str) -> str:
+        """The canonical text of a submit's ``--dependency``, each job it names known and not ended in a way that
+        makes it unsatisfiable.
+
+        Raises:
+            Refusal: a bad text, an unknown job, or an afterok job that already ended otherwise than COMPLETED.
+        """
+        try:
+            deps = parse_dependency(text)
+        except ValueError as e:
+            raise Refusal(str(e)) from None
+        st = self.state
+        for d in deps:
+            for jid in d.job_ids:
+                if jid not in st.jobs and jid not in st.ended:
+                    raise Refusal(f"--dependency {d.kind}:{jid}: no job {jid}")
+        status, why = dependency_status(deps, st.ended)
+        if status is DepStatus.NEVER:
+            raise Refusal(f"--dependency {format_dependency(deps)} can never be satisfied: {why}")
+        return format_dependency(deps)
+
+    def release_dependents(self, now: float) -> None:
+        """Queue the jobs waiting for dependencies that are now satisfied; cancel those whose dependencies can
+        never be (an afterok job that did not complete: Slurm's DependencyNeverSatisfied with
+        kill_invalid_depend). A cancelled one may in turn end the wait of others (through :meth:`finish`)."""
+        st = self.state
+        for j in sorted(st.jobs.values(), key=lambda j: j.id):
+            if j.state != JobState.PENDING or j.reason != DepStatus.WAITING.value or j.id not in st.jobs:
+                continue
+            status, why = dependency_status(parse_dependency(j.dependency), st.ended)
+            if status is DepStatus.SATISFIED:
+                j.reason = "Priority"
+                self.ledger.submit(to_job(j))
+                self.out.save(j)
+                self.out.log_event(j.id, "dependency", f"{j.dependency} satisfied; queued", now)
+            elif status is DepStatus.NEVER:
+                self.finish(j, JobState.CANCELLED, None, now, f"{DepStatus.NEVER.value}: {why} ({j.dependency})")
 
     def cancel(self, m: P.Cancel, now: float) -> None:
         st = self.state
@@ -208,6 +252,7 @@ class Jobs(Part):
         self.state.reported.pop(j.id, None)
         self.out.save(j)
         self.out.log_event(j.id, "end", f"{state} ({reason})", now)
+        self.release_dependents(now)
 
     def drain_all(self, j: JobRec, now: float) -> None:
         """The job's processes ended: its hosts drain (checked before reuse)."""
