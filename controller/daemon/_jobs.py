@@ -29,6 +29,7 @@ __all__ = ["CONSTRAINTS", "Jobs"]
 
 CONSTRAINTS = ("", "pof2", "even", "odd")
 SIGTERM, SIGKILL = 15, 9    # the signals that stop a job (numbers as exit codes report them; Linux values)
+LAUNCHER_ABORT = 255        # mpiexec's exit code when it gives up (hydra, killed while it starts the job)
 KILL_REPEAT = 5.0
 """Seconds between SIGKILLs of a job whose processes are still there after the first one."""
 
@@ -176,6 +177,10 @@ class Jobs(Part):
             # mpiexec reports processes killed by signal S as exit code S: after the controller sent S, read it
             # as "killed by S" (sacct's 0:S), as the shell's 128+S would say
             e = dataclasses.replace(e, code=128 + e.code)
+        elif j.stop_at and not e.reason and e.code in (None, LAUNCHER_ABORT):
+            # stopped while mpiexec was still starting it: mpiexec gave up (or the shepherd went with it) before
+            # the program could report; what ended it is the signal the controller sent
+            e = dataclasses.replace(e, code=128 + (SIGKILL if j.killed_at else SIGTERM))
         self.drain_all(j, now)
         if j.cancel and j.reason == "TIMEOUT":
             self.finish(j, JobState.TIMEOUT, e.code, now, "time limit reached")
@@ -199,8 +204,12 @@ class Jobs(Part):
                 j.cancel, j.reason = True, "TIMEOUT"
                 out.log_event(j.id, "timeout", f"time limit of {j.time_limit:g} s reached", now)
                 self.stop(j, now, "time limit")
-            if (j.stop_at and j.state == JobState.RUNNING and now >= j.stop_at + cfg.kill_wait
-                    and now >= j.killed_at + KILL_REPEAT):
+            stopping = j.stop_at and j.state == JobState.RUNNING
+            if stopping and not j.killed_at and j.stop_at < now < j.stop_at + cfg.kill_wait:
+                # processes that appeared after the SIGTERM (a job cancelled while its launcher was still
+                # starting it) get theirs now; those that had it are not signalled again (the shell knows them)
+                out.emit(Stop(j.id, j.pid, "still stopping"))
+            elif stopping and now >= j.stop_at + cfg.kill_wait and now >= j.killed_at + KILL_REPEAT:
                 first = not j.killed_at
                 j.killed_at = now
                 out.save(j)
@@ -223,8 +232,9 @@ class Jobs(Part):
 
     # -- what the other parts ask ----------------------------------------------------------------------------
     def stop(self, j: JobRec, now: float, reason: str) -> None:
-        """SIGTERM the job's processes now; the tick sends SIGKILL once ``kill_wait`` is over (Slurm's KillWait).
-        A job already being stopped keeps its first SIGTERM's time."""
+        """SIGTERM the job's processes now, and at each tick those that appeared since (each gets one); the tick
+        sends SIGKILL once ``kill_wait`` is over (Slurm's KillWait). A job already being stopped keeps its first
+        SIGTERM's time."""
         if not j.stop_at:
             j.stop_at, j.killed_at = now, 0.0
         self.out.save(j)
