@@ -377,16 +377,12 @@ class Daemon(DaemonViews):
                 info = mine.get(c) or proc_info(c)
                 if info is not None:
                     mine[c] = info
-            # each process gets one SIGTERM, known by pid and name: one that exec'd since (a launcher's child
-            # becoming the program) is new
-            sent = self.termed.setdefault(a.job_id, set())
-            seen = {(p_.pid, p_.name) for p_ in mine.values()}
-            app = application(list(mine.values()), pid)
+            sent = self.termed.setdefault(a.job_id, set())   # one SIGTERM per (pid, name): an exec'd one is new
+            seen, app = {(q.pid, q.name) for q in mine.values()} | {(pid, "")}, application(list(mine.values()), pid)
             targets = [t for t in app if (t, mine[t].name) not in sent]
-            if not app and (not sent or seen - sent):
+            if not app and seen - sent:
                 stop_job(pid)       # nothing of the program yet: the group (mpiexec passes it on, if it is up)
                 sent.update(seen)
-                sent.add((pid, ""))
             sent.update((t, mine[t].name) for t in targets)
         for t in targets:
             try:
