@@ -22,7 +22,7 @@ from . import _protocol as P
 from ._access import secret_looking
 from ._events import AddStep, JobExited, JobLaunched, Kill, Launch, LaunchFailed, Relaunch, Reply, Stop, Tick
 from ._records import JobRec, JobState
-from ._state import CoreConfig, CoreState, Outbox, Part, to_job
+from ._state import CoreConfig, CoreState, Outbox, Part, host_list, to_job
 from ._storage import Storage, submitted
 
 __all__ = ["CONSTRAINTS", "Jobs"]
@@ -348,5 +348,5 @@ class Jobs(Part):
                 j.launched, j.state, j.start, j.since, j.reason = True, JobState.RUNNING, now, now, ""
                 self.out.save(j)
                 self.out.emit(AddStep(j.id, now, "start", tuple(j.hosts)))
-                self.out.log_event(j.id, "start", f"on {','.join(j.hosts)}", now)
+                self.out.log_event(j.id, "start", f"on {host_list(j.hosts)}", now)
                 self.out.emit(Launch(dataclasses.replace(j, hosts=list(j.hosts))))
