@@ -261,3 +261,11 @@ def test_completion_script_completes_in_bash(env):
     assert complete("malleable", "history", "--st") == ["--state", "--states", "--starttime"]
     assert sorted(complete("malleable", "controller", "st")) == ["start", "status", "stop"]
     assert "#compdef malleable" in cli("completion", "zsh")[1]
+
+
+def test_event_host_lists_are_compressed_or_joined():
+    """Event texts write host lists as Slurm does; names that a host list cannot hold are joined, not refused."""
+    from malleable.controller.daemon._state import host_list
+
+    assert host_list(["n10", "n9", "a", "n1"]) == "a,n[1,9-10]"
+    assert host_list(["odd[1]", "b"]) == "odd[1],b"
