@@ -29,7 +29,7 @@ DEFAULTS: dict[str, Any] = {
     "output": "", "error": "", "job_name": "", "wrap": None, "speedup": "", "constraint": "", "parsable": False,
     "bb": None, "fs_servers": None, "stage_in": [], "stage_out": [], "fs_min": None, "fs_max": None, "io_rate": None,
     "fs_replicas": None,
-    "io_intensity": None,
+    "io_intensity": None, "dependency": None,
 }
 
 
@@ -68,6 +68,10 @@ def add_submit_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--io-intensity", type=float, metavar="I",
                    help="the job's I/O time over its run time, 0 to 1, for the io-aware policy (default 0; what "
                         "the job measures with malleable.runtime.io_phase replaces it while it runs)")
+    p.add_argument("-d", "--dependency", metavar="TYPE:ID[:ID...]",
+                   help="wait for other jobs, as sbatch: afterok:ID[:ID...] (they completed; if one did not, this "
+                        "job is cancelled, reason DependencyNeverSatisfied), afterany:ID[:ID...] (they ended); "
+                        "several joined by ',' must all hold")
     p.add_argument("--stage-in", action="append", metavar="LOCAL:/FS/PATH",
                    help="copy a local file into the job's file system before it starts (repeatable)")
     p.add_argument("--stage-out", action="append", metavar="/FS/PATH:LOCAL",
@@ -260,13 +264,22 @@ def resolve(given: dict[str, Any], slots: Callable[[], int]) -> tuple[dict[str, 
     io = o["io_intensity"]
     if io is not None and not 0.0 <= io <= 1.0:       # also rejects nan
         raise ConfigError(f"--io-intensity must be between 0 and 1, got {io:g}")
+    dependency = ""
+    if o["dependency"]:
+        from malleable.controller.sched._depend import format_dependency, parse_dependency
+
+        try:
+            dependency = format_dependency(parse_dependency(o["dependency"]))
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     limit = parse_limit(o["time"]) if o["time"] else None        # None: the controller's default; 0: none
     out = os.path.abspath(o["output"]) if o["output"] else ""
     err = os.path.abspath(o["error"]) if o["error"] else ""
     name = o["job_name"] or ("wrap" if wrap is not None else "")          # sbatch names --wrap jobs "wrap"
     return ({"cmd": cmd, "nodes": pref, "min_nodes": lo, "max_nodes": hi, "malleable": malleable,
              "time_limit": limit or 0.0, "unlimited": limit == 0.0, "name": name, "out": out, "err": err,
-             "speedup": speedup, "constraint": constraint, **storage, **({"io_intensity": io} if io else {})},
+             "speedup": speedup, "constraint": constraint, **storage, **({"io_intensity": io} if io else {}),
+             **({"dependency": dependency} if dependency else {})},
             bool(o["parsable"]))
 
 

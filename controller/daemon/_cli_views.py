@@ -330,6 +330,8 @@ def info_lines(job: dict[str, Any], steps: list[dict[str, Any]], events: list[di
     out.append(f"  Submit={_fmt_t(j['submit'])} Start={_fmt_t(j['start'])} End={_fmt_t(j['end'])}{el} "
                f"TimeLimit={format_limit(j['time_limit'])} Reason={j['reason'] or '-'}")
     out.append(f"  Command={' '.join(j['cmd'])}")
+    if j.get("dependency"):
+        out.append(f"  Dependency={j['dependency']}")
     o, e = out_paths(j)
     out.append(f"  WorkDir={j['cwd']} StdOut={o}" + (f" StdErr={e}" if e != o else ""))
     if j.get("speedup") or j.get("constraint"):

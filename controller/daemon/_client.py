@@ -164,14 +164,15 @@ class Client:
                constraint: str = "", user: str | None = None, unlimited: bool = False, bb: float = 0.0,
                fs_servers: int = 0, stage_in: Sequence[str] = (), stage_out: Sequence[str] = (), fs_min: int = 0,
                fs_max: int = 0, io_rate: float = 0.0, fs_replicas: int = 0,
-               io_intensity: float = 0.0) -> int:
+               io_intensity: float = 0.0, dependency: str = "") -> int:
         """Submit a job; returns its id (see :class:`~._protocol.Submit`; ``nodes`` is the preferred size of a
         malleable job, ``user`` defaults to the login name (a user's key submits as that user whatever it says),
         ``env`` to this process's environment, without secret-looking variables, which are never sent;
         ``time_limit`` 0 is the controller's default, ``unlimited`` no limit; ``bb`` bytes of burst buffer give the
         job a file system of ``fs_servers`` data servers, with ``stage_in``/``stage_out`` as ``SRC:DST``, growing
         between ``fs_min`` and ``fs_max`` servers for ``io_rate`` bytes/s, keeping ``fs_replicas`` copies of each
-        block; ``io_intensity`` the declared I/O time over run time, 0..1)."""
+        block; ``io_intensity`` the declared I/O time over run time, 0..1; ``dependency`` the jobs it waits for,
+        as ``afterok:ID[:ID...]`` or ``afterany:ID[:ID...]``, several joined by ``,``)."""
         e = dict(os.environ) if env is None else dict(env)
         for k in ("MALLEABLE_JOB", "MALLEABLE_CONTROLLER", "MALLEABLE_JOB_TAG", SERVER_KEY_ENV):
             e.pop(k, None)
@@ -179,7 +180,8 @@ class Client:
         m = P.Submit(name, list(cmd), nodes, min_nodes or nodes, max_nodes or nodes, malleable, float(time_limit),
                      out, err, cwd or os.getcwd(), e, speedup, constraint, _login() if user is None else user,
                      unlimited, float(bb), fs_servers, list(stage_in), list(stage_out), fs_min, fs_max,
-                     float(io_rate), fs_replicas=fs_replicas, io_intensity=float(io_intensity))
+                     float(io_rate), fs_replicas=fs_replicas, io_intensity=float(io_intensity),
+                     dependency=dependency)
         reply = self.call(m)
         assert isinstance(reply, P.Submitted)
         return reply.job_id

@@ -28,6 +28,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from malleable.controller.sched._depend import DepStatus, dependency_status, parse_dependency
 from malleable.controller.sched._ledger import Ledger
 from malleable.controller.sched._model import Job, RunningJob, Snapshot
 from malleable.controller.sched._speedup import declared
@@ -213,7 +214,13 @@ class Core:
             if j.state == JobState.PENDING:
                 if any(h.drain == j.id and not h.down for h in st.hosts.values()):
                     st.held.add(j.id)           # re-queued, its hosts not checked yet
+                elif j.reason == DepStatus.WAITING.value and dependency_status(
+                        parse_dependency(j.dependency), st.ended)[0] is not DepStatus.SATISFIED:
+                    continue                    # waits for its dependencies (an unsatisfiable one: at the next end)
                 else:
+                    if j.reason == DepStatus.WAITING.value:
+                        j.reason = "Priority"
+                        self.out.save(j)
                     led.submit(to_job(j))
 
     # -- views -----------------------------------------------------------------------------------------------

@@ -177,6 +177,7 @@ class Daemon(DaemonViews):
         self.job_address = ""
         self.procs: dict[int, Any] = {}          # job id -> Popen (ours) or psutil.Process (re-attached)
         self.allowed: dict[int, int] = {}        # local pools: rank processes a shrunk job keeps
+        self.termed: dict[int, set[tuple[int, str]]] = {}   # job id -> (pid, name) sent its SIGTERM
         self.started = time.time()
         self.shutdown = False
         self.cancel_on_exit = False
@@ -376,9 +377,13 @@ class Daemon(DaemonViews):
                 info = mine.get(c) or proc_info(c)
                 if info is not None:
                     mine[c] = info
-            targets = application(list(mine.values()), pid)
-            if not targets:
-                stop_job(pid)
+            sent = self.termed.setdefault(a.job_id, set())   # one SIGTERM per (pid, name): an exec'd one is new
+            seen, app = {(q.pid, q.name) for q in mine.values()} | {(pid, "")}, application(list(mine.values()), pid)
+            targets = [t for t in app if (t, mine[t].name) not in sent]
+            if not app and seen - sent:
+                stop_job(pid)       # nothing of the program yet: the group (mpiexec passes it on, if it is up)
+                sent.update(seen)
+            sent.update((t, mine[t].name) for t in targets)
         for t in targets:
             try:
                 os.kill(t, signal.SIGKILL if a.hard else signal.SIGTERM)
@@ -411,6 +416,7 @@ class Daemon(DaemonViews):
                 sig = None
             del self.procs[jid]
             self.allowed.pop(jid, None)
+            self.termed.pop(jid, None)
             code, _ = read_rc(self.jobs_dir, jid)
             if code is None and sig is not None and sig < 0:
                 code = 128 - sig

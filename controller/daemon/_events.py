@@ -299,8 +299,9 @@ class Launch:
 
 @dataclass(frozen=True, slots=True)
 class Stop:
-    """Stop a running job's processes (cancel, time limit, interruption): SIGTERM to all of them, or SIGKILL when
-    ``hard`` (the grace period after the SIGTERM is over)."""
+    """Stop a running job's processes (cancel, time limit, interruption): SIGTERM to each of them once (repeated
+    while the job is being stopped, it reaches the processes that appeared since), or SIGKILL to all when ``hard``
+    (the grace period after the SIGTERM is over)."""
 
     job_id: int
     pid: int

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from malleable.controller.sched._depend import DepStatus, dependency_status, format_dependency, parse_dependency
 from malleable.controller.sched._ledger import Ledger
 from malleable.controller.sched._speedup import speedup_params
 from malleable.errors import Refusal, UnknownJob
@@ -21,13 +22,14 @@ from . import _protocol as P
 from ._access import secret_looking
 from ._events import AddStep, JobExited, JobLaunched, Kill, Launch, LaunchFailed, Relaunch, Reply, Stop, Tick
 from ._records import JobRec, JobState
-from ._state import CoreConfig, CoreState, Outbox, Part, to_job
+from ._state import CoreConfig, CoreState, Outbox, Part, host_list, to_job
 from ._storage import Storage, submitted
 
 __all__ = ["CONSTRAINTS", "Jobs"]
 
 CONSTRAINTS = ("", "pof2", "even", "odd")
 SIGTERM, SIGKILL = 15, 9    # the signals that stop a job (numbers as exit codes report them; Linux values)
+LAUNCHER_ABORT = 255        # mpiexec's exit code when it gives up (hydra, killed while it starts the job)
 KILL_REPEAT = 5.0
 """Seconds between SIGKILLs of a job whose processes are still there after the first one."""
 
@@ -66,6 +68,7 @@ class Jobs(Part):
         if not 0.0 <= m.io_intensity <= 1.0:
             raise Refusal(f"--io-intensity must be between 0 and 1, got {m.io_intensity:g}")
         self.storage.check_submit(m)
+        dependency = self._dependency(m.dependency)
         hi = min(hi, n_hosts)
         pref = min(pref, hi)
         limit = 0.0 if m.unlimited else (m.time_limit or self.config.default_time)    # 0: no limit
@@ -76,17 +79,59 @@ class Jobs(Part):
         j = JobRec(jid, m.name or m.cmd[0].rsplit("/", 1)[-1], list(m.cmd), pref, lo, hi, m.malleable, limit,
                    m.out.replace("%j", str(jid)), m.err.replace("%j", str(jid)), m.cwd, env, now,
                    reason="Priority", speedup=speedup, constraint=constraint, user=m.user,
-                   io_intensity=m.io_intensity, **submitted(m))
-        self.ledger.submit(to_job(j))
+                   io_intensity=m.io_intensity, dependency=dependency, **submitted(m))
+        if dependency and dependency_status(parse_dependency(dependency), st.ended)[0] is DepStatus.WAITING:
+            j.reason = DepStatus.WAITING.value          # out of the queue the policies see until they end
+        else:
+            self.ledger.submit(to_job(j))
         self.out.save(j)
         self.out.log_event(jid, "submit", f"{'malleable' if m.malleable else 'rigid'} {lo}..{hi} pref {pref} nodes, "
                            f"limit {f'{limit:g} s' if limit else 'UNLIMITED'}, speedup {speedup or 'linear'}, user "
-                           f"{m.user or '-'}{f', burst buffer {P.format_size(m.bb)}' if m.bb else ''}: "
+                           f"{m.user or '-'}{f', burst buffer {P.format_size(m.bb)}' if m.bb else ''}"
+                           f"{f', after {dependency}' if dependency else ''}: "
                            f"{' '.join(m.cmd)[:200]}", now)
         if dropped:
             self.out.log_event(jid, "env", "not stored or passed on (secret-looking names): "
                                f"{', '.join(dropped)[:300]}", now)
         self.out.emit(Reply(P.Submitted(jid)))
+
+    def _dependency(self, text: str) -> str:
+        """The canonical text of a submit's ``--dependency``, each job it names known and not ended in a way that
+        makes it unsatisfiable.
+
+        Raises:
+            Refusal: a bad text, an unknown job, or an afterok job that already ended otherwise than COMPLETED.
+        """
+        try:
+            deps = parse_dependency(text)
+        except ValueError as e:
+            raise Refusal(str(e)) from None
+        st = self.state
+        for d in deps:
+            for jid in d.job_ids:
+                if jid not in st.jobs and jid not in st.ended:
+                    raise Refusal(f"--dependency {d.kind}:{jid}: no job {jid}")
+        status, why = dependency_status(deps, st.ended)
+        if status is DepStatus.NEVER:
+            raise Refusal(f"--dependency {format_dependency(deps)} can never be satisfied: {why}")
+        return format_dependency(deps)
+
+    def release_dependents(self, now: float) -> None:
+        """Queue the jobs waiting for dependencies that are now satisfied; cancel those whose dependencies can
+        never be (an afterok job that did not complete: Slurm's DependencyNeverSatisfied with
+        kill_invalid_depend). A cancelled one may in turn end the wait of others (through :meth:`finish`)."""
+        st = self.state
+        for j in sorted(st.jobs.values(), key=lambda j: j.id):
+            if j.state != JobState.PENDING or j.reason != DepStatus.WAITING.value or j.id not in st.jobs:
+                continue
+            status, why = dependency_status(parse_dependency(j.dependency), st.ended)
+            if status is DepStatus.SATISFIED:
+                j.reason = "Priority"
+                self.ledger.submit(to_job(j))
+                self.out.save(j)
+                self.out.log_event(j.id, "dependency", f"{j.dependency} satisfied; queued", now)
+            elif status is DepStatus.NEVER:
+                self.finish(j, JobState.CANCELLED, None, now, f"{DepStatus.NEVER.value}: {why} ({j.dependency})")
 
     def cancel(self, m: P.Cancel, now: float) -> None:
         st = self.state
@@ -132,6 +177,10 @@ class Jobs(Part):
             # mpiexec reports processes killed by signal S as exit code S: after the controller sent S, read it
             # as "killed by S" (sacct's 0:S), as the shell's 128+S would say
             e = dataclasses.replace(e, code=128 + e.code)
+        elif j.stop_at and not e.reason and e.code in (None, LAUNCHER_ABORT):
+            # stopped while mpiexec was still starting it: mpiexec gave up (or the shepherd went with it) before
+            # the program could report; what ended it is the signal the controller sent
+            e = dataclasses.replace(e, code=128 + (SIGKILL if j.killed_at else SIGTERM))
         self.drain_all(j, now)
         if j.cancel and j.reason == "TIMEOUT":
             self.finish(j, JobState.TIMEOUT, e.code, now, "time limit reached")
@@ -155,8 +204,12 @@ class Jobs(Part):
                 j.cancel, j.reason = True, "TIMEOUT"
                 out.log_event(j.id, "timeout", f"time limit of {j.time_limit:g} s reached", now)
                 self.stop(j, now, "time limit")
-            if (j.stop_at and j.state == JobState.RUNNING and now >= j.stop_at + cfg.kill_wait
-                    and now >= j.killed_at + KILL_REPEAT):
+            stopping = j.stop_at and j.state == JobState.RUNNING
+            if stopping and not j.killed_at and j.stop_at < now < j.stop_at + cfg.kill_wait:
+                # processes that appeared after the SIGTERM (a job cancelled while its launcher was still
+                # starting it) get theirs now; those that had it are not signalled again (the shell knows them)
+                out.emit(Stop(j.id, j.pid, "still stopping"))
+            elif stopping and now >= j.stop_at + cfg.kill_wait and now >= j.killed_at + KILL_REPEAT:
                 first = not j.killed_at
                 j.killed_at = now
                 out.save(j)
@@ -179,8 +232,9 @@ class Jobs(Part):
 
     # -- what the other parts ask ----------------------------------------------------------------------------
     def stop(self, j: JobRec, now: float, reason: str) -> None:
-        """SIGTERM the job's processes now; the tick sends SIGKILL once ``kill_wait`` is over (Slurm's KillWait).
-        A job already being stopped keeps its first SIGTERM's time."""
+        """SIGTERM the job's processes now, and at each tick those that appeared since (each gets one); the tick
+        sends SIGKILL once ``kill_wait`` is over (Slurm's KillWait). A job already being stopped keeps its first
+        SIGTERM's time."""
         if not j.stop_at:
             j.stop_at, j.killed_at = now, 0.0
         self.out.save(j)
@@ -208,6 +262,7 @@ class Jobs(Part):
         self.state.reported.pop(j.id, None)
         self.out.save(j)
         self.out.log_event(j.id, "end", f"{state} ({reason})", now)
+        self.release_dependents(now)
 
     def drain_all(self, j: JobRec, now: float) -> None:
         """The job's processes ended: its hosts drain (checked before reuse)."""
@@ -293,5 +348,5 @@ class Jobs(Part):
                 j.launched, j.state, j.start, j.since, j.reason = True, JobState.RUNNING, now, now, ""
                 self.out.save(j)
                 self.out.emit(AddStep(j.id, now, "start", tuple(j.hosts)))
-                self.out.log_event(j.id, "start", f"on {','.join(j.hosts)}", now)
+                self.out.log_event(j.id, "start", f"on {host_list(j.hosts)}", now)
                 self.out.emit(Launch(dataclasses.replace(j, hosts=list(j.hosts))))

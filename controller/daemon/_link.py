@@ -15,7 +15,7 @@ from ._events import AddStep, Reply
 from ._jobs import Jobs
 from ._records import JobRec, JobState
 from ._reports import IO_PHASE, check_io, fraction, intensity_of, mtct_of, serial_of
-from ._state import CoreConfig, CoreState, Outbox, Part
+from ._state import CoreConfig, CoreState, Outbox, Part, host_list
 
 __all__ = ["Link"]
 
@@ -43,7 +43,7 @@ class Link(Part):
         j.registered, j.link_pid = True, m.pid
         self.out.save(j)
         self.out.log_event(j.id, "register", f"rank 0 pid {m.pid} on {m.host}, {m.size} processes on "
-                           f"{','.join(sorted(set(m.hosts)))}", now)
+                           f"{host_list(m.hosts)}", now)
         self.out.emit(Reply(P.Ok()))
 
     def poll(self, m: P.Poll, now: float) -> None:
@@ -88,7 +88,7 @@ class Link(Part):
                     self.out.set_host(name, drain_since=now)
         self.out.emit(AddStep(j.id, now, o.kind, tuple(j.hosts), o.decided, m.seconds))
         unfreed = sorted(set(o.removed) - set(m.freed))
-        note = f"; runtime did not report {','.join(unfreed)} freed" if unfreed else ""
+        note = f"; runtime did not report {host_list(unfreed)} freed" if unfreed else ""
         self.out.log_event(j.id, o.kind, f"{m.old_size} -> {m.new_size} processes on {len(j.hosts)} hosts in "
                            f"{m.seconds:.3f} s (decided {now - o.decided:.3f} s ago){note}", now)
         self.out.emit(Reply(P.Ok()))

@@ -18,7 +18,7 @@ from ._events import Schedule
 from ._jobs import Jobs
 from ._link import Link
 from ._records import JobState, ResizeOrder
-from ._state import CoreConfig, CoreState, Outbox, Part
+from ._state import CoreConfig, CoreState, Outbox, Part, host_list
 from ._storage import Storage
 
 __all__ = ["Pass", "Policy"]
@@ -149,7 +149,7 @@ class Pass(Part):
         self.keep_view(j)
         self.out.save(j)
         self.out.log_event(j.id, "order", f"order {j.seq}: {kind} {len(cur)} -> {new.size} nodes "
-                           f"({'+' + ','.join(added) if added else '-' + ','.join(gone)})", now)
+                           f"({'+' + host_list(added) if added else '-' + host_list(gone)})", now)
 
 
 def _hosts(nodes: Sequence[NodeId]) -> tuple[str, ...]:

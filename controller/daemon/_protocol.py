@@ -49,6 +49,7 @@ from malleable._wire import (
     secure_socket,
     unpack,
 )
+from malleable.controller.sched._depend import parse_dependency
 from malleable.controller.sched._speedup import SPEEDUP_MODELS, parse_speedup
 from malleable.errors import ConfigError, ProtocolError
 
@@ -232,6 +233,7 @@ class Submit(Message):
     io_rate: float = 0.0     # requested I/O rate (RIO) in bytes/s: what the file system grows for (0: none)
     fs_replicas: int = 0     # copies of each block in that file system (0: one)
     io_intensity: float = 0.0  # declared I/O intensity (I/O time over run time, 0..1) for the io-aware policy
+    dependency: str = ""     # "afterok:ID[:ID...][,afterany:ID...]": the job waits for these jobs to end
 
 
 @_msg("queue")
@@ -494,6 +496,10 @@ def _check_submit(m: Submit) -> None:
         raise ProtocolError(f"submit: {why}")
     if m.io_intensity > 1.0:
         raise ProtocolError(f"submit: io_intensity must be between 0 and 1, got {m.io_intensity}")
+    try:
+        parse_dependency(m.dependency)
+    except ValueError as e:
+        raise ProtocolError(f"submit: {e}") from None
     for direction, specs in (("in", m.stage_in), ("out", m.stage_out)):
         for spec in specs:
             try:

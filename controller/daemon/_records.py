@@ -125,6 +125,7 @@ class JobRec:
     io_rate: float = 0.0                     # requested I/O rate (RIO, bytes/s) its file system grows for
     fs_replicas: int = 0                     # copies of each block in its file system (0: one)
     io_intensity: float = 0.0                # declared I/O intensity (0..1; the runtime's measure replaces it)
+    dependency: str = ""                     # jobs it waits for ("afterok:3,afterany:4"; see sched._depend)
 
     @property
     def size(self) -> int:

@@ -17,15 +17,16 @@ from typing import Any, NamedTuple
 from malleable.controller.sched._ledger import Ledger, Progress
 from malleable.controller.sched._model import Job, JobKind, RunningJob
 from malleable.controller.sched._speedup import declared, speedup_params
-from malleable.errors import UnknownJob
+from malleable.errors import ConfigError, UnknownJob
+from malleable.launch import compress_hostlist
 
 from ._events import Action, AddEvent, SaveHost, SaveJob
 from ._fsrecord import JobFs
 from ._records import HostRec, JobRec, JobState
 from ._reports import intensity_of, serial_of
 
-__all__ = ["UNLIMITED_ESTIMATE", "CoreConfig", "CoreState", "Outbox", "Part", "StoppingFs", "reported_progress",
-           "to_job"]
+__all__ = ["UNLIMITED_ESTIMATE", "CoreConfig", "CoreState", "Outbox", "Part", "StoppingFs", "host_list",
+           "reported_progress", "to_job"]
 
 log = logging.getLogger(__name__)
 
@@ -198,6 +199,15 @@ class Part:
         v = self.ledger.view(j.id)
         if v is not None:
             j.view = [v.start, v.since, v.progress, v.end_estimate, v.resizes]
+
+
+def host_list(hosts: Sequence[str]) -> str:
+    """Host names as event texts print them: Slurm's compressed form (``local[1-3]``), like every other view; names
+    that cannot be written so (brackets or commas in them) are joined with commas."""
+    try:
+        return compress_hostlist(hosts)
+    except ConfigError:
+        return ",".join(hosts)
 
 
 def to_job(j: JobRec) -> Job:

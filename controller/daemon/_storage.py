@@ -35,7 +35,7 @@ from . import _protocol as P
 from ._events import AttachFs, FsAttached, FsFailed, FsFault, FsProgress, FsReady, FsStopped, StartFs, StopFs
 from ._fsrecord import RESTOP, FsPhase, JobFs, StagedFile
 from ._records import JobRec, JobState
-from ._state import Part, StoppingFs
+from ._state import Part, StoppingFs, host_list
 
 __all__ = ["WAIT_REASON", "Storage", "submitted"]
 
@@ -93,7 +93,7 @@ class Storage(Part):
         j.reason = "StageIn" if stage_in else ""
         self.out.save(j)
         self.out.log_event(j.id, "fs-start", f"file system of {P.format_size(j.bb)}: metadata server on {meta}, "
-                           f"{len(data)} data server(s) on {','.join(data)}, {len(stage_in)} file(s) to stage in",
+                           f"{len(data)} data server(s) on {host_list(data)}, {len(stage_in)} file(s) to stage in",
                            now)
         self.out.emit(StartFs(j.id, meta, data, math.ceil(j.bb / len(data)), stage_in, j.fs_replicas or 1))
         return False
@@ -202,7 +202,7 @@ class Storage(Part):
             elif j.fs is fs:
                 self.out.save(j)
         text = "servers stopped; no server process left" if not e.left else \
-            f"servers stopped; processes left on {','.join(e.left)} were killed"
+            f"servers stopped; processes left on {host_list(e.left)} were killed"
         self.out.log_event(e.job_id, "fs-stopped", text + (f" ({e.errors})" if e.errors else ""), e.now)
 
     def attached(self, e: FsAttached) -> None:
@@ -243,7 +243,7 @@ class Storage(Part):
             return
         fs.lent = [h for h in fs.lent if h not in back]
         self.ledger.unwithhold(back)
-        self.out.log_event(j.id, "fs-lent", f"{','.join(back)} no longer serve this file system; free for compute "
+        self.out.log_event(j.id, "fs-lent", f"{host_list(back)} no longer serve this file system; free for compute "
                            "jobs", now)
 
     def _record(self, job_id: int) -> tuple[JobRec | None, JobFs]:

@@ -173,8 +173,10 @@ def test_info_queue_nodes_as_slurm_prints_them(env):
             "  size history:",
             lines[9], "  events (last 2 of 3):", lines[11], lines[12]]
         assert lines[9] == "    +    0.00 s  start     2 nodes  local[1-2]"            # compressed, as squeue's
-        assert re.fullmatch(r"    \d\d:\d\d:\d\d  start    on local1,local2", lines[11])
-        assert re.fullmatch(r"    \d\d:\d\d:\d\d  register \S.*", lines[12]), lines   # the wording is the core's
+        # events print host lists compressed too
+        assert re.fullmatch(r"    \d\d:\d\d:\d\d  start    on local\[1-2\]", lines[11]), lines
+        assert re.fullmatch(rf"    \d\d:\d\d:\d\d  register rank 0 pid {os.getpid()} on local1, 2 processes on "
+                            r"local\[1-2\]", lines[12]), lines
         assert len(lines) == 13
         assert cli("cancel", "--state", state, str(jid))[0] == 0
         wait_final(c, [jid], 30)
@@ -259,3 +261,11 @@ def test_completion_script_completes_in_bash(env):
     assert complete("malleable", "history", "--st") == ["--state", "--states", "--starttime"]
     assert sorted(complete("malleable", "controller", "st")) == ["start", "status", "stop"]
     assert "#compdef malleable" in cli("completion", "zsh")[1]
+
+
+def test_event_host_lists_are_compressed_or_joined():
+    """Event texts write host lists as Slurm does; names that a host list cannot hold are joined, not refused."""
+    from malleable.controller.daemon._state import host_list
+
+    assert host_list(["n10", "n9", "a", "n1"]) == "a,n[1,9-10]"
+    assert host_list(["odd[1]", "b"]) == "odd[1],b"
