@@ -74,6 +74,7 @@ from ._hostpool import HeldExits, HostPool, Prober, application, proc_info, scan
 from ._keys import KeyBook, job_credential
 from ._launch import job_argv, job_env, read_rc, start_job, stop_job
 from ._paths import addr_file, jobs_dir
+from ._statefile import StateLock, check_state
 from ._store import Store
 from ._views import VIEWS, DaemonViews
 
@@ -153,7 +154,14 @@ class Daemon(DaemonViews):
         self.pool = config.pool
         self.token = token if token is not None else load_token(create=True)
         Path(config.state).parent.mkdir(parents=True, exist_ok=True)
-        self.store = Store(config.state)
+        self.lock = StateLock(config.state)
+        self.lock.acquire()                     # one daemon per state, for this daemon's whole life
+        try:
+            check_state(config.state)
+            self.store = Store(config.state)
+        except BaseException:
+            self.lock.release()
+            raise
         cid = self.store.get_meta("controller_id")
         if cid is None:
             cid = secrets.token_hex(4)
@@ -256,6 +264,7 @@ class Daemon(DaemonViews):
         except (OSError, ValueError):
             pass
         self.store.close()
+        self.lock.release()
 
     def serve(self, stop: threading.Event | None = None) -> None:
         """Run the loop until a ``shutdown`` message (or ``stop`` is set, or SIGTERM in the main thread)."""
