@@ -127,6 +127,7 @@ class Client:
         self.sock.send_multipart([b"", *P.encode(msg, self.key, rid)])
         wait = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + wait
+        rows: list[dict[str, Any]] = []      # a long table comes in parts
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or not self.sock.poll(int(left * 1000) + 1):
@@ -141,8 +142,15 @@ class Client:
                 raise ReplayError(f"the controller's answer was refused here: {e}") from None
             except AuthError:
                 raise AuthError(self._not_accepted()) from None
-            if got == rid:
-                break
+            if got != rid:
+                continue
+            if isinstance(reply, P.Table):
+                rows += reply.full_rows()
+                if reply.more:
+                    deadline = time.monotonic() + wait
+                    continue
+                reply = P.Table(rows)
+            break
         if isinstance(reply, P.Error):
             if reply.kind == "ReplayError":
                 raise ReplayError(f"the controller refused the request: {reply.msg}")

@@ -520,6 +520,9 @@ class Daemon(DaemonViews):
                 kid = key_id_of(body)                  # authentic (the MAC passed): answer under its key
                 wire, rid = self.keyring.wire(kid), peek_id(body)
                 raise
+            except P.Rejected as e:                    # authentic, refused by a field check: the reason goes back
+                wire, rid = self.keyring.wire(e.key_id), e.request_id
+                raise
             wire = self.keyring.wire(kid)              # held now: a job that ends meanwhile still gets its answer
             reply = self._dispatch(msg, principal_of(kid))
             self.handled += 1
@@ -546,10 +549,11 @@ class Daemon(DaemonViews):
             log.exception("internal error handling a message")
             reply = P.Error("InternalError", f"{type(e).__name__}: {str(e)[:300]} (logged by the controller)")
         try:
-            out = (P.encode_keyed(reply, wire, rid) if wire is not None else
-                   P.encode_keyed(reply, self.keyring.wire(""), 0))   # not authenticated: no request id either
             assert self.sock is not None
-            self.sock.send_multipart([ident, *env, *out], zmq.NOBLOCK)
+            if wire is None:              # not authenticated: no request id either
+                wire, rid = self.keyring.wire(""), 0
+            for out in P.encode_reply(reply, wire, rid):
+                self.sock.send_multipart([ident, *env, *out], zmq.NOBLOCK)
         except zmq.ZMQError as e:
             log.debug("reply dropped: %s", e)
         except Exception:

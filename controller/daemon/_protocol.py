@@ -54,10 +54,10 @@ from malleable.errors import ConfigError, ProtocolError
 
 __all__ = [
     "AddUser", "CONSTRAINTS", "Cancel", "Committed", "Error", "History", "Info", "JobInfo", "MAX_FRAME",
-    "MAX_FS_SERVERS", "Message", "Nodes", "Ok", "Order", "Poll", "Progress", "Queue", "Refused", "Register",
-    "RemoveUser", "SERVER_KEY_ENV", "SPEEDUP_MODELS", "STATES", "Shutdown", "Status", "StatusReply", "Submit",
+    "MAX_ENV_BYTES", "MAX_FS_SERVERS", "Message", "Nodes", "Ok", "Order", "Poll", "Progress", "Queue", "Refused",
+    "Register", "Rejected", "RemoveUser", "SERVER_KEY_ENV", "SPEEDUP_MODELS", "STATES", "Shutdown", "Status", "StatusReply", "Submit",
     "Submitted", "Table", "USER_NAME", "Users", "VERSION", "check_fs_bounds", "check_fs_replicas", "decode",
-    "decode_keyed", "encode", "encode_keyed", "format_size", "parse_speedup", "parse_stage", "prepare_socket",
+    "compact_rows", "decode_keyed", "encode", "encode_keyed", "encode_reply", "format_size", "parse_speedup", "parse_stage", "prepare_socket",
 ]
 
 VERSION = 2             # 2: submit carries speedup, constraint and user; history carries filters
@@ -66,7 +66,9 @@ VERSIONS = (VERSION,)   # the command line, the runtime link and the daemon ship
 MAX_INT = (1 << 31) - 1
 MAX_STR = 4096          # one string field (a command word, a path, a reason)
 MAX_LIST = 4096         # items of a list field (command words, hosts, rows)
-MAX_ENV = 1024          # entries of a job's environment
+MAX_ENV = 4096          # entries of a job's environment
+MAX_ENV_BYTES = 1 << 20  # characters of a job's environment, names and values (Lmod and Spack make long ones)
+TABLE_PART = 1000       # rows of one part of a long table (fewer when they are long: a part fits a header)
 
 STATES = ("PENDING", "STARTING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
 """Every state a job can be in (``submit`` → PENDING → STARTING → RUNNING → one of the last four)."""
@@ -173,6 +175,27 @@ class Table(Message):
     """Rows of ``queue``, ``history`` or ``nodes`` (JSON objects, one per job or node)."""
 
     rows: list[dict]
+    more: bool = False  # a long table comes in parts under one request id; the last has more False
+    same: dict = field(default_factory=dict)  # a full first row; a row leaves out each field equal to it
+
+    def full_rows(self) -> list[dict]:
+        """The rows with the fields they left out (equal to :attr:`same`'s) put back, in ``same``'s order."""
+        if not self.same:
+            return self.rows
+        base = self.same
+        return [{**base, **r} for r in self.rows]
+
+
+def compact_rows(rows: list[dict]) -> tuple[list[dict], dict]:
+    """Rows without the fields equal to the first row's, and that first row (:attr:`Table.same`): a queue of
+    pending jobs is mostly defaults. Rows with differing field names are left whole."""
+    if len(rows) < 2:
+        return rows, {}
+    first = rows[0]
+    keys = first.keys()
+    if any(r.keys() != keys for r in rows):
+        return rows, {}
+    return [{k: v for k, v in r.items() if first[k] != v or type(first[k]) is not type(v)} for r in rows], first
 
 
 @_msg("job_info")
@@ -404,9 +427,9 @@ class Progress(Message):
 SERVER_KEY_ENV = "MALLEABLE_CONTROLLER_CURVE"
 """The daemon's CURVE public key (Z85), for clients without the operator's secret when encryption is on."""
 
-MAX_FRAME = 4 << 20
+MAX_FRAME = 5 << 20
 """Largest frame a controller socket accepts (zmq ``MAXMSGSIZE``, before authentication): a header is at most
-1 MiB (``malleable._wire.MAX_HEADER``), so 4 MiB leaves slack and stops a peer from making a socket buffer more."""
+4 MiB (``malleable._wire.MAX_HEADER``), so 5 MiB leaves slack and stops a peer from making a socket buffer more."""
 
 
 def prepare_socket(sock: zmq.Socket[Any], key: Credential | bytes, server_key: str | None = None) -> None:
@@ -473,10 +496,14 @@ def _check_value(where: str, name: str, typ: str, val: Any) -> None:
 def _check_submit(m: Submit) -> None:
     if not m.cmd or not m.cmd[0]:
         raise ProtocolError("submit: empty command")
+    total = 0
     for k, v in m.env.items():
-        if not isinstance(v, str) or not k or "=" in k or "\x00" in k:
-            raise ProtocolError("submit: env must map variable names to strings")
-        _check_str("submit", "env", v)
+        if not isinstance(v, str) or not k or "=" in k or "\x00" in k or "\x00" in v:
+            raise ProtocolError("submit: env must map variable names to strings without NUL")
+        total += len(k) + len(v) + 2
+    if total > MAX_ENV_BYTES:
+        raise ProtocolError(f"submit: the environment holds {total} characters, more than {MAX_ENV_BYTES} (1 MiB): "
+                            "unset what the job does not need")
     if m.speedup:
         try:
             parse_speedup(m.speedup)
@@ -540,6 +567,36 @@ def encode_keyed(msg: Message, wire: Wire, rid: int = 0) -> list[Any]:
     return wire.pack(_header(msg, rid))
 
 
+def encode_reply(msg: Message, wire: Wire, rid: int) -> list[list[Any]]:
+    """The messages (each a list of frames) answering request ``rid`` with ``msg``: one, or a long
+    :class:`Table` in parts of at most :data:`TABLE_PART` rows, halved while one does not fit a header (the
+    client joins them, :meth:`~._client.Client.call`). A single answer too large to send becomes an error that
+    says so.
+    """
+    if not isinstance(msg, Table):
+        try:
+            return [encode_keyed(msg, wire, rid)]
+        except ProtocolError as e:
+            return [encode_keyed(Error("ProtocolError", f"the answer is too large: {e}"), wire, rid)]
+    out: list[list[Any]] = []
+    rows, n = msg.rows, len(msg.rows)
+    start, step = 0, TABLE_PART
+    while True:
+        part = rows[start:start + step]
+        last = start + step >= n
+        try:
+            small, same = compact_rows(part)
+            out.append(encode_keyed(Table(small, more=not last, same=same), wire, rid))
+        except ProtocolError:
+            if step == 1:
+                raise
+            step = max(1, step // 2)
+            continue
+        if last:
+            return out
+        start += step
+
+
 def decode(frames: Sequence[Any], key: bytes | Credential) -> tuple[Message, int]:
     """Authenticate, check and decode frames into ``(message, request id)``.
 
@@ -557,10 +614,33 @@ def decode(frames: Sequence[Any], key: bytes | Credential) -> tuple[Message, int
 
 
 def decode_keyed(frames: Sequence[Any], keyring: Keyring) -> tuple[Message, int, str]:
-    """As :func:`decode`, with the key the message names in its seal: ``(message, request id, key id)``."""
+    """As :func:`decode`, with the key the message names in its seal: ``(message, request id, key id)``.
+
+    Raises:
+        Rejected: authentic (its MAC passed) but refused by the field checks: it names the key and request id
+            to answer under.
+        AuthError, ReplayError, ProtocolError: as :func:`decode`.
+    """
     kid, header, payloads = keyring.unpack(frames, VERSIONS)
-    msg, rid = _message(header, payloads)
+    try:
+        msg, rid = _message(header, payloads)
+    except ProtocolError as e:
+        rid = header.get("id", 0)
+        raise Rejected(str(e), kid, rid if type(rid) is int and 0 <= rid < (1 << 63) else 0) from None
     return msg, rid, kid
+
+
+class Rejected(ProtocolError):
+    """An authentic request the field checks refused: the reason goes back under its key and request id.
+
+    Attributes:
+        key_id: the key the request was sealed with.
+        request_id: its request id (0 if it had none that is valid).
+    """
+
+    def __init__(self, reason: str, key_id: str, request_id: int) -> None:
+        super().__init__(reason)
+        self.key_id, self.request_id = key_id, request_id
 
 
 def _message(header: dict[str, Any], payloads: list[Any]) -> tuple[Message, int]:
