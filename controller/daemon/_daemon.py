@@ -20,6 +20,7 @@ import logging
 import os
 import secrets
 import signal
+import sqlite3
 import subprocess
 import threading
 import time
@@ -162,6 +163,8 @@ class Daemon(DaemonViews):
         except BaseException:
             self.lock.release()
             raise
+        self.unsaved: list[Any] = []   # actions waiting for the store to write again (a full disk)
+        self.disk_error = ""           # why the store last failed to write ("" when it writes)
         cid = self.store.get_meta("controller_id")
         if cid is None:
             cid = secrets.token_hex(4)
@@ -294,17 +297,52 @@ class Daemon(DaemonViews):
         return self._do(self.core.handle(event))
 
     def _do(self, actions: list[Any]) -> Any:
-        persist = [a for a in actions if type(a) in PERSIST]
+        """Persist, then carry out. When the store cannot write (a full disk), the actions wait, in order, behind
+        the ones it refused (:attr:`unsaved`), and are carried out once they are saved (:meth:`_retry_saving`):
+        nothing is acted on before it is committed."""
+        reply = next((a.msg for a in actions if type(a) is Reply), None)
+        rest = [a for a in actions if type(a) is not Reply]
+        if self.unsaved:
+            self.unsaved += rest
+            return reply
+        persist = [a for a in rest if type(a) in PERSIST]
         if persist:
-            self.store.apply(persist)
-        reply = None
-        for a in actions:
-            t = type(a)
-            if t is Reply:
-                reply = a.msg
-            elif t not in PERSIST:
-                _ACTIONS[t](self, a)
+            try:
+                self.store.apply(persist)
+            except sqlite3.Error as e:
+                self._cannot_write(e)
+                self.unsaved = rest
+                return reply
+        for a in rest:
+            if type(a) not in PERSIST:
+                _ACTIONS[type(a)](self, a)
         return reply
+
+    def _cannot_write(self, e: Exception) -> None:
+        if not self.disk_error:
+            log.error("cannot write the state %s: %s; no new work is accepted until it can", self.config.state, e)  # noqa: TRY400
+        self.disk_error = str(e)
+
+    def _retry_saving(self) -> None:
+        """Save what waits (or check that a write passes again) and carry it out; called on every tick."""
+        held, self.unsaved = self.unsaved, []
+        try:
+            if held:
+                self.store.apply([a for a in held if type(a) in PERSIST])
+            else:
+                with self.store.tx():
+                    self.store.set_meta("written", str(time.time()))
+        except sqlite3.Error as e:
+            self.unsaved = held
+            self._cannot_write(e)
+            return
+        log.warning("the state %s can be written again (%d change(s) saved); accepting new work",
+                    self.config.state, sum(type(a) in PERSIST for a in held))
+        self.disk_error = ""
+        for a in held:
+            if type(a) not in PERSIST:
+                _ACTIONS[type(a)](self, a)
+        self.dirty = True
 
     # -- the loop's steps ------------------------------------------------------------------------------------
     def _drain_socket(self, budget: int = 1000) -> None:
@@ -336,11 +374,13 @@ class Daemon(DaemonViews):
                 self._last_probe = now
         if now - self._last_tick >= self.config.tick or (self.core.wakes and min(self.core.wakes) <= now):
             self._last_tick = now
+            if self.disk_error:
+                self._retry_saving()
             self.handle(Tick(now))
             self.dirty = True
             self.keyring.prune()
             self.cgroups.sweep(self.core.jobs)
-        if self.dirty and not self.shutdown:
+        if self.dirty and not self.shutdown and not self.unsaved:     # no new starts while changes wait
             self.dirty = False
             self.handle(Schedule(time.time()))
 
@@ -566,11 +606,29 @@ class Daemon(DaemonViews):
             return view(self, m)
         if type(m) not in self.core.requests:
             raise ProtocolError(f"{m.TYPE} is a reply, not a request")
+        if type(m) is P.Submit:
+            return self._submit(m, who)
         reply = self.handle(Request(time.time(), m, who))
         if type(m) is not P.Poll:
             self.dirty = True
         if type(m) is P.Committed and (m.idle or self.pool.kind == "local"):  # type: ignore[attr-defined]
             self.allowed[m.job_id] = m.new_size + m.idle  # type: ignore[attr-defined]
+        return reply if reply is not None else P.Ok()
+
+
+    def _submit(self, m: P.Submit, who: Any) -> P.Message:
+        """A submit is queued only if its record was saved: when the store cannot write (a full disk), it is
+        refused and the core forgets it."""
+        if self.disk_error:
+            raise Refusal(f"not queued: the controller cannot write its state ({self.disk_error}); no new work is "
+                          "accepted until there is space again")
+        reply = self.handle(Request(time.time(), m, who))
+        self.dirty = True
+        if self.unsaved and isinstance(reply, P.Submitted):       # its own record is what waits
+            self.unsaved = []
+            self.core.withdraw(reply.job_id)
+            raise Refusal(f"not queued: the controller could not save the job ({self.disk_error}); no new work is "
+                          "accepted until there is space again")
         return reply if reply is not None else P.Ok()
 
 

@@ -8,6 +8,7 @@ re-attached) and the orders in flight. Only the daemon writes; other processes m
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -162,7 +163,13 @@ class Store:
             self.db.execute("ROLLBACK")
             raise
         else:
-            self.db.execute("COMMIT")
+            try:
+                self.db.execute("COMMIT")
+            except sqlite3.Error:             # a full disk: nothing of it stays, and the next BEGIN works
+                if self.db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        self.db.execute("ROLLBACK")
+                raise
         finally:
             self._depth = 0
 

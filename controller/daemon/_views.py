@@ -91,7 +91,8 @@ class DaemonViews:
             "nodes": list(self.pool.nodes), "policy": self.config.policy, "slots": self.config.core.slots,
             "kill_wait": self.config.core.kill_wait, "cgroups": self.cgroups.root is not None,
             "curve": self.curve_public, "users": len(self.users), "uptime": time.time() - self.started,
-            "handled": self.handled, "rejected": self.rejected, **self.core.status()})
+            "handled": self.handled, "rejected": self.rejected, "state_error": getattr(self, "disk_error", ""),
+            **self.core.status()})
 
     def shut_down(self, m: P.Shutdown) -> P.Message:
         """Stop serving (after cancelling every job, if asked)."""
