@@ -58,7 +58,9 @@ def one_line(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
             raise MalleableError(f"{where}the output was closed before everything was written (broken pipe)") \
                 from None
         except MalleableError as e:
-            text = " ".join(str(e).split())
+            from ._cli_views import terminal_safe
+
+            text = terminal_safe(" ".join(str(e).split()))       # the daemon's words may quote a job's name
             if text == str(e):
                 raise
             raise MalleableError(text) from None
@@ -423,7 +425,7 @@ def _submit(args: argparse.Namespace) -> int:
     print(jid if parsable else f"Submitted batch job {jid}")   # sbatch's words: scripts parse them
     from ._access import secret_looking
 
-    kept = sorted(k for k in os.environ if secret_looking(k) and not k.startswith("MALLEABLE_"))
+    kept = sorted(k for k, v in os.environ.items() if secret_looking(k, v) and not k.startswith("MALLEABLE_"))
     if kept:
         print(f"malleable submit: note: not passed to the job (secret-looking names are never stored): "
               f"{', '.join(kept)[:200]}; let the job read them from a file", file=sys.stderr)

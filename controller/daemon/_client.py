@@ -183,7 +183,7 @@ class Client:
         e = dict(os.environ) if env is None else dict(env)
         for k in ("MALLEABLE_JOB", "MALLEABLE_CONTROLLER", "MALLEABLE_JOB_TAG", SERVER_KEY_ENV):
             e.pop(k, None)
-        e = {k: v for k, v in e.items() if not secret_looking(k)}
+        e = {k: v for k, v in e.items() if not secret_looking(k, v)}
         m = P.Submit(name, list(cmd), nodes, min_nodes or nodes, max_nodes or nodes, malleable, float(time_limit),
                      out, err, cwd or os.getcwd(), e, speedup, constraint, _login() if user is None else user,
                      unlimited, float(bb), fs_servers, list(stage_in), list(stage_out), fs_min, fs_max,
