@@ -223,6 +223,8 @@ def _daemon_config(args: argparse.Namespace) -> Any:
         raise ConfigError("--tick and --ack-timeout must be > 0")
     if not 0 <= args.kill_wait <= 86400:
         raise ConfigError(f"--kill-wait must be between 0 and 86400 seconds, got {args.kill_wait:g}")
+    if args.port is not None and not 0 <= args.port <= 65535:
+        raise ConfigError(f"--port must be between 0 (a free one) and 65535, got {args.port}")
     if not 0 <= args.host_check <= 86400:
         raise ConfigError(f"--host-check must be between 0 and 86400 seconds, got {args.host_check:g}")
     params = _params(args.param)

@@ -83,6 +83,8 @@ class Client:
 
     def __init__(self, address: str | None = None, state: str | None = None, token: bytes | None = None,
                  timeout: float = 10.0, key: Credential | None = None) -> None:
+        if not 0 < timeout <= 86400:          # nan included
+            raise ConfigError(f"--timeout must be a number of seconds between 0 and 86400, got {timeout}")
         self.address, info = _locate(address, state)
         if key is None:
             key = Credential("", token) if token is not None else load_credential()

@@ -10,6 +10,7 @@ the entry-point group ``malleable.policies``.
 from __future__ import annotations
 
 import importlib
+import inspect
 from importlib.metadata import entry_points
 
 from malleable.errors import PolicyError
@@ -22,7 +23,7 @@ from ._fill import malleable_fill
 from ._ioaware import IOAware, IOAwareConfig, fcfsm
 from ._mebf000 import MEBF0, MEBF0Config
 from ._mebf002 import EXPANDS, MEBF, MEBFConfig
-from ._model import Policy
+from ._model import Decline, Interrupt, Policy, Remember, Reserve, ResizeJob, Snapshot, StartJob, Wake
 from ._plan import Plan, PlanConfig
 from ._rigid import easy, fcfs
 from ._sfsj import baseline, sfsj
@@ -30,6 +31,7 @@ from ._sfsj import baseline, sfsj
 __all__ = ["ENTRY_POINT_GROUP", "POLICIES", "get_policy"]
 
 ENTRY_POINT_GROUP = "malleable.policies"
+DECISIONS = (StartJob, ResizeJob, Reserve, Wake, Remember, Interrupt, Decline)
 
 
 def _table() -> dict[str, Policy]:
@@ -95,6 +97,23 @@ def get_policy(name: str) -> Policy:
 
 
 def _callable(obj: object, name: str) -> Policy:
+    """``obj`` if it behaves as a policy: callable as ``decide(snapshot, now)`` and, on an empty machine of one
+    free node with an empty queue, returning a list of decisions (``os:system`` or ``builtins:print`` does not:
+    refused here rather than in every pass of a daemon)."""
     if not callable(obj):
         raise PolicyError(f"policy {name!r} is not callable")
+    try:
+        inspect.signature(obj).bind(None, 0.0)
+    except TypeError:
+        raise PolicyError(f"{name!r} is not a policy: it cannot be called as decide(snapshot, now)") from None
+    except ValueError:
+        pass                                   # no signature to read (some builtins): the trial call decides
+    try:
+        out = obj(Snapshot(0.0, (0,), (0,), (), ()), 0.0)
+    except Exception as e:  # noqa: BLE001 - any failure on an empty machine means it is no policy
+        raise PolicyError(f"{name!r} is not a policy: on an empty machine it raised {type(e).__name__}: "
+                          f"{str(e)[:120]}") from None
+    if not isinstance(out, (list, tuple)) or not all(isinstance(d, DECISIONS) for d in out):
+        raise PolicyError(f"{name!r} is not a policy: on an empty machine it returned {type(out).__name__}, not "
+                          "a list of decisions")
     return obj  # type: ignore[return-value]
