@@ -266,7 +266,8 @@ def bench_queue(n: int = 100_000, reps: int = 3) -> dict:
 
 def _print_queue(q: dict) -> None:
     print(f"queue, {q['pending']:,} pending: client {q['client_s_median']:.2f} s, 'malleable queue' "
-          f"{q['cli_s_median']:.2f} s (medians); baseline JSON round trip of the rows {q['json_roundtrip_s_median']:.2f} s; "
+          f"{q['cli_s_median']:.2f} s (medians); baseline JSON round trip of the rows "
+          f"{q['json_roundtrip_s_median']:.2f} s; "
           f"daemon {q['daemon_rss_full_mib']:.0f} MiB vs {q['daemon_rss_empty_mib']:.0f} MiB empty: "
           f"{q['bytes_per_pending_job'] / 1024:.1f} KiB per pending job")
 

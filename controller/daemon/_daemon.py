@@ -320,7 +320,8 @@ class Daemon(DaemonViews):
 
     def _cannot_write(self, e: Exception) -> None:
         if not self.disk_error:
-            log.error("cannot write the state %s: %s; no new work is accepted until it can", self.config.state, e)  # noqa: TRY400
+            log.error("cannot write the state %s: %s; no new work is accepted until it can",  # noqa: TRY400
+                      self.config.state, e)
         self.disk_error = str(e)
 
     def _retry_saving(self) -> None:

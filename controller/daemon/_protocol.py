@@ -53,11 +53,12 @@ from malleable.controller.sched._speedup import SPEEDUP_MODELS, parse_speedup
 from malleable.errors import ConfigError, ProtocolError
 
 __all__ = [
-    "AddUser", "CONSTRAINTS", "Cancel", "Committed", "Error", "History", "Info", "JobInfo", "MAX_FRAME",
-    "MAX_ENV_BYTES", "MAX_FS_SERVERS", "Message", "Nodes", "Ok", "Order", "Poll", "Progress", "Queue", "Refused",
-    "Register", "Rejected", "RemoveUser", "SERVER_KEY_ENV", "SPEEDUP_MODELS", "STATES", "Shutdown", "Status", "StatusReply", "Submit",
-    "Submitted", "Table", "USER_NAME", "Users", "VERSION", "check_fs_bounds", "check_fs_replicas", "decode",
-    "compact_rows", "decode_keyed", "encode", "encode_keyed", "encode_reply", "format_size", "parse_speedup", "parse_stage", "prepare_socket",
+    "AddUser", "CONSTRAINTS", "Cancel", "Committed", "Error", "History", "Info", "JobInfo", "MAX_ENV_BYTES",
+    "MAX_FRAME", "MAX_FS_SERVERS", "Message", "Nodes", "Ok", "Order", "Poll", "Progress", "Queue", "Refused",
+    "Register", "Rejected", "RemoveUser", "SERVER_KEY_ENV", "SPEEDUP_MODELS", "STATES", "Shutdown", "Status",
+    "StatusReply", "Submit", "Submitted", "Table", "USER_NAME", "Users", "VERSION", "check_fs_bounds",
+    "check_fs_replicas", "compact_rows", "decode", "decode_keyed", "encode", "encode_keyed", "encode_reply",
+    "format_size", "parse_speedup", "parse_stage", "prepare_socket",
 ]
 
 VERSION = 2             # 2: submit carries speedup, constraint and user; history carries filters
