@@ -32,7 +32,7 @@ _SECRET_NAME = re.compile(r"TOKEN|SECRET|KEY|PASSW(?:OR)?D|PASSPHRASE|CREDENTIAL
 _SECRET_PART = frozenset({"PAT", "PASS", "PWD", "PW", "AUTH"})
 """Short words that name a secret when they are a whole part of a name (``GH_PAT``, ``DB_PASS``, ``SMTP_PW``)."""
 _NOT_SECRET = frozenset({"PWD", "OLDPWD"})        # the shell's working directories
-_URL_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:[^/\s@]+@")
+_URL_PASSWORD = re.compile(r"://[^/\s:@]*:[^/\s@]+@")     # from each "://" only: linear in long values
 """A URL with a password in it (``postgres://u:pw@h/db``)."""
 
 
@@ -74,7 +74,7 @@ def secret_looking(name: str, value: str = "") -> bool:
     PASSWD, PASSPHRASE, CREDENTIAL or PGPASS in it (any case), or a whole part (between underscores) that is PAT,
     PASS, PWD, PW or AUTH (``GH_PAT``; not ``PWD`` itself), or its value is a URL with a password
     (``DATABASE_URL=postgres://u:pw@h/db``). Such variables are neither stored nor passed to jobs."""
-    if _SECRET_NAME.search(name) or _URL_PASSWORD.search(value):
+    if _SECRET_NAME.search(name) or ("://" in value and _URL_PASSWORD.search(value)):
         return True
     up = name.upper()
     return up not in _NOT_SECRET and not _SECRET_PART.isdisjoint(re.split(r"[_\W\d]+", up))

@@ -17,6 +17,7 @@ from malleable.errors import AuthError, ConfigError, MalleableError, ProtocolErr
 
 from . import _protocol as P
 from ._access import secret_looking
+from ._parts import join
 from ._paths import addr_file, default_state
 from ._protocol import SERVER_KEY_ENV, prepare_socket
 
@@ -147,7 +148,7 @@ class Client:
             if got != rid:
                 continue
             if isinstance(reply, P.Table):
-                rows += reply.full_rows()
+                rows += join(reply)
                 if reply.more:
                     deadline = time.monotonic() + wait
                     continue

@@ -12,15 +12,11 @@ included, is logged and answered, and the loop goes on with the next message.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import inspect
 import json
 import logging
 import os
 import secrets
 import signal
-import sqlite3
 import subprocess
 import threading
 import time
@@ -42,15 +38,24 @@ from malleable._wire import (
     secure_socket,
     server_public_key,
 )
-from malleable.controller.sched import get_policy
-from malleable.errors import AuthError, ConfigError, MalleableError, ProtocolError, Refusal, ReplayError, UnknownJob
+from malleable.controller.sched._registry import make_policy
+from malleable.errors import (
+    AuthError,
+    ConfigError,
+    MalleableError,
+    ProtocolError,
+    Refusal,
+    Rejected,
+    ReplayError,
+    UnknownJob,
+)
 
 from . import _protocol as P
 from ._access import authorize, principal_of
+from ._backlog import Backlog
 from ._cgroup import JobCgroups
 from ._core import Core, CoreConfig
 from ._events import (
-    PERSIST,
     AttachFs,
     HostClean,
     HostDown,
@@ -74,6 +79,7 @@ from ._fsshell import FsShell
 from ._hostpool import HeldExits, HostPool, Prober, application, proc_info, scan_tagged
 from ._keys import KeyBook, job_credential
 from ._launch import job_argv, job_env, read_rc, start_job, stop_job
+from ._parts import encode_reply
 from ._paths import addr_file, jobs_dir
 from ._statefile import StateLock, check_state
 from ._store import Store
@@ -113,30 +119,6 @@ class DaemonConfig:
     host_check: float = 5.0
 
 
-def make_policy(name: str, params: dict[str, Any]) -> Callable:
-    """The registered policy ``name`` with ``params`` bound (refused if it does not take them).
-
-    Raises:
-        PolicyError: unknown policy.
-        ConfigError: a parameter the policy does not accept.
-    """
-    pol = get_policy(name)
-    if not params:
-        return pol
-    cfg = getattr(pol, "cfg", None)
-    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):  # a policy object built from a config
-        names = {f.name for f in dataclasses.fields(cfg)}
-        bad = [k for k in params if k not in names]
-        if bad:
-            raise ConfigError(f"policy {name} has no parameter(s) {', '.join(bad)}; it has {', '.join(sorted(names))}")
-        return type(pol)(dataclasses.replace(cfg, **params))
-    sig = inspect.signature(pol)
-    bad = [k for k in params if k not in sig.parameters]
-    if bad:
-        raise ConfigError(f"policy {name} takes no parameter(s) {', '.join(bad)}")
-    return functools.partial(pol, **params)
-
-
 class Daemon(DaemonViews):
     """The controller service: the shell around :class:`~._core.Core`. ``start()`` binds, ``serve()`` runs until
     shutdown, ``close()`` releases.
@@ -163,8 +145,7 @@ class Daemon(DaemonViews):
         except BaseException:
             self.lock.release()
             raise
-        self.unsaved: list[Any] = []   # actions waiting for the store to write again (a full disk)
-        self.disk_error = ""           # why the store last failed to write ("" when it writes)
+        self.backlog = Backlog(self.store, lambda a: _ACTIONS[type(a)](self, a))
         cid = self.store.get_meta("controller_id")
         if cid is None:
             cid = secrets.token_hex(4)
@@ -297,53 +278,8 @@ class Daemon(DaemonViews):
         return self._do(self.core.handle(event))
 
     def _do(self, actions: list[Any]) -> Any:
-        """Persist, then carry out. When the store cannot write (a full disk), the actions wait, in order, behind
-        the ones it refused (:attr:`unsaved`), and are carried out once they are saved (:meth:`_retry_saving`):
-        nothing is acted on before it is committed."""
-        reply = next((a.msg for a in actions if type(a) is Reply), None)
-        rest = [a for a in actions if type(a) is not Reply]
-        if self.unsaved:
-            self.unsaved += rest
-            return reply
-        persist = [a for a in rest if type(a) in PERSIST]
-        if persist:
-            try:
-                self.store.apply(persist)
-            except sqlite3.Error as e:
-                self._cannot_write(e)
-                self.unsaved = rest
-                return reply
-        for a in rest:
-            if type(a) not in PERSIST:
-                _ACTIONS[type(a)](self, a)
-        return reply
-
-    def _cannot_write(self, e: Exception) -> None:
-        if not self.disk_error:
-            log.error("cannot write the state %s: %s; no new work is accepted until it can",  # noqa: TRY400
-                      self.config.state, e)
-        self.disk_error = str(e)
-
-    def _retry_saving(self) -> None:
-        """Save what waits (or check that a write passes again) and carry it out; called on every tick."""
-        held, self.unsaved = self.unsaved, []
-        try:
-            if held:
-                self.store.apply([a for a in held if type(a) in PERSIST])
-            else:
-                with self.store.tx():
-                    self.store.set_meta("written", str(time.time()))
-        except sqlite3.Error as e:
-            self.unsaved = held
-            self._cannot_write(e)
-            return
-        log.warning("the state %s can be written again (%d change(s) saved); accepting new work",
-                    self.config.state, sum(type(a) in PERSIST for a in held))
-        self.disk_error = ""
-        for a in held:
-            if type(a) not in PERSIST:
-                _ACTIONS[type(a)](self, a)
-        self.dirty = True
+        self.backlog.run([a for a in actions if type(a) is not Reply])    # persisted first (:mod:`._backlog`)
+        return next((a.msg for a in actions if type(a) is Reply), None)
 
     # -- the loop's steps ------------------------------------------------------------------------------------
     def _drain_socket(self, budget: int = 1000) -> None:
@@ -375,13 +311,13 @@ class Daemon(DaemonViews):
                 self._last_probe = now
         if now - self._last_tick >= self.config.tick or (self.core.wakes and min(self.core.wakes) <= now):
             self._last_tick = now
-            if self.disk_error:
-                self._retry_saving()
+            if self.backlog.error and self.backlog.retry():
+                self.dirty = True
             self.handle(Tick(now))
             self.dirty = True
             self.keyring.prune()
             self.cgroups.sweep(self.core.jobs)
-        if self.dirty and not self.shutdown and not self.unsaved:     # no new starts while changes wait
+        if self.dirty and not self.shutdown and not self.backlog.held:     # no new starts while changes wait
             self.dirty = False
             self.handle(Schedule(time.time()))
 
@@ -561,7 +497,7 @@ class Daemon(DaemonViews):
                 kid = key_id_of(body)                  # authentic (the MAC passed): answer under its key
                 wire, rid = self.keyring.wire(kid), peek_id(body)
                 raise
-            except P.Rejected as e:                    # authentic, refused by a field check: the reason goes back
+            except Rejected as e:                    # authentic, refused by a field check: the reason goes back
                 wire, rid = self.keyring.wire(e.key_id), e.request_id
                 raise
             wire = self.keyring.wire(kid)              # held now: a job that ends meanwhile still gets its answer
@@ -593,7 +529,7 @@ class Daemon(DaemonViews):
             assert self.sock is not None
             if wire is None:              # not authenticated: no request id either
                 wire, rid = self.keyring.wire(""), 0
-            for out in P.encode_reply(reply, wire, rid):
+            for out in encode_reply(reply, wire, rid):
                 self.sock.send_multipart([ident, *env, *out], zmq.NOBLOCK)
         except zmq.ZMQError as e:
             log.debug("reply dropped: %s", e)
@@ -620,16 +556,15 @@ class Daemon(DaemonViews):
     def _submit(self, m: P.Submit, who: Any) -> P.Message:
         """A submit is queued only if its record was saved: when the store cannot write (a full disk), it is
         refused and the core forgets it."""
-        if self.disk_error:
-            raise Refusal(f"not queued: the controller cannot write its state ({self.disk_error}); no new work is "
-                          "accepted until there is space again")
+        why = "not queued: the controller {} ({}); no new work is accepted until there is space again"
+        if self.backlog.error:
+            raise Refusal(why.format("cannot write its state", self.backlog.error))
         reply = self.handle(Request(time.time(), m, who))
         self.dirty = True
-        if self.unsaved and isinstance(reply, P.Submitted):       # its own record is what waits
-            self.unsaved = []
+        if self.backlog.held and isinstance(reply, P.Submitted):       # its own record is what waits
+            self.backlog.held = []
             self.core.withdraw(reply.job_id)
-            raise Refusal(f"not queued: the controller could not save the job ({self.disk_error}); no new work is "
-                          "accepted until there is space again")
+            raise Refusal(why.format("could not save the job", self.backlog.error))
         return reply if reply is not None else P.Ok()
 
 

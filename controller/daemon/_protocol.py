@@ -1,28 +1,26 @@
 """The controller's wire protocol: one typed, versioned message class per request and reply.
 
 Messages travel on the authenticated envelope of :mod:`malleable._wire` (``[MAGIC, header, seal]``): the header
-holds ``v`` (the version), ``type``, a request id ``id`` and the fields of the class. :func:`decode` checks the
-MAC, the version, the type, that every field is present with the right JSON type and no unknown field is
-there, and the value limits (non-negative counts, bounded strings and lists), so a message that gets past it
-is well formed (fields that have a default, added to a message after its first version, may be left out);
-whether it makes sense (a known job, the current order) is the daemon's business. Nothing
-received is unpickled.
+holds ``v`` (the version), ``type``, a request id ``id`` and the fields of the class. :func:`decode` checks the MAC,
+the version, the type, that every field is present with the right JSON type and no unknown field is there, and the
+value limits (non-negative counts, bounded strings and lists), so a message that gets past it is well formed (fields
+that have a default, added to a message after its first version, may be left out); whether it makes sense (a known
+job, the current order) is the daemon's business. Nothing received is unpickled.
 
-Three kinds of peers talk to the daemon, over one ROUTER socket: the command line (``submit``, ``queue``, ...),
-the runtime link inside rank 0 of a malleable job (``register``, ``poll``, ``committed``, ``refused``,
-``progress``), and the operator's commands (``shutdown``, ``add_user``, ``remove_user``, ``users``).
+Three kinds of peers talk to the daemon, over one ROUTER socket: the command line (``submit``, ``queue``, ...), the
+runtime link inside rank 0 of a malleable job (``register``, ``poll``, ``committed``, ``refused``, ``progress``),
+and the operator's commands (``shutdown``, ``add_user``, ``remove_user``, ``users``).
 
 Who speaks is the key a message is sealed with (its key id is in the seal; see :mod:`malleable._wire`): the
-operator's shared secret, a user's key or a job's key. The daemon answers under the same key, so only the holder
-of that key can read a reply as authentic; what each requester may send is decided by
-:func:`~._access.authorize`. A refusal comes back as an ``error`` whose ``kind`` names it: ``AuthError`` (no such
-key, or a wrong secret: the daemon then answers under the operator's key, which the client cannot check),
-``ReplayError`` (authentic but replayed, or sent outside the time window: the clocks differ), ``ProtocolError``,
-``UnknownJob``, ``Refused``, or ``InternalError`` (a bug: the daemon logged it and goes on serving).
+operator's shared secret, a user's key or a job's key. The daemon answers under the same key, so only the holder of
+that key can read a reply as authentic; what each requester may send is decided by :func:`~._access.authorize`. A
+refusal comes back as an ``error`` whose ``kind`` names it: ``AuthError`` (no such key, or a wrong secret: the
+daemon then answers under the operator's key, which the client cannot check), ``ReplayError`` (authentic but
+replayed, or sent outside the time window: the clocks differ), ``ProtocolError``, ``UnknownJob``, ``Refused``, or
+``InternalError`` (a bug: the daemon logged it and goes on serving).
 
 Every socket limits frames (zmq ``MAXMSGSIZE``) before anything is authenticated, and uses CURVE encryption when
-``MALLEABLE_ENCRYPT`` is on (the daemon's public key is in its address file, its status and each job's
-environment).
+``MALLEABLE_ENCRYPT`` is on (the daemon's public key is in its address file, its status and each job's environment).
 """
 
 from __future__ import annotations
@@ -50,15 +48,14 @@ from malleable._wire import (
     unpack,
 )
 from malleable.controller.sched._speedup import SPEEDUP_MODELS, parse_speedup
-from malleable.errors import ConfigError, ProtocolError
+from malleable.errors import ConfigError, ProtocolError, Rejected
 
 __all__ = [
     "AddUser", "CONSTRAINTS", "Cancel", "Committed", "Error", "History", "Info", "JobInfo", "MAX_ENV_BYTES",
     "MAX_FRAME", "MAX_FS_SERVERS", "Message", "Nodes", "Ok", "Order", "Poll", "Progress", "Queue", "Refused",
-    "Register", "Rejected", "RemoveUser", "SERVER_KEY_ENV", "SPEEDUP_MODELS", "STATES", "Shutdown", "Status",
-    "StatusReply", "Submit", "Submitted", "Table", "USER_NAME", "Users", "VERSION", "check_fs_bounds",
-    "check_fs_replicas", "compact_rows", "decode", "decode_keyed", "encode", "encode_keyed", "encode_reply",
-    "format_size", "parse_speedup", "parse_stage", "prepare_socket",
+    "Register", "RemoveUser", "SERVER_KEY_ENV", "SPEEDUP_MODELS", "STATES", "Shutdown", "Status", "StatusReply",
+    "Submit", "Submitted", "Table", "USER_NAME", "Users", "VERSION", "check_fs_bounds", "check_fs_replicas", "decode",
+    "decode_keyed", "encode", "encode_keyed", "format_size", "parse_speedup", "parse_stage", "prepare_socket",
 ]
 
 VERSION = 2             # 2: submit carries speedup, constraint and user; history carries filters
@@ -69,7 +66,6 @@ MAX_STR = 4096          # one string field (a command word, a path, a reason)
 MAX_LIST = 4096         # items of a list field (command words, hosts, rows)
 MAX_ENV = 4096          # entries of a job's environment
 MAX_ENV_BYTES = 1 << 20  # characters of a job's environment, names and values (Lmod and Spack make long ones)
-TABLE_PART = 1000       # rows of one part of a long table (fewer when they are long: a part fits a header)
 
 STATES = ("PENDING", "STARTING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
 """Every state a job can be in (``submit`` → PENDING → STARTING → RUNNING → one of the last four)."""
@@ -178,25 +174,6 @@ class Table(Message):
     rows: list[dict]
     more: bool = False  # a long table comes in parts under one request id; the last has more False
     same: dict = field(default_factory=dict)  # a full first row; a row leaves out each field equal to it
-
-    def full_rows(self) -> list[dict]:
-        """The rows with the fields they left out (equal to :attr:`same`'s) put back, in ``same``'s order."""
-        if not self.same:
-            return self.rows
-        base = self.same
-        return [{**base, **r} for r in self.rows]
-
-
-def compact_rows(rows: list[dict]) -> tuple[list[dict], dict]:
-    """Rows without the fields equal to the first row's, and that first row (:attr:`Table.same`): a queue of
-    pending jobs is mostly defaults. Rows with differing field names are left whole."""
-    if len(rows) < 2:
-        return rows, {}
-    first = rows[0]
-    keys = first.keys()
-    if any(r.keys() != keys for r in rows):
-        return rows, {}
-    return [{k: v for k, v in r.items() if first[k] != v or type(first[k]) is not type(v)} for r in rows], first
 
 
 @_msg("job_info")
@@ -497,12 +474,10 @@ def _check_value(where: str, name: str, typ: str, val: Any) -> None:
 def _check_submit(m: Submit) -> None:
     if not m.cmd or not m.cmd[0]:
         raise ProtocolError("submit: empty command")
-    total = 0
     for k, v in m.env.items():
         if not isinstance(v, str) or not k or "=" in k or "\x00" in k or "\x00" in v:
             raise ProtocolError("submit: env must map variable names to strings without NUL")
-        total += len(k) + len(v) + 2
-    if total > MAX_ENV_BYTES:
+    if (total := sum(len(k) + len(v) + 2 for k, v in m.env.items())) > MAX_ENV_BYTES:
         raise ProtocolError(f"submit: the environment holds {total} characters, more than {MAX_ENV_BYTES} (1 MiB): "
                             "unset what the job does not need")
     if m.speedup:
@@ -568,36 +543,6 @@ def encode_keyed(msg: Message, wire: Wire, rid: int = 0) -> list[Any]:
     return wire.pack(_header(msg, rid))
 
 
-def encode_reply(msg: Message, wire: Wire, rid: int) -> list[list[Any]]:
-    """The messages (each a list of frames) answering request ``rid`` with ``msg``: one, or a long
-    :class:`Table` in parts of at most :data:`TABLE_PART` rows, halved while one does not fit a header (the
-    client joins them, :meth:`~._client.Client.call`). A single answer too large to send becomes an error that
-    says so.
-    """
-    if not isinstance(msg, Table):
-        try:
-            return [encode_keyed(msg, wire, rid)]
-        except ProtocolError as e:
-            return [encode_keyed(Error("ProtocolError", f"the answer is too large: {e}"), wire, rid)]
-    out: list[list[Any]] = []
-    rows, n = msg.rows, len(msg.rows)
-    start, step = 0, TABLE_PART
-    while True:
-        part = rows[start:start + step]
-        last = start + step >= n
-        try:
-            small, same = compact_rows(part)
-            out.append(encode_keyed(Table(small, more=not last, same=same), wire, rid))
-        except ProtocolError:
-            if step == 1:
-                raise
-            step = max(1, step // 2)
-            continue
-        if last:
-            return out
-        start += step
-
-
 def decode(frames: Sequence[Any], key: bytes | Credential) -> tuple[Message, int]:
     """Authenticate, check and decode frames into ``(message, request id)``.
 
@@ -615,33 +560,13 @@ def decode(frames: Sequence[Any], key: bytes | Credential) -> tuple[Message, int
 
 
 def decode_keyed(frames: Sequence[Any], keyring: Keyring) -> tuple[Message, int, str]:
-    """As :func:`decode`, with the key the message names in its seal: ``(message, request id, key id)``.
-
-    Raises:
-        Rejected: authentic (its MAC passed) but refused by the field checks: it names the key and request id
-            to answer under.
-        AuthError, ReplayError, ProtocolError: as :func:`decode`.
-    """
+    """As :func:`decode`, with the key of the seal: ``(message, request id, key id)``; field checks raise Rejected."""
     kid, header, payloads = keyring.unpack(frames, VERSIONS)
     try:
         msg, rid = _message(header, payloads)
     except ProtocolError as e:
-        rid = header.get("id", 0)
-        raise Rejected(str(e), kid, rid if type(rid) is int and 0 <= rid < (1 << 63) else 0) from None
+        raise Rejected(str(e), kid, header.get("id")) from None
     return msg, rid, kid
-
-
-class Rejected(ProtocolError):
-    """An authentic request the field checks refused: the reason goes back under its key and request id.
-
-    Attributes:
-        key_id: the key the request was sealed with.
-        request_id: its request id (0 if it had none that is valid).
-    """
-
-    def __init__(self, reason: str, key_id: str, request_id: int) -> None:
-        super().__init__(reason)
-        self.key_id, self.request_id = key_id, request_id
 
 
 def _message(header: dict[str, Any], payloads: list[Any]) -> tuple[Message, int]:

@@ -9,11 +9,14 @@ the entry-point group ``malleable.policies``.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import importlib
 import inspect
+from typing import Any
 from importlib.metadata import entry_points
 
-from malleable.errors import PolicyError
+from malleable.errors import ConfigError, PolicyError
 
 from ._burst import BBEasy, BBEasyConfig
 from ._conservative import conservative
@@ -28,7 +31,7 @@ from ._plan import Plan, PlanConfig
 from ._rigid import easy, fcfs
 from ._sfsj import baseline, sfsj
 
-__all__ = ["ENTRY_POINT_GROUP", "POLICIES", "get_policy"]
+__all__ = ["ENTRY_POINT_GROUP", "POLICIES", "get_policy", "make_policy"]
 
 ENTRY_POINT_GROUP = "malleable.policies"
 DECISIONS = (StartJob, ResizeJob, Reserve, Wake, Remember, Interrupt, Decline)
@@ -117,3 +120,27 @@ def _callable(obj: object, name: str) -> Policy:
         raise PolicyError(f"{name!r} is not a policy: on an empty machine it returned {type(out).__name__}, not "
                           "a list of decisions")
     return obj  # type: ignore[return-value]
+
+
+def make_policy(name: str, params: dict[str, Any]) -> Policy:
+    """The registered policy ``name`` with ``params`` bound (refused if it does not take them).
+
+    Raises:
+        PolicyError: unknown policy.
+        ConfigError: a parameter the policy does not accept.
+    """
+    pol = get_policy(name)
+    if not params:
+        return pol
+    cfg = getattr(pol, "cfg", None)
+    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):  # a policy object built from a config
+        names = {f.name for f in dataclasses.fields(cfg)}
+        bad = [k for k in params if k not in names]
+        if bad:
+            raise ConfigError(f"policy {name} has no parameter(s) {', '.join(bad)}; it has {', '.join(sorted(names))}")
+        return type(pol)(dataclasses.replace(cfg, **params))  # type: ignore[misc, call-arg]
+    sig = inspect.signature(pol)
+    bad = [k for k in params if k not in sig.parameters]
+    if bad:
+        raise ConfigError(f"policy {name} takes no parameter(s) {', '.join(bad)}")
+    return functools.partial(pol, **params)

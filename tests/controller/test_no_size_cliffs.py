@@ -115,14 +115,15 @@ def test_long_queues_and_histories_come_back_whole(env):
 
 def test_table_parts_split_long_rows_to_fit():
     from malleable._wire import MAX_HEADER, Wire
+    from malleable.controller.daemon._parts import encode_reply, join
 
     rows = [{"id": i, "name": "x" * 4000 + str(i), "cmd": ["a" * 3000]} for i in range(3000)]
     w = Wire(b"k")
-    parts = P.encode_reply(P.Table(rows), w, 9)
+    parts = encode_reply(P.Table(rows), w, 9)
     assert len(parts) > 1 and all(len(p[1]) <= MAX_HEADER for p in parts)
     back: list[dict] = []
     for i, p in enumerate(parts):
         m, rid = P.decode(p, b"k")
         assert rid == 9 and m.more == (i < len(parts) - 1)
-        back += m.full_rows()
+        back += join(m)
     assert back == rows
