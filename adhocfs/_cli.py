@@ -36,7 +36,8 @@ def parse_size(text: str) -> int:
 
 def one_line(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """Run an ``fs`` subcommand so that every failure is one line naming it (exit 1, no traceback): OS and zmq
-    errors become :class:`FsError`, a ``--meta`` that is not ``tcp://HOST:PORT`` a :class:`ConfigError`."""
+    errors and refused paths (``ValueError``) become :class:`FsError`, a ``--meta`` that is not
+    ``tcp://HOST:PORT`` a :class:`ConfigError`."""
 
     @functools.wraps(func)
     def run(args: argparse.Namespace) -> int:
@@ -65,6 +66,8 @@ def one_line(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
                 raise
             raise FsError(f"{cmd}: {text}") from None
         except (OSError, zmq.ZMQError) as e:
+            raise FsError(f"{cmd}: {' '.join(str(e).split())}") from None
+        except ValueError as e:     # a path refused here (empty, NUL) or by the metadata server (mv into itself)
             raise FsError(f"{cmd}: {' '.join(str(e).split())}") from None
 
     return run

@@ -11,6 +11,9 @@
    key (the daemon derives the user's key for each message and checks the rules), taking turns in batches within
    one daemon; ratios are medians of the per-round ratios. Target: a user key at most 10% slower than the old
    envelope. ``--only-keys`` runs this section alone.
+   **Long queue** (2c): ``queue`` with 100,000 pending jobs (answered in parts) through the client and the
+   command line, against a JSON round trip of the same rows; the daemon's memory per pending job against a daemon
+   on an empty state. ``--only-queue`` runs this section alone.
 3. **Decision to new size** on namespace hosts: a malleable job repeatedly grown and shrunk by the policy (rigid
    jobs arrive); time from the policy's decision to the runtime's acknowledgement, and to the shrunk hosts being
    checked empty, against the runtime's own reconfiguration time reported in the same acknowledgement.
@@ -203,6 +206,70 @@ def bench_submit(n: int = 1000, n_cli: int = 10) -> dict:
         ctx.term()
     return {"submits": n, "daemon_per_s": n / daemon_s, "raw_zmq_envelope_per_s": n / raw_s,
             "cli_submits": n_cli, "cli_per_s": n_cli / cli_s}
+
+
+# ------------------------------------------------------------------------------------------------ 2c. long queue
+def bench_queue(n: int = 100_000, reps: int = 3) -> dict:
+    """``queue`` with ``n`` pending jobs (written to a real state file, then loaded by a daemon process, as after
+    a restart): the answer in parts through :class:`Client` and through the command line; baseline: a JSON
+    round trip of the same rows in this process (what any JSON answer costs at least). Daemon memory per
+    pending job: its RSS against a daemon of the same build on an empty state."""
+    import psutil
+
+    from malleable.controller.daemon import _protocol as P
+    from malleable.controller.daemon._client import Client
+    from malleable.controller.daemon._records import JobRec
+    from malleable.controller.daemon._store import Store
+
+    tmp = tempfile.mkdtemp(prefix="ctlbench-")
+    empty, state = os.path.join(tmp, "empty.sqlite"), os.path.join(tmp, "s.sqlite")
+    st = Store(state)
+    now = time.time()
+    with st.tx():                 # 2 hosts each on a 1-host pool: they all stay pending
+        for i in range(1, n + 1):
+            st.save_job(JobRec(i, f"job{i}", ["sleep", "600"], 2, 2, 2, False, 3600.0, os.devnull, os.devnull,
+                               tmp, {"PATH": "/usr/bin:/bin"}, now, user="bench"))
+    st.close()
+    rss = {}
+    for name, path in (("empty", empty), ("full", state)):
+        pid = _daemon(path, "--local", "1")
+        rss[name] = psutil.Process(pid).memory_info().rss
+        if name == "empty":
+            _stop(path)
+    try:
+        client_s, cli_s, rows = [], [], []
+        e = dict(os.environ, MALLEABLE_TOKEN=TOKEN)
+        for _ in range(reps):
+            with Client(state=state, token=TOKEN.encode(), timeout=60) as c:
+                t0 = time.perf_counter()
+                rows = c.rows(P.Queue())
+                client_s.append(time.perf_counter() - t0)
+            assert len(rows) == n
+            t0 = time.perf_counter()
+            out = subprocess.run([sys.executable, "-m", "malleable", "queue", "--state", state], env=e,
+                                 capture_output=True, check=True, timeout=120)
+            cli_s.append(time.perf_counter() - t0)
+            assert out.stdout.count(b"\n") == n + 1
+        base_s = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            json.loads(json.dumps(rows))
+            base_s.append(time.perf_counter() - t0)
+    finally:
+        _stop(state)
+    return {"pending": n, "client_s_median": statistics.median(client_s), "client_s": client_s,
+            "cli_s_median": statistics.median(cli_s), "cli_s": cli_s,
+            "json_roundtrip_s_median": statistics.median(base_s),
+            "daemon_rss_empty_mib": rss["empty"] / 2**20, "daemon_rss_full_mib": rss["full"] / 2**20,
+            "bytes_per_pending_job": (rss["full"] - rss["empty"]) / n}
+
+
+def _print_queue(q: dict) -> None:
+    print(f"queue, {q['pending']:,} pending: client {q['client_s_median']:.2f} s, 'malleable queue' "
+          f"{q['cli_s_median']:.2f} s (medians); baseline JSON round trip of the rows "
+          f"{q['json_roundtrip_s_median']:.2f} s; "
+          f"daemon {q['daemon_rss_full_mib']:.0f} MiB vs {q['daemon_rss_empty_mib']:.0f} MiB empty: "
+          f"{q['bytes_per_pending_job'] / 1024:.1f} KiB per pending job")
 
 
 # ------------------------------------------------------------------------------------------------ 2b. keys
@@ -447,6 +514,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--skip-live", action="store_true", help="skip the namespace-host sections")
     ap.add_argument("--only-keys", action="store_true", help="run only the submit-with-keys section")
+    ap.add_argument("--only-queue", action="store_true", help="run only the long-queue section")
     ap.add_argument("--key-submits", type=int, default=300, help="submits per mode and round of the keys section")
     ap.add_argument("--key-reps", type=int, default=5, help="rounds of the keys section (modes take turns)")
     ap.add_argument("--out", default=str(HERE / "results" / "controller.json"))
@@ -455,6 +523,14 @@ def main() -> int:
     result: dict = {"when": time.strftime("%Y-%m-%dT%H:%M:%S"), "cpus": os.cpu_count()}
     if args.only_keys:
         return _keys_only(args, result)
+    if args.only_queue:
+        out = Path(args.out)
+        old = json.loads(out.read_text()) if out.exists() else {}
+        old["queue"] = q = bench_queue()
+        _print_queue(q)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(old, indent=2) + "\n")
+        return 0
     result["pass"] = [bench_pass(p) for p in ("easy", "malleable-fill", "mebf-handoff")]
     print(f"{'policy':<15} {'pass median':>12} {'p95':>8} {'policy alone':>13}  (1,000 queued, 512 hosts)")
     for p in result["pass"]:
@@ -463,6 +539,8 @@ def main() -> int:
     result["submit"] = s = bench_submit()
     print(f"submit: daemon {s['daemon_per_s']:.0f}/s, raw zmq envelope {s['raw_zmq_envelope_per_s']:.0f}/s, "
           f"CLI {s['cli_per_s']:.1f}/s")
+    result["queue"] = q = bench_queue()
+    _print_queue(q)
     result["keys"] = k = bench_keys(args.key_submits, args.key_reps)
     print(f"{'submits/s (medians of ' + str(k['rounds']) + ')':<28} " + " ".join(f"{m:>14}" for m in KEY_MODES))
     print(f"{'':<28} " + " ".join(f"{k['median_per_s'][m]:>14.0f}" for m in KEY_MODES))
@@ -495,6 +573,8 @@ def _keys_only(args: argparse.Namespace, result: dict) -> int:
     """Run the keys section alone and merge it into the results file (the other sections are kept)."""
     out = Path(args.out)
     old = json.loads(out.read_text()) if out.exists() else {}
+    result["queue"] = q = bench_queue()
+    _print_queue(q)
     result["keys"] = k = bench_keys(args.key_submits, args.key_reps)
     print(" ".join(f"{m}: {k['median_per_s'][m]:.0f}/s" for m in KEY_MODES))
     print(f"user key / old envelope: {k['user_key_vs_old']:.0%} (target >= 90%); operator key / old: "

@@ -83,7 +83,7 @@ __all__ = [
 ]
 
 MAGIC = b"MLB2"
-MAX_HEADER = 1 << 20  # bytes of JSON header
+MAX_HEADER = 4 << 20  # bytes of JSON header (a job's environment may hold 1 MiB; long answers come in parts)
 MAX_DEPTH = 64  # nesting of JSON arrays and objects in a header
 MAX_FRAMES = 4096 + 3  # frames of one message (adhocfs replies carry up to 1024 blocks)
 REPLAY_SPAN = 1 << 14  # counters remembered per session (messages may arrive this much out of order)
@@ -97,7 +97,7 @@ SEAL_SIZE = _SEAL.size + _MAC  # a seal without key id (the shared secret)
 _KEY_ID = re.compile(r"[A-Za-z0-9_.:@+-]{1,64}")
 _LEN4 = struct.Struct("!I")
 _LEN8 = struct.Struct("!Q")
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)  # unrolled: one step per run of plain bytes
 _NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
 
 
@@ -226,7 +226,14 @@ class Wire:
         return self.pack_raw(json.dumps(body, separators=(",", ":")).encode(), payloads)
 
     def pack_raw(self, raw: bytes, payloads: Sequence[Any] = ()) -> list[Any]:
-        """Frames for an already encoded header ``raw`` (sealed as is; for tools and tests)."""
+        """Frames for an already encoded header ``raw`` (sealed as is; for tools and tests).
+
+        Raises:
+            ProtocolError: ``raw`` is larger than any receiver accepts (:data:`MAX_HEADER`): refused here, at once,
+                rather than dropped by the receiver.
+        """
+        if len(raw) > MAX_HEADER:
+            raise ProtocolError(f"message too large to send ({len(raw)} > {MAX_HEADER} bytes of header)")
         seal = _SEAL.pack(self.session, next(self._counter), self.clock()) + self._kid
         return [MAGIC, raw, seal + self._mac(seal, raw, payloads), *payloads]
 

@@ -14,6 +14,7 @@ __all__ = [
     "PolicyError",
     "ProtocolError",
     "Refusal",
+    "Rejected",
     "ReplayError",
     "ServerUnavailable",
     "SimulationError",
@@ -52,6 +53,16 @@ class AuthError(ProtocolError):
 
 class ReplayError(AuthError):
     """An authenticated wire message was refused as a replay (seen before, or sent outside the time window)."""
+
+
+class Rejected(ProtocolError):
+    """An authentic request (its MAC passed) that the field checks refused: the reason goes back under its key
+    ``key_id`` and request id ``request_id`` (0 when it had no valid one)."""
+
+    def __init__(self, reason: str, key_id: str, request_id: object) -> None:
+        super().__init__(reason)
+        valid = type(request_id) is int and 0 <= request_id < (1 << 63)
+        self.key_id, self.request_id = key_id, request_id if valid else 0
 
 
 class PlacementError(MalleableError):

@@ -28,7 +28,12 @@ from ._protocol import USER_NAME
 
 __all__ = ["OPERATOR", "Principal", "USER_NAME", "authorize", "principal_of", "secret_looking", "submitter"]
 
-_SECRET_NAME = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|CREDENTIAL", re.IGNORECASE)
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|KEY|PASSW(?:OR)?D|PASSPHRASE|CREDENTIAL|PGPASS", re.IGNORECASE)
+_SECRET_PART = frozenset({"PAT", "PASS", "PWD", "PW", "AUTH"})
+"""Short words that name a secret when they are a whole part of a name (``GH_PAT``, ``DB_PASS``, ``SMTP_PW``)."""
+_NOT_SECRET = frozenset({"PWD", "OLDPWD"})        # the shell's working directories
+_URL_PASSWORD = re.compile(r"://[^/\s:@]*:[^/\s@]+@")     # from each "://" only: linear in long values
+"""A URL with a password in it (``postgres://u:pw@h/db``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,10 +69,15 @@ def principal_of(key_id: str) -> Principal:
     raise ValueError(f"not a controller key id: {key_id[:64]!r}")
 
 
-def secret_looking(name: str) -> bool:
-    """Whether an environment variable's name looks like it holds a secret (TOKEN, SECRET, KEY, PASSWORD or
-    CREDENTIAL in it, any case): such variables are neither stored nor passed to jobs."""
-    return bool(_SECRET_NAME.search(name))
+def secret_looking(name: str, value: str = "") -> bool:
+    """Whether an environment variable looks like it holds a secret: its name has TOKEN, SECRET, KEY, PASSWORD,
+    PASSWD, PASSPHRASE, CREDENTIAL or PGPASS in it (any case), or a whole part (between underscores) that is PAT,
+    PASS, PWD, PW or AUTH (``GH_PAT``; not ``PWD`` itself), or its value is a URL with a password
+    (``DATABASE_URL=postgres://u:pw@h/db``). Such variables are neither stored nor passed to jobs."""
+    if _SECRET_NAME.search(name) or ("://" in value and _URL_PASSWORD.search(value)):
+        return True
+    up = name.upper()
+    return up not in _NOT_SECRET and not _SECRET_PART.isdisjoint(re.split(r"[_\W\d]+", up))
 
 
 _READ = (P.Queue, P.Nodes, P.History, P.Info, P.Status)

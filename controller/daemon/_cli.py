@@ -58,7 +58,9 @@ def one_line(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
             raise MalleableError(f"{where}the output was closed before everything was written (broken pipe)") \
                 from None
         except MalleableError as e:
-            text = " ".join(str(e).split())
+            from ._cli_views import terminal_safe
+
+            text = terminal_safe(" ".join(str(e).split()))       # the daemon's words may quote a job's name
             if text == str(e):
                 raise
             raise MalleableError(text) from None
@@ -221,6 +223,8 @@ def _daemon_config(args: argparse.Namespace) -> Any:
         raise ConfigError("--tick and --ack-timeout must be > 0")
     if not 0 <= args.kill_wait <= 86400:
         raise ConfigError(f"--kill-wait must be between 0 and 86400 seconds, got {args.kill_wait:g}")
+    if args.port is not None and not 0 <= args.port <= 65535:
+        raise ConfigError(f"--port must be between 0 (a free one) and 65535, got {args.port}")
     if not 0 <= args.host_check <= 86400:
         raise ConfigError(f"--host-check must be between 0 and 86400 seconds, got {args.host_check:g}")
     params = _params(args.param)
@@ -257,9 +261,10 @@ def _size(text: str, option: str) -> int:
 
 
 def _state_path(path: str) -> str:
-    """The absolute state file for ``controller start``: its folder is created if missing; a folder, a file that
-    is not a controller state, or a place that cannot be written is refused with one line."""
-    from ._store import Store
+    """The absolute state file for ``controller start``: its folder is created if missing; a folder, a link, a
+    file that is not a regular one or not a controller state (empty, truncated), or a place that cannot be written
+    is refused with one line (:func:`~._statefile.check_state`)."""
+    from ._statefile import check_state
 
     p = Path(os.path.abspath(os.path.expanduser(path)))
     if p.is_dir():
@@ -273,37 +278,33 @@ def _state_path(path: str) -> str:
         raise ConfigError(f"cannot create the state folder {p.parent}: {e.strerror}") from None
     if not os.access(p.parent, os.W_OK | os.X_OK):
         raise ConfigError(f"cannot write in the state folder {p.parent}")
-    if p.exists() and p.stat().st_size > 0:
-        Store.reader(str(p)).close()         # raises if it is not a controller state file
+    check_state(str(p))
     return str(p)
 
 
 def _start(args: argparse.Namespace) -> int:
-    from ._client import Client, ControllerUnavailable
-    from ._daemon import run_foreground
     from ._paths import addr_file
+    from ._statefile import lock_holder
 
     cfg = _daemon_config(args)
-    try:
-        with Client(state=cfg.state, timeout=1.0) as c:
-            st: dict[str, Any] | None = c.status()
-    except (ControllerUnavailable, MalleableError):
-        st = None
-    if st is not None:
-        raise ConfigError(f"a controller already runs for {cfg.state} at {st['address']} (pid {st['pid']})")
+    pid = lock_holder(cfg.state)
+    if pid is not None:
+        raise _busy(cfg.state, pid)
     if args.foreground:
-        return run_foreground(cfg)
+        return _run_foreground(cfg)
     argv = [sys.executable, "-m", "malleable", "-" + "v" * max(1, args.verbose), *_start_argv(args, cfg.state),
             "--foreground"]
     log_path = cfg.state + ".log"
-    af = addr_file(cfg.state)
-    af.unlink(missing_ok=True)
-    with os.fdopen(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log_f:
+    af = addr_file(cfg.state)        # never removed here: it may be a living daemon's (it replaces it itself)
+    with os.fdopen(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600), "ab") as log_f:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_f, stderr=log_f, start_new_session=True,
                                 close_fds=True)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            pid = lock_holder(cfg.state)
+            if pid is not None:         # another start won the race
+                raise _busy(cfg.state, pid)
             tail = Path(log_path).read_text(errors="replace")[-2000:]
             raise ConfigError(f"the controller exited at start (code {proc.returncode}); log {log_path}:\n{tail}")
         if af.exists():
@@ -320,6 +321,31 @@ def _start(args: argparse.Namespace) -> int:
     proc.kill()
     proc.wait(5)
     raise ConfigError(f"the controller did not come up within 30 s; see {log_path}")
+
+
+def _run_foreground(cfg: Any) -> int:
+    from ._daemon import run_foreground
+    from ._statefile import StateBusy
+
+    try:
+        return run_foreground(cfg)
+    except StateBusy as e:
+        raise _busy(cfg.state, e.pid) from None
+
+
+def _busy(state: str, pid: int) -> ConfigError:
+    """The one line of a start refused because a living daemon holds the state (with its address if known)."""
+    import contextlib
+
+    from ._client import Client
+
+    where = ""
+    with contextlib.suppress(MalleableError, OSError):
+        with Client(state=state, timeout=1.0) as c:
+            where = f" at {c.status()['address']}"
+    who = f"pid {pid}" if pid else "another process"
+    return ConfigError(f"a controller already runs for {state}{where} ({who} holds the lock {state}.lock); "
+                       "nothing was changed")
 
 
 def _warn_down(state: str) -> None:
@@ -401,7 +427,7 @@ def _submit(args: argparse.Namespace) -> int:
     print(jid if parsable else f"Submitted batch job {jid}")   # sbatch's words: scripts parse them
     from ._access import secret_looking
 
-    kept = sorted(k for k in os.environ if secret_looking(k) and not k.startswith("MALLEABLE_"))
+    kept = sorted(k for k, v in os.environ.items() if secret_looking(k, v) and not k.startswith("MALLEABLE_"))
     if kept:
         print(f"malleable submit: note: not passed to the job (secret-looking names are never stored): "
               f"{', '.join(kept)[:200]}; let the job read them from a file", file=sys.stderr)

@@ -16,7 +16,7 @@ from ._timefmt import format_duration, format_elapsed, format_limit
 
 __all__ = ["FIELDS", "JSON_SCHEMA", "STATE_CODES", "Field", "document", "exit_code", "format_lines", "fs_lines",
            "history_lines", "info_lines", "job_json", "measured_intensity", "node_lines", "parse_format",
-           "queue_lines"]
+           "queue_lines", "terminal_safe"]
 
 JSON_SCHEMA = 1
 """Version of the ``--json`` documents (docs/controller.md, "JSON output"); raised when a field changes meaning
@@ -27,6 +27,24 @@ FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
 STATE_CODES = {"PENDING": "PD", "STARTING": "CF", "RUNNING": "R", "COMPLETED": "CD", "FAILED": "F",
                "CANCELLED": "CA", "TIMEOUT": "TO"}
 """squeue's short state codes (CF, "configuring", is a job whose processes are being started)."""
+
+
+_ESCAPES: dict[int, str] = {
+    **{c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))},
+    0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r",
+    **{c: f"\\u{c:04x}" for c in (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))},
+}
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with every control character (C0, DEL, C1) and bidirectional override written as an escape
+    (``\\x1b``, ``\\n``, ``\\u202e``): a job's name or path, chosen by whoever submitted it, cannot move the
+    operator's cursor, forge a line or recolour the terminal. The ``--json`` documents keep the exact text."""
+    return text.translate(_ESCAPES)
+
+
+def _safe(lines: list[str]) -> list[str]:
+    return [terminal_safe(line) for line in lines]
 
 
 # ------------------------------------------------------------------------------------------------ fields
@@ -146,7 +164,7 @@ def queue_lines(rows: list[dict[str, Any]], now: float) -> list[str]:
         t = format_duration(elapsed(j, now))
         out.append(f"{j['id']:>6} {j['name'][:14]:<14} {j.get('user', '')[:8]:<8} {_kind(j):<9} {_short_state(j):<3} "
                    f"{t:>9} {_size(j):>9}  {_nodelist(j)}")
-    return out
+    return _safe(out)
 
 
 def node_lines(rows: list[dict[str, Any]]) -> list[str]:
@@ -160,7 +178,7 @@ def node_lines(rows: list[dict[str, Any]]) -> list[str]:
         if r.get("reason"):
             job += f" (down: {r['reason'][:100]})"
         out.append(f"{r['name']:<{w}} {r['state']:<11} {job.strip()}".rstrip())
-    return out
+    return _safe(out)
 
 
 def history_lines(rows: list[dict[str, Any]], now: float) -> list[str]:
@@ -171,7 +189,7 @@ def history_lines(rows: list[dict[str, Any]], now: float) -> list[str]:
         el = format_elapsed(elapsed(j, now)) if j["start"] else "-"
         out.append(f"{j['id']:>6} {j['name'][:14]:<14} {j.get('user', '')[:8]:<8} {_kind(j):<9} {j['state']:<10} "
                    f"{exit_code(j) or '-':>8} {el:>10} {_size(j):>9}  {_fmt_t(j['start'])}")
-    return out
+    return _safe(out)
 
 
 # ------------------------------------------------------------------------------------------------ --format
@@ -236,7 +254,7 @@ def format_lines(rows: list[dict[str, Any]], fields: list[tuple[Field, int]], no
 
     out = [" ".join(cell(f.name, w) for f, w in fields), " ".join("-" * w for _, w in fields)]
     out += [" ".join(cell(f.text(j, now), w) for f, w in fields) for j in rows]
-    return out
+    return _safe(out)
 
 
 # ------------------------------------------------------------------------------------------------ info
@@ -358,4 +376,4 @@ def info_lines(job: dict[str, Any], steps: list[dict[str, Any]], events: list[di
         for ev in shown:
             stamp = time.strftime("%H:%M:%S", time.localtime(ev["t"]))
             out.append(f"    {stamp}  {ev['kind']:<8} {ev['text'][:100]}")
-    return out
+    return _safe(out)

@@ -17,6 +17,7 @@ from malleable.errors import AuthError, ConfigError, MalleableError, ProtocolErr
 
 from . import _protocol as P
 from ._access import secret_looking
+from ._parts import join
 from ._paths import addr_file, default_state
 from ._protocol import SERVER_KEY_ENV, prepare_socket
 
@@ -83,6 +84,8 @@ class Client:
 
     def __init__(self, address: str | None = None, state: str | None = None, token: bytes | None = None,
                  timeout: float = 10.0, key: Credential | None = None) -> None:
+        if not 0 < timeout <= 86400:          # nan included
+            raise ConfigError(f"--timeout must be a number of seconds between 0 and 86400, got {timeout}")
         self.address, info = _locate(address, state)
         if key is None:
             key = Credential("", token) if token is not None else load_credential()
@@ -127,6 +130,7 @@ class Client:
         self.sock.send_multipart([b"", *P.encode(msg, self.key, rid)])
         wait = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + wait
+        rows: list[dict[str, Any]] = []      # a long table comes in parts
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or not self.sock.poll(int(left * 1000) + 1):
@@ -141,8 +145,15 @@ class Client:
                 raise ReplayError(f"the controller's answer was refused here: {e}") from None
             except AuthError:
                 raise AuthError(self._not_accepted()) from None
-            if got == rid:
-                break
+            if got != rid:
+                continue
+            if isinstance(reply, P.Table):
+                rows += join(reply)
+                if reply.more:
+                    deadline = time.monotonic() + wait
+                    continue
+                reply = P.Table(rows)
+            break
         if isinstance(reply, P.Error):
             if reply.kind == "ReplayError":
                 raise ReplayError(f"the controller refused the request: {reply.msg}")
@@ -176,7 +187,7 @@ class Client:
         e = dict(os.environ) if env is None else dict(env)
         for k in ("MALLEABLE_JOB", "MALLEABLE_CONTROLLER", "MALLEABLE_JOB_TAG", SERVER_KEY_ENV):
             e.pop(k, None)
-        e = {k: v for k, v in e.items() if not secret_looking(k)}
+        e = {k: v for k, v in e.items() if not secret_looking(k, v)}
         m = P.Submit(name, list(cmd), nodes, min_nodes or nodes, max_nodes or nodes, malleable, float(time_limit),
                      out, err, cwd or os.getcwd(), e, speedup, constraint, _login() if user is None else user,
                      unlimited, float(bb), fs_servers, list(stage_in), list(stage_out), fs_min, fs_max,

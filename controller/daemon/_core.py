@@ -146,6 +146,14 @@ class Core:
         self._events[type(event)](event)
         return self.out.take()
 
+    def withdraw(self, job_id: int) -> None:
+        """Forget a job just submitted whose record the store could not save (a full disk): it was never queued,
+        and its submitter is told so. Its id is not given again."""
+        j = self.state.jobs.pop(job_id, None)
+        if j is not None:
+            self.ledger.dequeue(job_id)
+        self.out.take()
+
     def take_actions(self) -> list[Action]:
         """Actions produced outside :meth:`handle` (re-attaching state at construction)."""
         return self.out.take()

@@ -12,9 +12,6 @@ included, is logged and answered, and the loop goes on with the next message.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import inspect
 import json
 import logging
 import os
@@ -41,15 +38,24 @@ from malleable._wire import (
     secure_socket,
     server_public_key,
 )
-from malleable.controller.sched import get_policy
-from malleable.errors import AuthError, ConfigError, MalleableError, ProtocolError, Refusal, ReplayError, UnknownJob
+from malleable.controller.sched._registry import make_policy
+from malleable.errors import (
+    AuthError,
+    ConfigError,
+    MalleableError,
+    ProtocolError,
+    Refusal,
+    Rejected,
+    ReplayError,
+    UnknownJob,
+)
 
 from . import _protocol as P
 from ._access import authorize, principal_of
+from ._backlog import Backlog
 from ._cgroup import JobCgroups
 from ._core import Core, CoreConfig
 from ._events import (
-    PERSIST,
     AttachFs,
     HostClean,
     HostDown,
@@ -73,7 +79,9 @@ from ._fsshell import FsShell
 from ._hostpool import HeldExits, HostPool, Prober, application, proc_info, scan_tagged
 from ._keys import KeyBook, job_credential
 from ._launch import job_argv, job_env, read_rc, start_job, stop_job
+from ._parts import encode_reply
 from ._paths import addr_file, jobs_dir
+from ._statefile import StateLock, check_state
 from ._store import Store
 from ._views import VIEWS, DaemonViews
 
@@ -111,30 +119,6 @@ class DaemonConfig:
     host_check: float = 5.0
 
 
-def make_policy(name: str, params: dict[str, Any]) -> Callable:
-    """The registered policy ``name`` with ``params`` bound (refused if it does not take them).
-
-    Raises:
-        PolicyError: unknown policy.
-        ConfigError: a parameter the policy does not accept.
-    """
-    pol = get_policy(name)
-    if not params:
-        return pol
-    cfg = getattr(pol, "cfg", None)
-    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):  # a policy object built from a config
-        names = {f.name for f in dataclasses.fields(cfg)}
-        bad = [k for k in params if k not in names]
-        if bad:
-            raise ConfigError(f"policy {name} has no parameter(s) {', '.join(bad)}; it has {', '.join(sorted(names))}")
-        return type(pol)(dataclasses.replace(cfg, **params))
-    sig = inspect.signature(pol)
-    bad = [k for k in params if k not in sig.parameters]
-    if bad:
-        raise ConfigError(f"policy {name} takes no parameter(s) {', '.join(bad)}")
-    return functools.partial(pol, **params)
-
-
 class Daemon(DaemonViews):
     """The controller service: the shell around :class:`~._core.Core`. ``start()`` binds, ``serve()`` runs until
     shutdown, ``close()`` releases.
@@ -153,7 +137,15 @@ class Daemon(DaemonViews):
         self.pool = config.pool
         self.token = token if token is not None else load_token(create=True)
         Path(config.state).parent.mkdir(parents=True, exist_ok=True)
-        self.store = Store(config.state)
+        self.lock = StateLock(config.state)
+        self.lock.acquire()                     # one daemon per state, for this daemon's whole life
+        try:
+            check_state(config.state)
+            self.store = Store(config.state)
+        except BaseException:
+            self.lock.release()
+            raise
+        self.backlog = Backlog(self.store, lambda a: _ACTIONS[type(a)](self, a))
         cid = self.store.get_meta("controller_id")
         if cid is None:
             cid = secrets.token_hex(4)
@@ -257,6 +249,7 @@ class Daemon(DaemonViews):
         except (OSError, ValueError):
             pass
         self.store.close()
+        self.lock.release()
 
     def serve(self, stop: threading.Event | None = None) -> None:
         """Run the loop until a ``shutdown`` message (or ``stop`` is set, or SIGTERM in the main thread)."""
@@ -286,17 +279,8 @@ class Daemon(DaemonViews):
         return self._do(self.core.handle(event))
 
     def _do(self, actions: list[Any]) -> Any:
-        persist = [a for a in actions if type(a) in PERSIST]
-        if persist:
-            self.store.apply(persist)
-        reply = None
-        for a in actions:
-            t = type(a)
-            if t is Reply:
-                reply = a.msg
-            elif t not in PERSIST:
-                _ACTIONS[t](self, a)
-        return reply
+        self.backlog.run([a for a in actions if type(a) is not Reply])    # persisted first (:mod:`._backlog`)
+        return next((a.msg for a in actions if type(a) is Reply), None)
 
     # -- the loop's steps ------------------------------------------------------------------------------------
     def _drain_socket(self, budget: int = 1000) -> None:
@@ -328,11 +312,13 @@ class Daemon(DaemonViews):
                 self._last_probe = now
         if now - self._last_tick >= self.config.tick or (self.core.wakes and min(self.core.wakes) <= now):
             self._last_tick = now
+            if self.backlog.error and self.backlog.retry():
+                self.dirty = True
             self.handle(Tick(now))
             self.dirty = True
             self.keyring.prune()
             self.cgroups.sweep(self.core.jobs)
-        if self.dirty and not self.shutdown:
+        if self.dirty and not self.shutdown and not self.backlog.held:     # no new starts while changes wait
             self.dirty = False
             self.handle(Schedule(time.time()))
 
@@ -517,6 +503,9 @@ class Daemon(DaemonViews):
                 kid = key_id_of(body)                  # authentic (the MAC passed): answer under its key
                 wire, rid = self.keyring.wire(kid), peek_id(body)
                 raise
+            except Rejected as e:                    # authentic, refused by a field check: the reason goes back
+                wire, rid = self.keyring.wire(e.key_id), e.request_id
+                raise
             wire = self.keyring.wire(kid)              # held now: a job that ends meanwhile still gets its answer
             reply = self._dispatch(msg, principal_of(kid))
             self.handled += 1
@@ -543,10 +532,11 @@ class Daemon(DaemonViews):
             log.exception("internal error handling a message")
             reply = P.Error("InternalError", f"{type(e).__name__}: {str(e)[:300]} (logged by the controller)")
         try:
-            out = (P.encode_keyed(reply, wire, rid) if wire is not None else
-                   P.encode_keyed(reply, self.keyring.wire(""), 0))   # not authenticated: no request id either
             assert self.sock is not None
-            self.sock.send_multipart([ident, *env, *out], zmq.NOBLOCK)
+            if wire is None:              # not authenticated: no request id either
+                wire, rid = self.keyring.wire(""), 0
+            for out in encode_reply(reply, wire, rid):
+                self.sock.send_multipart([ident, *env, *out], zmq.NOBLOCK)
         except zmq.ZMQError as e:
             log.debug("reply dropped: %s", e)
         except Exception:
@@ -559,11 +549,28 @@ class Daemon(DaemonViews):
             return view(self, m)
         if type(m) not in self.core.requests:
             raise ProtocolError(f"{m.TYPE} is a reply, not a request")
+        if type(m) is P.Submit:
+            return self._submit(m, who)
         reply = self.handle(Request(time.time(), m, who))
         if type(m) is not P.Poll:
             self.dirty = True
         if type(m) is P.Committed and (m.idle or self.pool.kind == "local"):  # type: ignore[attr-defined]
             self.allowed[m.job_id] = m.new_size + m.idle  # type: ignore[attr-defined]
+        return reply if reply is not None else P.Ok()
+
+
+    def _submit(self, m: P.Submit, who: Any) -> P.Message:
+        """A submit is queued only if its record was saved: when the store cannot write (a full disk), it is
+        refused and the core forgets it."""
+        why = "not queued: the controller {} ({}); no new work is accepted until there is space again"
+        if self.backlog.error:
+            raise Refusal(why.format("cannot write its state", self.backlog.error))
+        reply = self.handle(Request(time.time(), m, who))
+        self.dirty = True
+        if self.backlog.held and isinstance(reply, P.Submitted):       # its own record is what waits
+            self.backlog.held = []
+            self.core.withdraw(reply.job_id)
+            raise Refusal(why.format("could not save the job", self.backlog.error))
         return reply if reply is not None else P.Ok()
 
 

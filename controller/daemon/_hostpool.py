@@ -57,6 +57,10 @@ _REMOTE_SCAN = (
 )
 
 
+MAX_LOCAL = 4096
+"""Most host slots ``--local`` makes on one machine."""
+
+
 @dataclass(frozen=True, slots=True)
 class ProcInfo:
     """A process of a job: pid, parent pid, program name, network namespace inode (0 if unknown)."""
@@ -152,8 +156,8 @@ class HostPool:
     @classmethod
     def local(cls, n: int) -> HostPool:
         """``n`` host slots on this machine."""
-        if n < 1:
-            raise ConfigError(f"--local needs at least 1 host, got {n}")
+        if not 1 <= n <= MAX_LOCAL:
+            raise ConfigError(f"--local takes 1 to {MAX_LOCAL} host slots, got {n}")
         return cls("local", tuple(f"local{i}" for i in range(1, n + 1)), None, "127.0.0.1")
 
     @classmethod

@@ -72,7 +72,7 @@ class Jobs(Part):
         hi = min(hi, n_hosts)
         pref = min(pref, hi)
         limit = 0.0 if m.unlimited else (m.time_limit or self.config.default_time)    # 0: no limit
-        env = {k: v for k, v in m.env.items() if not secret_looking(k)}
+        env = {k: v for k, v in m.env.items() if not secret_looking(k, v)}
         dropped = sorted(set(m.env) - set(env))
         jid = st.next_id
         st.next_id += 1

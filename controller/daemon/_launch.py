@@ -54,7 +54,7 @@ def job_env(job: JobRec, pool: HostPool, slots: int, controller: str, key: Crede
     """The job's environment: the submitter's (without anything secret-looking), plus the controller link, the
     job id, tag and the job's own key (never the operator's secret); ``server_key`` is the daemon's CURVE public
     key when encryption is on."""
-    env = {k: v for k, v in job.env.items() if not secret_looking(k)}
+    env = {k: v for k, v in job.env.items() if not secret_looking(k, v)}
     env.update({
         "MALLEABLE_JOB": str(job.id),
         "MALLEABLE_CONTROLLER": controller,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["addr_file", "default_state", "jobs_dir"]
+__all__ = ["addr_file", "default_state", "jobs_dir", "lock_file"]
 
 
 def default_state() -> str:
@@ -25,3 +25,8 @@ def addr_file(state: str) -> Path:
 def jobs_dir(state: str) -> Path:
     """Directory of the shepherds' exit-code files."""
     return Path(state + ".d")
+
+
+def lock_file(state: str) -> Path:
+    """The lock a running daemon holds on its state (beside the state file, :mod:`._statefile`)."""
+    return Path(state + ".lock")

@@ -1,28 +1,26 @@
 """The controller's wire protocol: one typed, versioned message class per request and reply.
 
 Messages travel on the authenticated envelope of :mod:`malleable._wire` (``[MAGIC, header, seal]``): the header
-holds ``v`` (the version), ``type``, a request id ``id`` and the fields of the class. :func:`decode` checks the
-MAC, the version, the type, that every field is present with the right JSON type and no unknown field is
-there, and the value limits (non-negative counts, bounded strings and lists), so a message that gets past it
-is well formed (fields that have a default, added to a message after its first version, may be left out);
-whether it makes sense (a known job, the current order) is the daemon's business. Nothing
-received is unpickled.
+holds ``v`` (the version), ``type``, a request id ``id`` and the fields of the class. :func:`decode` checks the MAC,
+the version, the type, that every field is present with the right JSON type and no unknown field is there, and the
+value limits (non-negative counts, bounded strings and lists), so a message that gets past it is well formed (fields
+that have a default, added to a message after its first version, may be left out); whether it makes sense (a known
+job, the current order) is the daemon's business. Nothing received is unpickled.
 
-Three kinds of peers talk to the daemon, over one ROUTER socket: the command line (``submit``, ``queue``, ...),
-the runtime link inside rank 0 of a malleable job (``register``, ``poll``, ``committed``, ``refused``,
-``progress``), and the operator's commands (``shutdown``, ``add_user``, ``remove_user``, ``users``).
+Three kinds of peers talk to the daemon, over one ROUTER socket: the command line (``submit``, ``queue``, ...), the
+runtime link inside rank 0 of a malleable job (``register``, ``poll``, ``committed``, ``refused``, ``progress``),
+and the operator's commands (``shutdown``, ``add_user``, ``remove_user``, ``users``).
 
 Who speaks is the key a message is sealed with (its key id is in the seal; see :mod:`malleable._wire`): the
-operator's shared secret, a user's key or a job's key. The daemon answers under the same key, so only the holder
-of that key can read a reply as authentic; what each requester may send is decided by
-:func:`~._access.authorize`. A refusal comes back as an ``error`` whose ``kind`` names it: ``AuthError`` (no such
-key, or a wrong secret: the daemon then answers under the operator's key, which the client cannot check),
-``ReplayError`` (authentic but replayed, or sent outside the time window: the clocks differ), ``ProtocolError``,
-``UnknownJob``, ``Refused``, or ``InternalError`` (a bug: the daemon logged it and goes on serving).
+operator's shared secret, a user's key or a job's key. The daemon answers under the same key, so only the holder of
+that key can read a reply as authentic; what each requester may send is decided by :func:`~._access.authorize`. A
+refusal comes back as an ``error`` whose ``kind`` names it: ``AuthError`` (no such key, or a wrong secret: the
+daemon then answers under the operator's key, which the client cannot check), ``ReplayError`` (authentic but
+replayed, or sent outside the time window: the clocks differ), ``ProtocolError``, ``UnknownJob``, ``Refused``, or
+``InternalError`` (a bug: the daemon logged it and goes on serving).
 
 Every socket limits frames (zmq ``MAXMSGSIZE``) before anything is authenticated, and uses CURVE encryption when
-``MALLEABLE_ENCRYPT`` is on (the daemon's public key is in its address file, its status and each job's
-environment).
+``MALLEABLE_ENCRYPT`` is on (the daemon's public key is in its address file, its status and each job's environment).
 """
 
 from __future__ import annotations
@@ -51,13 +49,13 @@ from malleable._wire import (
 )
 from malleable.controller.sched._depend import parse_dependency
 from malleable.controller.sched._speedup import SPEEDUP_MODELS, parse_speedup
-from malleable.errors import ConfigError, ProtocolError
+from malleable.errors import ConfigError, ProtocolError, Rejected
 
 __all__ = [
-    "AddUser", "CONSTRAINTS", "Cancel", "Committed", "Error", "History", "Info", "JobInfo", "MAX_FRAME",
-    "MAX_FS_SERVERS", "Message", "Nodes", "Ok", "Order", "Poll", "Progress", "Queue", "Refused", "Register",
-    "RemoveUser", "SERVER_KEY_ENV", "SPEEDUP_MODELS", "STATES", "Shutdown", "Status", "StatusReply", "Submit",
-    "Submitted", "Table", "USER_NAME", "Users", "VERSION", "check_fs_bounds", "check_fs_replicas", "decode",
+    "AddUser", "CONSTRAINTS", "Cancel", "Committed", "Error", "History", "Info", "JobInfo", "MAX_ENV_BYTES",
+    "MAX_FRAME", "MAX_FS_SERVERS", "Message", "Nodes", "Ok", "Order", "Poll", "Progress", "Queue", "Refused",
+    "Register", "RemoveUser", "SERVER_KEY_ENV", "SPEEDUP_MODELS", "STATES", "Shutdown", "Status", "StatusReply",
+    "Submit", "Submitted", "Table", "USER_NAME", "Users", "VERSION", "check_fs_bounds", "check_fs_replicas", "decode",
     "decode_keyed", "encode", "encode_keyed", "format_size", "parse_speedup", "parse_stage", "prepare_socket",
 ]
 
@@ -67,7 +65,8 @@ VERSIONS = (VERSION,)   # the command line, the runtime link and the daemon ship
 MAX_INT = (1 << 31) - 1
 MAX_STR = 4096          # one string field (a command word, a path, a reason)
 MAX_LIST = 4096         # items of a list field (command words, hosts, rows)
-MAX_ENV = 1024          # entries of a job's environment
+MAX_ENV = 4096          # entries of a job's environment
+MAX_ENV_BYTES = 1 << 20  # characters of a job's environment, names and values (Lmod and Spack make long ones)
 
 STATES = ("PENDING", "STARTING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
 """Every state a job can be in (``submit`` → PENDING → STARTING → RUNNING → one of the last four)."""
@@ -174,6 +173,8 @@ class Table(Message):
     """Rows of ``queue``, ``history`` or ``nodes`` (JSON objects, one per job or node)."""
 
     rows: list[dict]
+    more: bool = False  # a long table comes in parts under one request id; the last has more False
+    same: dict = field(default_factory=dict)  # a full first row; a row leaves out each field equal to it
 
 
 @_msg("job_info")
@@ -406,9 +407,9 @@ class Progress(Message):
 SERVER_KEY_ENV = "MALLEABLE_CONTROLLER_CURVE"
 """The daemon's CURVE public key (Z85), for clients without the operator's secret when encryption is on."""
 
-MAX_FRAME = 4 << 20
+MAX_FRAME = 5 << 20
 """Largest frame a controller socket accepts (zmq ``MAXMSGSIZE``, before authentication): a header is at most
-1 MiB (``malleable._wire.MAX_HEADER``), so 4 MiB leaves slack and stops a peer from making a socket buffer more."""
+4 MiB (``malleable._wire.MAX_HEADER``), so 5 MiB leaves slack and stops a peer from making a socket buffer more."""
 
 
 def prepare_socket(sock: zmq.Socket[Any], key: Credential | bytes, server_key: str | None = None) -> None:
@@ -476,9 +477,11 @@ def _check_submit(m: Submit) -> None:
     if not m.cmd or not m.cmd[0]:
         raise ProtocolError("submit: empty command")
     for k, v in m.env.items():
-        if not isinstance(v, str) or not k or "=" in k or "\x00" in k:
-            raise ProtocolError("submit: env must map variable names to strings")
-        _check_str("submit", "env", v)
+        if not isinstance(v, str) or not k or "=" in k or "\x00" in k or "\x00" in v:
+            raise ProtocolError("submit: env must map variable names to strings without NUL")
+    if (total := sum(len(k) + len(v) + 2 for k, v in m.env.items())) > MAX_ENV_BYTES:
+        raise ProtocolError(f"submit: the environment holds {total} characters, more than {MAX_ENV_BYTES} (1 MiB): "
+                            "unset what the job does not need")
     if m.speedup:
         try:
             parse_speedup(m.speedup)
@@ -563,9 +566,12 @@ def decode(frames: Sequence[Any], key: bytes | Credential) -> tuple[Message, int
 
 
 def decode_keyed(frames: Sequence[Any], keyring: Keyring) -> tuple[Message, int, str]:
-    """As :func:`decode`, with the key the message names in its seal: ``(message, request id, key id)``."""
+    """As :func:`decode`, with the key of the seal: ``(message, request id, key id)``; field checks raise Rejected."""
     kid, header, payloads = keyring.unpack(frames, VERSIONS)
-    msg, rid = _message(header, payloads)
+    try:
+        msg, rid = _message(header, payloads)
+    except ProtocolError as e:
+        raise Rejected(str(e), kid, header.get("id")) from None
     return msg, rid, kid
 
 

@@ -145,7 +145,7 @@ class JobRec:
     def from_json(cls, text: str) -> JobRec:
         """Inverse of :meth:`to_json` (unknown keys of newer versions are ignored)."""
         data = json.loads(text)
-        names = {f.name for f in fields(cls)}
+        names = _JOB_FIELDS
         rec = cls(**{k: v for k, v in data.items() if k in names})
         if isinstance(rec.order, dict):
             rec.order = ResizeOrder.from_dict(rec.order)
@@ -154,13 +154,17 @@ class JobRec:
 
     def public(self) -> dict[str, Any]:
         """The fields shown by ``queue``/``info``/``history`` (no environment: it holds the secret)."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("env",)}
+        out = {n: getattr(self, n) for n in _PUBLIC_FIELDS}
         out["state"] = str(self.state)
         out["order"] = self.order.to_dict() if self.order is not None else None
         out["fs"] = self.fs.to_dict()
         out["size"] = self.size
         out["user"] = self.user or self.env.get("USER", "")     # records written before the field existed
         return out
+
+
+_JOB_FIELDS = frozenset(f.name for f in fields(JobRec))
+_PUBLIC_FIELDS = tuple(f.name for f in fields(JobRec) if f.name != "env")  # no environment: it holds secrets
 
 
 @dataclass

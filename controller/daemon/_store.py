@@ -8,9 +8,11 @@ re-attached) and the orders in flight. Only the daemon writes; other processes m
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
+import stat
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -65,15 +67,24 @@ def history_match(q: History, job: dict[str, Any]) -> bool:
 
 def private_file(path: str) -> None:
     """Make ``path`` (created empty if missing) and SQLite's ``-wal``/``-shm`` files beside it readable by their
-    owner only (0600): the state holds every job's command, environment and the users' list."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    os.close(fd)
-    for p in (path, path + "-wal", path + "-shm"):
+    owner only (0600): the state holds every job's command, environment and the users' list. Each is opened
+    without following a link and changed through its descriptor; one that is not a regular file is refused."""
+    for p, create in ((path, True), (path + "-wal", False), (path + "-shm", False)):
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | (os.O_CREAT if create else 0)
         try:
-            if os.stat(p).st_mode & 0o077:
-                os.chmod(p, 0o600)
+            fd = os.open(p, flags, 0o600)
         except FileNotFoundError:
-            pass
+            continue
+        except OSError as e:
+            raise ConfigError(f"cannot open the state file {p}: {e.strerror}") from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise ConfigError(f"the state file {p} is not a regular file: refused")
+            if st.st_mode & 0o077:
+                os.fchmod(fd, 0o600)
+        finally:
+            os.close(fd)
 
 
 class Store:
@@ -152,7 +163,13 @@ class Store:
             self.db.execute("ROLLBACK")
             raise
         else:
-            self.db.execute("COMMIT")
+            try:
+                self.db.execute("COMMIT")
+            except sqlite3.Error:             # a full disk: nothing of it stays, and the next BEGIN works
+                if self.db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        self.db.execute("ROLLBACK")
+                raise
         finally:
             self._depth = 0
 

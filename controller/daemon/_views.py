@@ -13,6 +13,7 @@ from typing import Any
 from malleable.errors import Refusal, UnknownJob
 
 from . import _protocol as P
+from ._backlog import Backlog
 from ._cgroup import JobCgroups
 from ._core import Core
 from ._events import Request
@@ -41,6 +42,7 @@ class DaemonViews:
     rejected: int
     shutdown: bool
     cancel_on_exit: bool
+    backlog: Backlog
 
     def handle(self, event: Any) -> Any:
         """Hand an event to the core and carry out its actions (the daemon's)."""
@@ -91,7 +93,8 @@ class DaemonViews:
             "nodes": list(self.pool.nodes), "policy": self.config.policy, "slots": self.config.core.slots,
             "kill_wait": self.config.core.kill_wait, "cgroups": self.cgroups.root is not None,
             "curve": self.curve_public, "users": len(self.users), "uptime": time.time() - self.started,
-            "handled": self.handled, "rejected": self.rejected, **self.core.status()})
+            "handled": self.handled, "rejected": self.rejected, "state_error": self.backlog.error,
+            **self.core.status()})
 
     def shut_down(self, m: P.Shutdown) -> P.Message:
         """Stop serving (after cancelling every job, if asked)."""

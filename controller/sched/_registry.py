@@ -9,10 +9,14 @@ the entry-point group ``malleable.policies``.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import importlib
+import inspect
+from typing import Any
 from importlib.metadata import entry_points
 
-from malleable.errors import PolicyError
+from malleable.errors import ConfigError, PolicyError
 
 from ._burst import BBEasy, BBEasyConfig
 from ._conservative import conservative
@@ -22,14 +26,15 @@ from ._fill import malleable_fill
 from ._ioaware import IOAware, IOAwareConfig, fcfsm
 from ._mebf000 import MEBF0, MEBF0Config
 from ._mebf002 import EXPANDS, MEBF, MEBFConfig
-from ._model import Policy
+from ._model import Decline, Interrupt, Policy, Remember, Reserve, ResizeJob, Snapshot, StartJob, Wake
 from ._plan import Plan, PlanConfig
 from ._rigid import easy, fcfs
 from ._sfsj import baseline, sfsj
 
-__all__ = ["ENTRY_POINT_GROUP", "POLICIES", "get_policy"]
+__all__ = ["ENTRY_POINT_GROUP", "POLICIES", "get_policy", "make_policy"]
 
 ENTRY_POINT_GROUP = "malleable.policies"
+DECISIONS = (StartJob, ResizeJob, Reserve, Wake, Remember, Interrupt, Decline)
 
 
 def _table() -> dict[str, Policy]:
@@ -95,6 +100,47 @@ def get_policy(name: str) -> Policy:
 
 
 def _callable(obj: object, name: str) -> Policy:
+    """``obj`` if it behaves as a policy: callable as ``decide(snapshot, now)`` and, on an empty machine of one
+    free node with an empty queue, returning a list of decisions (``os:system`` or ``builtins:print`` does not:
+    refused here rather than in every pass of a daemon)."""
     if not callable(obj):
         raise PolicyError(f"policy {name!r} is not callable")
+    try:
+        inspect.signature(obj).bind(None, 0.0)
+    except TypeError:
+        raise PolicyError(f"{name!r} is not a policy: it cannot be called as decide(snapshot, now)") from None
+    except ValueError:
+        pass                                   # no signature to read (some builtins): the trial call decides
+    try:
+        out = obj(Snapshot(0.0, (0,), (0,), (), ()), 0.0)
+    except Exception as e:  # noqa: BLE001 - any failure on an empty machine means it is no policy
+        raise PolicyError(f"{name!r} is not a policy: on an empty machine it raised {type(e).__name__}: "
+                          f"{str(e)[:120]}") from None
+    if not isinstance(out, (list, tuple)) or not all(isinstance(d, DECISIONS) for d in out):
+        raise PolicyError(f"{name!r} is not a policy: on an empty machine it returned {type(out).__name__}, not "
+                          "a list of decisions")
     return obj  # type: ignore[return-value]
+
+
+def make_policy(name: str, params: dict[str, Any]) -> Policy:
+    """The registered policy ``name`` with ``params`` bound (refused if it does not take them).
+
+    Raises:
+        PolicyError: unknown policy.
+        ConfigError: a parameter the policy does not accept.
+    """
+    pol = get_policy(name)
+    if not params:
+        return pol
+    cfg = getattr(pol, "cfg", None)
+    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):  # a policy object built from a config
+        names = {f.name for f in dataclasses.fields(cfg)}
+        bad = [k for k in params if k not in names]
+        if bad:
+            raise ConfigError(f"policy {name} has no parameter(s) {', '.join(bad)}; it has {', '.join(sorted(names))}")
+        return type(pol)(dataclasses.replace(cfg, **params))  # type: ignore[misc, call-arg]
+    sig = inspect.signature(pol)
+    bad = [k for k in params if k not in sig.parameters]
+    if bad:
+        raise ConfigError(f"policy {name} takes no parameter(s) {', '.join(bad)}")
+    return functools.partial(pol, **params)

@@ -143,6 +143,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         return _sweep(args)
     if not (args.trace or args.synthetic or args.workload):
         raise ConfigError("give one of --trace FILE, --workload FILE, --synthetic N, --sweep SPEC or --experiment NAME")
+    _check_outputs(args)
     policy = get_policy(args.policy)
     w = _load(args)
     extra: dict = {"speedup": SPEEDUPS[args.speedup]}
@@ -225,6 +226,25 @@ def _write_results(args: argparse.Namespace, result: object, io: object, s: dict
     with open(args.results, "w") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Refuse, before simulating, an output file that cannot be written (a missing or read-only folder, a
+    folder given as the file)."""
+    import os
+
+    for opt in ("json", "jobs_csv", "plot", "batsim_csv", "results"):
+        path = getattr(args, opt, None)
+        if not path:
+            continue
+        name = "--" + opt.replace("_", "-")
+        folder = os.path.dirname(os.path.abspath(path))
+        if os.path.isdir(path):
+            raise ConfigError(f"{name} {path}: is a directory, give a file name")
+        if not os.path.isdir(folder):
+            raise ConfigError(f"{name} {path}: no folder {folder} (create it first)")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise ConfigError(f"{name} {path}: cannot write in {folder}")
 
 
 def _run_io(args: argparse.Namespace, w: Workload, policy: object, extra: dict):  # type: ignore[no-untyped-def]

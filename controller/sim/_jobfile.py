@@ -187,10 +187,7 @@ def _fs(obj: dict[str, Any], where: str) -> tuple[int, int, int, float] | None:
 
 def _row(obj: dict[str, Any], where: str) -> tuple:
     def num(key: str, default: Any = None) -> float:
-        v = obj.get(key, default)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v < 0:
-            raise TraceError(f"{where}: {key!r} must be a number >= 0, got {v!r}")
-        return float(v)
+        return _number(obj.get(key, default), where, key)
 
     def count(key: str, default: Any = None) -> int:
         v = obj.get(key, default)

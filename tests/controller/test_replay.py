@@ -77,7 +77,7 @@ def test_workload_file_errors(tmp_path):
     for text, match in [
         ('{"id": 1, "submit": 0, "run": 5}\n', "missing 'procs'"),
         ('{"id": 1, "submit": 0, "run": 5, "procs": 2, "kind": "malleable", "min": 3, "max": 4}\n', "min <= procs"),
-        ('{"id": 1, "submit": -1, "run": 5, "procs": 1}\n', "'submit' must be a number >= 0"),
+        ('{"id": 1, "submit": -1, "run": 5, "procs": 1}\n', "'submit' must be a finite number >= 0"),
         ('{"id": 1, "submit": 0, "run": 5, "procs": 1, "speedup": "fast"}\n', "bad speedup 'fast'"),
         ("[1, 2]\n", "not a JSON object"),
         ("{oops\n", "not JSON"),
