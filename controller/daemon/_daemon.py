@@ -50,6 +50,7 @@ from ._cgroup import JobCgroups
 from ._core import Core, CoreConfig
 from ._events import (
     PERSIST,
+    AbortFs,
     AttachFs,
     HostClean,
     HostDown,
@@ -569,6 +570,7 @@ _ACTIONS: dict[type, Callable[[Daemon, Any], None]] = {
     StopFs: lambda d, a: d.fs.stop(a),
     ScaleFs: lambda d, a: d.fs.scale(a),
     AttachFs: lambda d, a: d.fs.attach(a),
+    AbortFs: lambda d, a: d.fs.abort(a),
 }
 """How the daemon carries out each process action of the core."""
 
