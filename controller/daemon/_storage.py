@@ -80,6 +80,12 @@ class Storage(Part):
         if m.bb > total:
             raise Refusal(f"--bb {P.format_size(m.bb)} is more than the controller's whole burst buffer "
                           f"({P.format_size(total)} on {len(self.state.storage)} storage host(s))")
+        hosts, per = len(self.state.storage), self.config.fs_per_host
+        for option, n in (("--fs-servers", m.fs_servers), ("--fs-max", m.fs_max)):
+            if n > hosts * per:
+                raise Refusal(f"{option} {n} is more than this controller runs for one job: {hosts} storage "
+                              f"host(s) x {per} data server(s) per host (controller start --fs-per-host) = "
+                              f"{hosts * per}")
 
     def fs_hosts(self, j: JobRec) -> tuple[str, tuple[str, ...]]:
         """Where the job's servers go: the metadata server on its first host, the data servers on its hosts that

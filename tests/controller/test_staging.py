@@ -274,3 +274,22 @@ def test_staging_as_a_user_reaches_only_what_that_user_may(two_users, tmp_path, 
     finally:
         stop_fs(dep.address, timeout=10.0, token=b"stage-test")
         dep.wait(10)
+
+
+@pytest.mark.timeout(120)
+def test_servers_beyond_the_storage_hosts_and_the_per_host_limit_are_refused(env, tmp_path):
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\ntrue\n")
+    script.chmod(0o755)
+    with daemon_thread(tmp_path / "ctl.sqlite", HostPool.local(3), "fcfs-bb", bb_capacity=M,
+                       storage_hosts=("local2", "local3"), fs_per_host=3) as (d, c):
+        for option in ("--fs-servers", "--fs-max"):
+            code, out, err = cli("submit", "--bb", "1K", option, "7", str(script))
+            assert (code, out) == (1, "") and err == (
+                f"malleable submit: error: {option} 7 is more than this controller runs for one job: 2 storage "
+                "host(s) x 3 data server(s) per host (controller start --fs-per-host) = 6\n"), err
+        assert c.rows(P.Queue()) == [] and c.rows(P.History(0)) == []         # nothing queued
+        code, out, err = cli("submit", "--bb", "1K", "--fs-servers", "6", str(script))
+        assert code == 0 and out.startswith("Submitted batch job"), err
+    code, _, err = cli("controller", "start", "--local", "2", "--fs-per-host", "0", "--state", str(tmp_path / "x"))
+    assert (code, err) == (1, "malleable controller: error: --fs-per-host must be between 1 and 64, got 0\n")
