@@ -293,3 +293,47 @@ def test_servers_beyond_the_storage_hosts_and_the_per_host_limit_are_refused(env
         assert code == 0 and out.startswith("Submitted batch job"), err
     code, _, err = cli("controller", "start", "--local", "2", "--fs-per-host", "0", "--state", str(tmp_path / "x"))
     assert (code, err) == (1, "malleable controller: error: --fs-per-host must be between 1 and 64, got 0\n")
+
+
+@pytest.mark.timeout(240)
+def test_a_held_file_system_survives_a_controller_kill_and_is_retried_after_the_restart(env, tmp_path, monkeypatch):
+    import json
+
+    from malleable.controller.daemon._client import Client
+    from malleable.controller.daemon._paths import addr_file
+    from tests._procs import kill9
+    from tests.controller._daemon_util import kill_leftovers
+
+    state = str(tmp_path / "ctl.sqlite")
+    monkeypatch.setenv("MALLEABLE_CONTROLLER_STATE", state)
+
+    def start() -> int:
+        code, _, err = cli("controller", "start", "--local", "2", "--policy", "fcfs-bb", "--bb-capacity", "8M",
+                           "--state", state, "--tick", "0.2")
+        assert code == 0, err
+        return json.loads(addr_file(state).read_text())["pid"]
+
+    data = os.urandom(M + 5)
+    (tmp_path / "data.bin").write_bytes(data)
+    pid, cid = start(), ""
+    try:
+        with Client(state=state, token=TOKEN.encode()) as c:
+            cid = c.status()["controller_id"]
+            jid = c.submit(put_and_exit(tmp_path / "data.bin", "/out/r.bin"), 1, env=env, bb=4 * M,
+                           stage_out=[f"/out/r.bin:{tmp_path}/later/r.bin"])
+            wait_for(lambda: fs_phase(c, jid, "held"), 90, "the failed stage-out")
+        kill9(pid)
+        assert scan_tagged(f"{cid}.fs{jid}"), "the held file system's servers outlive the controller"
+        pid = start()
+        with Client(state=state, token=TOKEN.encode()) as c:
+            assert fs_phase(c, jid, "held") and c.status()["bb_free"] == 12 * M     # still held after the restart
+            (tmp_path / "later").mkdir()
+            monkeypatch.setenv("MALLEABLE_TOKEN", TOKEN)
+            code, _, err = cli("fs", "stage-out", "--job", str(jid))
+            assert code == 0, err
+            assert (tmp_path / "later" / "r.bin").read_bytes() == data
+            assert c.status()["bb_free"] == 16 * M and not scan_tagged(f"{cid}.fs{jid}")
+        assert cli("controller", "stop", "--state", state)[0] == 0
+        pid = 0
+    finally:
+        kill_leftovers(pid, cid)
