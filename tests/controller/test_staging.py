@@ -70,6 +70,9 @@ def test_failed_stage_out_keeps_the_data_until_a_retry_completes_it(env, tmp_pat
         code, out, _ = cli("history", "-j", str(jid), "-o", "JobID,State,ExitCode,Reason%40")
         assert code == 0 and out.splitlines()[-1].split(None, 3)[1:] == ["FAILED", "3:0", row["reason"]], out
         assert "StageOutFailed" in cli("info", str(jid))[1]
+        code, out, _ = cli("queue")                                 # listed in stage-out, as squeue's SO
+        assert code == 0 and out.splitlines()[1].split()[4] == "SO", out
+        assert out.splitlines()[1].endswith(f"({row['reason']})") and len(out.splitlines()) == 2, out
         assert d.core.status()["bb_free"] == 12 * M                 # its buffer is still held
         assert scan_tagged(d.fs.tag(jid)), "the servers (and the data) are kept"
         monkeypatch.setenv("MALLEABLE_TOKEN", TOKEN)
@@ -84,6 +87,7 @@ def test_failed_stage_out_keeps_the_data_until_a_retry_completes_it(env, tmp_pat
         assert dst.read_bytes() == data
         assert os.listdir(dst.parent) == ["out.bin"]               # no temporary file left
         assert fs_phase(c, jid, "stopped")["left"] == []
+        assert cli("queue")[1].count("\n") == 1                    # no longer listed
         assert history_row(c, jid)["reason"] == "exit code 3" and d.core.status()["bb_free"] == 16 * M
         assert not scan_tagged(d.fs.tag(jid))
         code, _, err = cli("fs", "release", "--job", str(jid))     # nothing held any more: one line
