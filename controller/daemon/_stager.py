@@ -124,16 +124,21 @@ def _open_folder(path: str, make_last: bool) -> int:
         head, _, last = path.rpartition("/")
         pfd = _open_folder(head or "/", make_last=False)
         try:
-            try:
-                os.mkdir(last, 0o777, dir_fd=pfd)
-            except FileExistsError:
-                pass
-            except OSError as e:
-                raise StageFailure(f"{path}: {e.strerror}") from None
-            return _open_dir_at(last, pfd, path)
+            return _make_dir_at(last, pfd, path)
         finally:
             os.close(pfd)
     return _open_dir_at(path, None, path)
+
+
+def _make_dir_at(name: str, dir_fd: int, shown: str) -> int:
+    """Folder ``name`` in ``dir_fd`` (made if missing) opened as a directory, not through a link."""
+    try:
+        os.mkdir(name, 0o777, dir_fd=dir_fd)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise StageFailure(f"{shown}: {e.strerror}") from None
+    return _open_dir_at(name, dir_fd, shown)
 
 
 def _open_dir_at(name: str, dir_fd: int | None, shown: str) -> int:
@@ -206,13 +211,7 @@ def _clear_stale(dfd: int) -> None:
 def _copy_out(fs: Any, src: str, dfd: int, name: str, shown: str) -> int:
     if not fs.stat(src).is_dir:
         return _write_file(fs, src, dfd, name, shown)
-    try:
-        os.mkdir(name, 0o777, dir_fd=dfd)
-    except FileExistsError:
-        pass
-    except OSError as e:
-        raise StageFailure(f"{shown}: {e.strerror}") from None
-    sub = _open_dir_at(name, dfd, shown)
+    sub = _make_dir_at(name, dfd, shown)
     try:
         return _copy_tree_out(fs, src, sub, shown)
     finally:
