@@ -100,7 +100,7 @@ def job_fs(cmd: str, job: int) -> str:
     fs = rec.get("fs") or {}
     if not rec.get("bb"):
         raise ConfigError(f"{cmd}: job {job} has no file system (it was submitted without --bb)")
-    if fs.get("phase") not in ("ready", "staging-out") or not fs.get("address"):
+    if fs.get("phase") not in ("ready", "staging-out", "held") or not fs.get("address"):
         raise ConfigError(f"{cmd}: job {job}'s file system is {fs.get('phase') or 'not started yet'}, not in use")
     os.environ["MALLEABLE_TOKEN"] = fs_secret(load_token(create=False), cid, job)
     return str(fs["address"])
@@ -229,6 +229,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     _cli_elastic.register(fsub)
     for parser in fsub.choices.values():
         parser.set_defaults(func=one_line(parser.get_default("func")))
+    from malleable.controller.daemon import _cli_stage      # ask the controller, not a file system: not wrapped
+
+    _cli_stage.register(fsub)
 
 
 def _start(args: argparse.Namespace) -> int:

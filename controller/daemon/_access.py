@@ -25,6 +25,7 @@ from malleable.errors import Refusal
 
 from . import _protocol as P
 from ._protocol import USER_NAME
+from ._fsrequest import StageOutAgain
 
 __all__ = ["OPERATOR", "Principal", "USER_NAME", "authorize", "principal_of", "secret_looking", "submitter"]
 
@@ -100,9 +101,9 @@ def authorize(who: Principal, msg: Any, owner: str | None = None) -> None:
     if who.kind == "user":
         if isinstance(msg, P.Submit):
             return
-        if isinstance(msg, (P.Cancel, P.Suspend)):
+        if isinstance(msg, (P.Cancel, P.Suspend, StageOutAgain)):
             if owner is not None and owner != who.name:
-                verb = "cancel" if isinstance(msg, P.Cancel) else "suspend"
+                verb = {P.Cancel: "cancel", P.Suspend: "suspend"}.get(t, "stage out or release")
                 raise Refusal(f"job {msg.job_id} belongs to {owner or 'another user'}: {who} may {verb} only "
                               "their own jobs")
             return

@@ -120,6 +120,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="burst buffer per storage host, e.g. 10G: what its data servers may hold; jobs ask for a "
                         "share with 'submit --bb' (default 0: none)")
     p.add_argument("--storage-hosts", metavar="H1,H2", help="hosts that may run data servers (default: every host)")
+    p.add_argument("--fs-per-host", type=int, default=4, metavar="N",
+                   help="data servers one job's file system may run on a storage host (1-64, default 4): "
+                        "'submit --fs-servers/--fs-max' beyond N x the storage hosts are refused")
     p.add_argument("--foreground", action="store_true", help="run in this process (logs to stderr)")
     p.set_defaults(func=one_line(_start))
 
@@ -232,7 +235,7 @@ def _daemon_config(args: argparse.Namespace) -> Any:
     pool = _pool(args)
     bb, storage = _storage_opts(args, pool.nodes)
     core = CoreConfig(slots=args.slots, ack_timeout=args.ack_timeout, default_time=parse_limit(args.default_time),
-                      kill_wait=args.kill_wait, bb_capacity=bb, storage_hosts=storage)
+                      kill_wait=args.kill_wait, bb_capacity=bb, storage_hosts=storage, fs_per_host=args.fs_per_host)
     state = _state_path(args.state or default_state())
     return DaemonConfig(state, pool, args.policy, params, args.bind, args.port, args.tick, core,
                         host_check=args.host_check)
@@ -243,6 +246,8 @@ def _storage_opts(args: argparse.Namespace, nodes: tuple[str, ...]) -> tuple[flo
     from malleable.launch import expand_hostlist
 
     bb = _size(args.bb_capacity, "--bb-capacity")
+    if not 1 <= args.fs_per_host <= 64:
+        raise ConfigError(f"--fs-per-host must be between 1 and 64, got {args.fs_per_host}")
     storage = tuple(expand_hostlist(args.storage_hosts)) if args.storage_hosts else ()
     bad = [h for h in storage if h not in nodes]
     if bad:
@@ -374,7 +379,7 @@ def _start_argv(args: argparse.Namespace, state: str) -> list[str]:
         out += ["--hostfile", os.path.abspath(args.hostfile)]
     else:
         out += ["--hosts", args.hosts]
-    for opt in ("launcher_exec", "bind", "port", "bb_capacity", "storage_hosts"):
+    for opt in ("launcher_exec", "bind", "port", "bb_capacity", "storage_hosts", "fs_per_host"):
         v = getattr(args, opt)
         if v is not None:
             out += ["--" + opt.replace("_", "-"), str(v)]

@@ -126,7 +126,13 @@ def document(kind: str, body: Any) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------------ tables
+def _held(j: dict[str, Any]) -> bool:
+    return (j.get("fs") or {}).get("phase") == "held"
+
+
 def _short_state(j: dict[str, Any]) -> str:
+    if _held(j):
+        return "SO"  # ended, its stage-out held (Slurm's STAGE_OUT)
     if j["state"] == "RUNNING" and j.get("order"):
         return "RS"  # resizing
     return STATE_CODES.get(j["state"], j["state"])
@@ -139,7 +145,7 @@ def _size(j: dict[str, Any]) -> str:
 
 
 def _nodelist(j: dict[str, Any]) -> str:
-    if j["state"] == "PENDING":
+    if j["state"] == "PENDING" or _held(j):
         return f"({j.get('reason') or 'Priority'})"
     hosts = compress_hostlist(j["hosts"])
     if j.get("order"):

@@ -43,6 +43,7 @@ from ._events import (
     FsAttached,
     FsFailed,
     FsFault,
+    FsHeld,
     FsProgress,
     FsReady,
     FsSample,
@@ -59,6 +60,7 @@ from ._events import (
     Schedule,
     Tick,
 )
+from ._fsrequest import StageOutAgain
 from ._fsscale import FsScaling
 from ._hosts import Hosts
 from ._jobs import Jobs
@@ -124,7 +126,7 @@ class Core:
         self.requests: Mapping[type[P.Message], Callable[[Any, float], None]] = {
             P.Submit: life.submit, P.Cancel: life.cancel, P.Register: link.register, P.Poll: link.poll,
             P.Committed: link.committed, P.Refused: link.refused, P.Progress: link.progress,
-            P.ResizeRequest: link.request, P.Suspend: link.suspend}
+            P.ResizeRequest: link.request, P.Suspend: link.suspend, StageOutAgain: fs.stage_out_again}
         """The one table of state-changing wire requests, each with its handler (read-only ones are answered by
         the daemon from its views)."""
         self._events: Mapping[type, Callable[[Any], None]] = {
@@ -132,7 +134,8 @@ class Core:
             Relaunch: life.relaunch, JobExited: life.exited, Tick: life.tick, HostClean: self.parts.hosts.clean,
             HostDown: self.parts.hosts.down, HostUp: self.parts.hosts.up, Schedule: sched.schedule,
             FsReady: self._fs_ready, FsProgress: fs.progress, FsFailed: self._fs_failed, FsStopped: self._fs_stopped,
-            FsAttached: fs.attached, FsFault: fs.fault, FsSample: scaling.sampled, FsScaled: scaling.scaled}
+            FsAttached: fs.attached, FsFault: fs.fault, FsSample: scaling.sampled, FsScaled: scaling.scaled,
+            FsHeld: fs.held}
         self._load_jobs(list(jobs))
 
     # -- the one entry point ---------------------------------------------------------------------------------
@@ -164,8 +167,10 @@ class Core:
         if fn is None:
             raise Refusal(f"{getattr(msg, 'TYPE', type(msg).__name__)} is not a request the core handles")
         owner = None
-        if isinstance(msg, P.Cancel | P.Suspend):
+        if isinstance(msg, P.Cancel | P.Suspend | StageOutAgain):
             j = self.state.jobs.get(msg.job_id)
+            held = self.state.stopping.get(msg.job_id)
+            j = j if j is not None else held.job if held is not None else None
             owner = j.user if j is not None else None
         authorize(e.who, msg, owner)
         if isinstance(msg, P.Submit):

@@ -56,6 +56,7 @@ from ._backlog import Backlog
 from ._cgroup import JobCgroups
 from ._core import Core, CoreConfig
 from ._events import (
+    AbortFs,
     AttachFs,
     HostClean,
     HostDown,
@@ -582,6 +583,7 @@ _ACTIONS: dict[type, Callable[[Daemon, Any], None]] = {
     StopFs: lambda d, a: d.fs.stop(a),
     ScaleFs: lambda d, a: d.fs.scale(a),
     AttachFs: lambda d, a: d.fs.attach(a),
+    AbortFs: lambda d, a: d.fs.abort(a),
 }
 """How the daemon carries out each process action of the core."""
 

@@ -18,6 +18,7 @@ from ._records import JobRec
 
 __all__ = [
     "PERSIST",
+    "AbortFs",
     "Action",
     "AddEvent",
     "AddStep",
@@ -27,6 +28,7 @@ __all__ = [
     "FsAttached",
     "FsFailed",
     "FsFault",
+    "FsHeld",
     "FsProgress",
     "FsReady",
     "FsSample",
@@ -189,6 +191,16 @@ class FsStopped:
 
 
 @dataclass(frozen=True, slots=True)
+class FsHeld:
+    """A stage-out failed (``errors``): the job's file system and its data are kept, its servers still run, and its
+    buffer stays held until the stage-out is tried again and succeeds or the owner releases it."""
+
+    now: float
+    job_id: int
+    errors: str
+
+
+@dataclass(frozen=True, slots=True)
 class FsSample:
     """The job's file system measured: ``aio`` is the achieved I/O rate (bytes/s read and written by its data
     servers since the previous sample; None: no I/O, which is no sample for the rule), ``servers`` its active data
@@ -236,7 +248,7 @@ class FsFault:
 
 Event: TypeAlias = (Request | JobLaunched | LaunchFailed | Relaunch | JobExited | HostClean | HostDown | HostUp
                     | Tick | Schedule | FsReady | FsProgress | FsFailed | FsStopped | FsSample | FsScaled
-                    | FsAttached | FsFault)
+                    | FsAttached | FsFault | FsHeld)
 
 
 # -- actions -----------------------------------------------------------------------------------------------
@@ -338,6 +350,9 @@ class StartFs:
     capacity: int
     stage_in: tuple[tuple[str, str], ...] = ()
     replicas: int = 1
+    uid: int | None = None          # the user the stage-in runs as (None: the daemon's own)
+    gid: int | None = None
+    limit: float = 0.0              # seconds the stage-in may take (the job's time limit; 0: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,6 +364,17 @@ class StopFs:
     address: str
     hosts: tuple[str, ...]
     stage_out: tuple[tuple[str, str], ...] = ()
+    uid: int | None = None          # the user the stage-out runs as (None: the daemon's own)
+    gid: int | None = None
+    limit: float = 0.0              # seconds the stage-out may take (0: none)
+
+
+@dataclass(frozen=True, slots=True)
+class AbortFs:
+    """Stop the stage-in of a file system being started for a job that no longer waits for it (answered as a
+    failed start: :class:`FsFailed`)."""
+
+    job_id: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,7 +403,7 @@ class AttachFs:
 
 
 Action: TypeAlias = (SaveJob | SaveHost | DeleteHost | AddStep | AddEvent | Launch | Stop | Kill | Reply | StartFs
-                     | StopFs | ScaleFs | AttachFs)
+                     | StopFs | ScaleFs | AttachFs | AbortFs)
 
 PERSIST: tuple[type, ...] = (SaveJob, SaveHost, DeleteHost, AddStep, AddEvent)
 """Action types that change the state file (carried out first, in one transaction)."""

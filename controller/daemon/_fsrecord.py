@@ -4,6 +4,8 @@ A job submitted with ``--bb`` gets a file system when its hosts are granted and 
 where that file system is in its life::
 
     (none) -> starting -> ready -> staging-out -> stopped        the job ended for good: its files are copied out
+                 |          |                  \\-> held       a copy failed: servers and data kept; tried again
+                 |          |                                   (-> staging-out) or released (-> stopping)
                  |          \\---> stopping ----> stopped        re-queued, or nothing to stage out
                  |-> failed                                      a server did not start or a stage-in failed
                  \\-> abandoned -> stopped                        still starting when the job stopped waiting for it
@@ -37,6 +39,7 @@ class FsPhase(str, enum.Enum):
     STAGING_OUT = "staging-out"     # the job ended for good: stage-out files being copied, then the servers stop
     STOPPING = "stopping"           # being stopped without a stage-out (the job went back to the queue, or none)
     ABANDONED = "abandoned"         # was starting for a job that no longer waits for it: stopped once it answers
+    HELD = "held"                   # a stage-out failed: servers and data kept, buffer held, until retried or released
     STOPPED = "stopped"             # every server stopped and searched for
     FAILED = "failed"               # could not be started (servers or stage-in); nothing of it is left
 

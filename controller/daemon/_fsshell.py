@@ -25,7 +25,6 @@ restart) kills the servers by their tag on the hosts given.
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import hmac
 import logging
@@ -37,15 +36,15 @@ import threading
 import time
 from typing import Any
 
-import psutil
-
 from malleable.errors import MalleableError
 
 from ._events import (
+    AbortFs,
     AttachFs,
     FsAttached,
     FsFailed,
     FsFault,
+    FsHeld,
     FsProgress,
     FsReady,
     FsSample,
@@ -56,6 +55,8 @@ from ._events import (
     StopFs,
 )
 from ._hostpool import TAG_VAR, HostPool
+from ._stager import Staged
+from ._stager import run as run_stager
 
 __all__ = ["FS_ENV", "FsShell", "fs_secret"]
 
@@ -67,7 +68,6 @@ FS_ENV = "MALLEABLE_FS"
 TOKEN_ENV = "MALLEABLE_TOKEN"
 """Where adhocfs servers and clients read their shared secret."""
 
-CHUNK = 4 << 20
 CLEAN_WAIT = 10.0        # seconds the servers may take to exit after the stop before they are killed
 SAMPLE_EVERY = 2.0       # seconds between two measurements of a running file system
 SAMPLE_TIMEOUT = 5.0     # seconds a measurement may wait for the metadata server
@@ -103,6 +103,7 @@ class FsShell:
         self.lost: dict[int, set[int]] = {}      # job id -> data servers reported not answering
         self.stopped: set[int] = set()           # jobs whose file system is being stopped or is gone
         self.faults: dict[int, FsFault] = {}     # job id -> a fault found by the last sample, to be reported
+        self.aborts: dict[int, threading.Event] = {}   # job id -> set to stop its staging
         self.lock = threading.Lock()
         self.quit = threading.Event()
         self.sampler: threading.Thread | None = None
@@ -134,7 +135,9 @@ class FsShell:
 
     # -- requests --------------------------------------------------------------------------------------------
     def start(self, a: StartFs) -> None:
-        """Start the file system of ``a`` in a thread."""
+        """Start the file system of ``a`` in a thread (an :class:`AbortFs` from now on stops its stage-in)."""
+        with self.lock:
+            self.aborts[a.job_id] = threading.Event()
         self._thread(self._start, a, f"fs-start-{a.job_id}")
 
     def stop(self, a: StopFs) -> None:
@@ -182,13 +185,16 @@ class FsShell:
 
     # -- the work --------------------------------------------------------------------------------------------
     def _start(self, a: StartFs) -> None:
+        try:
+            self._start_fs(a)
+        finally:
+            with self.lock:
+                self.aborts.pop(a.job_id, None)
+
+    def _start_fs(self, a: StartFs) -> None:
         from malleable.adhocfs._deploy import start_fs
 
         jid = a.job_id
-        for src, _ in a.stage_in:              # nothing is started for a stage-in that cannot succeed
-            if not os.path.isfile(src) or not os.access(src, os.R_OK):
-                self._post(FsFailed(time.time(), jid, f"stage-in: {src} is not a readable file"))
-                return
         secret = self.secret(jid).encode()
         try:
             dep = start_fs(self.host(a.meta), [self.host(h) for h in a.data], launcher=self.pool.launcher_exec,
@@ -202,17 +208,42 @@ class FsShell:
             self.names[jid] = dict(zip(dep.data, a.data, strict=True))
         self._sampling()
         log.info("job %d: file system at %s", jid, dep.address)
-        for src, dst in a.stage_in:
-            try:
-                n = _copy_in(dep.address, secret, src, dst)
-            except (MalleableError, OSError) as e:
-                why = " ".join(str(e).split())[:400]
-                self._post(FsProgress(time.time(), jid, "in", src, dst, 0, why))
+        if self._aborted(jid):
+            self._shut(jid, dep.address, (a.meta, *a.data))
+            self._post(FsFailed(time.time(), jid, "stage-in cancelled"))
+            return
+        if a.stage_in:
+            done = self._stage(jid, dep.address, "in", a.stage_in, a.uid, a.gid, a.limit)
+            bad = next((s for s in done if s.error), None)
+            if bad is not None or len(done) < len(a.stage_in):
+                why = bad.error if bad is not None else "not every file was staged in"
                 self._shut(jid, dep.address, (a.meta, *a.data))
-                self._post(FsFailed(time.time(), jid, f"stage-in {src} -> {dst}: {why}"))
+                self._post(FsFailed(time.time(), jid, f"stage-in {bad.src if bad else ''} -> "
+                                                      f"{bad.dst if bad else ''}: {why}"[:500]))
                 return
-            self._post(FsProgress(time.time(), jid, "in", src, dst, n))
         self._post(FsReady(time.time(), jid, dep.address))
+
+    def _stage(self, jid: int, address: str, direction: str, pairs: Any, uid: int | None, gid: int | None,
+               limit: float) -> list[Staged]:
+        """Stage ``pairs`` as ``uid``/``gid`` in a child process (:mod:`._stager`), reporting each one; an
+        :class:`AbortFs` for the job stops it."""
+        with self.lock:
+            stop = self.aborts.setdefault(jid, threading.Event())
+        return run_stager(address, self.secret(jid), direction, list(pairs), uid=uid, gid=gid, limit=limit,
+                          stop=stop, on_pair=lambda s: self._post(
+                              FsProgress(time.time(), jid, direction, s.src, s.dst, s.size, s.error)))
+
+    def _aborted(self, jid: int) -> bool:
+        with self.lock:
+            stop = self.aborts.get(jid)
+        return stop is not None and stop.is_set()
+
+    def abort(self, a: AbortFs) -> None:
+        """Stop the staging of ``a``'s job (its start then fails and its servers stop)."""
+        with self.lock:
+            stop = self.aborts.get(a.job_id)
+        if stop is not None:
+            stop.set()
 
     def _attach(self, a: AttachFs) -> None:
         """Check the file system and rebuild its handle: a :class:`~malleable.adhocfs.Deployment` without processes
@@ -242,21 +273,21 @@ class FsShell:
         jid = a.job_id
         with self.lock:
             self.stopped.add(jid)
-        secret = self.secret(jid).encode()
         errors = []
-        for src, dst in a.stage_out:
+        if a.stage_out:
             try:
-                n = _copy_out(a.address, secret, src, dst)
-            except (MalleableError, OSError) as e:
-                why = " ".join(str(e).split())[:400]
-                errors.append(f"stage-out {src}: {why}")
-                self._post(FsProgress(time.time(), jid, "out", src, dst, 0, why))
-                continue
-            self._post(FsProgress(time.time(), jid, "out", src, dst, n))
+                done = self._stage(jid, a.address, "out", a.stage_out, a.uid, a.gid, a.limit)
+            finally:
+                with self.lock:
+                    self.aborts.pop(jid, None)
+            errors = [f"stage-out {s.src}: {s.error}" for s in done if s.error]
+            if errors or len(done) < len(a.stage_out):   # nothing is deleted before its copy is complete
+                with self.lock:
+                    self.stopped.discard(jid)
+                self._post(FsHeld(time.time(), jid, "; ".join(errors or ["stage-out incomplete"])[:500]))
+                return
         left, err = self._shut(jid, a.address, a.hosts)
-        if err:
-            errors.append(err)
-        self._post(FsStopped(time.time(), jid, left, "; ".join(errors)[:500]))
+        self._post(FsStopped(time.time(), jid, left, err[:500]))
 
     def _shut(self, jid: int, address: str, hosts: Any) -> tuple[tuple[str, ...], str]:
         """Stop the servers, wait for them, kill what is left on ``hosts``; returns (hosts with leftovers, error)."""
@@ -402,39 +433,3 @@ class FsShell:
         return ""
 
 
-def _copy_in(address: str, secret: bytes, src: str, dst: str) -> int:
-    """Copy local ``src`` to ``dst`` in the file system (its folders made first); returns the bytes copied."""
-    from malleable.adhocfs._client import connect
-
-    total = 0
-    with connect(address, token=secret) as fs, open(src, "rb") as f:
-        parent = dst.rsplit("/", 1)[0]
-        if parent:
-            fs.makedirs(parent, exist_ok=True)
-        with fs.open(dst, "wb") as out:
-            while chunk := f.read(CHUNK):
-                total += out.write(chunk)
-    return total
-
-
-def _copy_out(address: str, secret: bytes, src: str, dst: str) -> int:
-    """Copy ``src`` of the file system to local ``dst`` (written to a temporary name, renamed when complete, so a
-    failed copy leaves no partial file); returns the bytes copied."""
-    from malleable.adhocfs._client import connect
-
-    total = 0
-    tmp = f"{dst}.stage-out.{os.getpid()}"
-    for old in glob.glob(glob.escape(dst) + ".stage-out.*"):     # left by a controller killed mid-copy
-        pid = old.rsplit(".", 1)[1]
-        if pid.isdigit() and int(pid) != os.getpid() and not psutil.pid_exists(int(pid)):
-            os.unlink(old)
-    try:
-        with connect(address, token=secret) as fs, fs.open(src, "rb") as f, open(tmp, "wb") as out:
-            while chunk := f.read(CHUNK):
-                out.write(chunk)
-                total += len(chunk)
-        os.replace(tmp, dst)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return total

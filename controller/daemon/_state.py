@@ -50,6 +50,8 @@ class CoreConfig:
             of whatever is left of it (Slurm's KillWait).
         bb_capacity: bytes each storage host's data servers may hold; the burst buffer is their sum.
         storage_hosts: the hosts that may run data servers (empty: every host of the pool).
+        fs_per_host: data servers a job's file system may run on one storage host (its ``--fs-servers`` and
+            ``--fs-max`` are at most this times the storage hosts).
     """
 
     slots: int = 1
@@ -60,6 +62,7 @@ class CoreConfig:
     kill_wait: float = 30.0
     bb_capacity: float = 0.0
     storage_hosts: tuple[str, ...] = ()
+    fs_per_host: int = 4
 
 
 class StoppingFs(NamedTuple):

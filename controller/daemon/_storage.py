@@ -32,17 +32,29 @@ from typing import Any
 from malleable.errors import Refusal
 
 from . import _protocol as P
-from ._events import AttachFs, FsAttached, FsFailed, FsFault, FsProgress, FsReady, FsStopped, StartFs, StopFs
+from ._events import (AbortFs, AttachFs, FsAttached, FsFailed, FsFault, FsHeld, FsProgress, FsReady, FsStopped,
+                      Reply, StartFs, StopFs)
+from ._fsrequest import StageOutAgain
 from ._fsrecord import RESTOP, FsPhase, JobFs, StagedFile
 from ._records import JobRec, JobState
 from ._state import Part, StoppingFs, host_list
 
-__all__ = ["WAIT_REASON", "Storage", "submitted"]
+__all__ = ["HELD_REASON", "WAIT_REASON", "Storage", "submitted"]
 
 log = logging.getLogger(__name__)
 
 WAIT_REASON = "BurstBuffer"
 """The pending reason of a job whose burst buffer does not fit in what is free now."""
+
+HELD_REASON = "StageOutFailed"
+"""The reason of an ended job whose stage-out failed (shown beside its own exit code until a retry succeeds)."""
+
+
+def _who(j: JobRec) -> dict[str, Any]:
+    """The identity and time bound of a job's staging: its submitting user's uid and gid when the record has them
+    (else the daemon's own), its time limit (0: none)."""
+    limit = j.time_limit if j.time_limit and math.isfinite(j.time_limit) and j.time_limit > 0 else 0.0
+    return {"uid": getattr(j, "uid", None), "gid": getattr(j, "gid", None), "limit": float(limit)}
 
 
 def submitted(m: P.Submit) -> dict[str, Any]:
@@ -68,6 +80,12 @@ class Storage(Part):
         if m.bb > total:
             raise Refusal(f"--bb {P.format_size(m.bb)} is more than the controller's whole burst buffer "
                           f"({P.format_size(total)} on {len(self.state.storage)} storage host(s))")
+        hosts, per = len(self.state.storage), self.config.fs_per_host
+        for option, n in (("--fs-servers", m.fs_servers), ("--fs-max", m.fs_max)):
+            if n > hosts * per:
+                raise Refusal(f"{option} {n} is more than this controller runs for one job: {hosts} storage "
+                              f"host(s) x {per} data server(s) per host (controller start --fs-per-host) = "
+                              f"{hosts * per}")
 
     def fs_hosts(self, j: JobRec) -> tuple[str, tuple[str, ...]]:
         """Where the job's servers go: the metadata server on its first host, the data servers on its hosts that
@@ -95,7 +113,8 @@ class Storage(Part):
         self.out.log_event(j.id, "fs-start", f"file system of {P.format_size(j.bb)}: metadata server on {meta}, "
                            f"{len(data)} data server(s) on {host_list(data)}, {len(stage_in)} file(s) to stage in",
                            now)
-        self.out.emit(StartFs(j.id, meta, data, math.ceil(j.bb / len(data)), stage_in, j.fs_replicas or 1))
+        self.out.emit(StartFs(j.id, meta, data, math.ceil(j.bb / len(data)), stage_in, j.fs_replicas or 1,
+                              **_who(j)))
         return False
 
     def forget(self, j: JobRec, now: float) -> None:
@@ -104,6 +123,7 @@ class Storage(Part):
         if j.fs.phase == FsPhase.STARTING:
             j.fs.phase = FsPhase.ABANDONED
             self._hold(j, j.fs)
+            self.out.emit(AbortFs(j.id))             # its stage-in stops; the start then fails and is stopped
         elif j.fs.phase == FsPhase.READY:
             self._stop(j, now, stage_out=False)
         if not JobState(j.state).final:
@@ -142,7 +162,7 @@ class Storage(Part):
         fs.phase = FsPhase.STAGING_OUT if out else FsPhase.STOPPING
         self._hold(j, fs)
         self.out.log_event(j.id, "fs-stop", f"{len(out)} file(s) to stage out, then the servers stop", now)
-        self.out.emit(StopFs(j.id, fs.address, fs.hosts(), out))
+        self.out.emit(StopFs(j.id, fs.address, fs.hosts(), out, **_who(j)))
 
     def _keep_old(self, j: JobRec) -> None:
         """A job back in the queue keeps the file system being stopped for it in its record (``fs.old``, until
@@ -195,6 +215,9 @@ class Storage(Part):
         if old is not None:
             j, fs = old
             self.give_back(j, fs.lent, e.now, fs)
+            if fs.phase == FsPhase.STAGING_OUT and j.reason.startswith(HELD_REASON):    # a retry succeeded
+                j.reason = j.reason[len(HELD_REASON):].lstrip("; ")
+                fs.error = ""
             fs.phase, fs.left, fs.error = FsPhase.STOPPED, list(e.left), e.errors[:500] or fs.error
             if j.fs.old is fs:                   # an ended job keeps it for ``info``; a queued one starts anew
                 j.fs = fs if JobState(j.state).final else JobFs()
@@ -204,6 +227,57 @@ class Storage(Part):
         text = "servers stopped; no server process left" if not e.left else \
             f"servers stopped; processes left on {host_list(e.left)} were killed"
         self.out.log_event(e.job_id, "fs-stopped", text + (f" ({e.errors})" if e.errors else ""), e.now)
+
+    def held(self, e: FsHeld) -> None:
+        """A stage-out failed: the job shows ``StageOutFailed`` beside its own exit code, its file system (servers
+        and data) is kept and its buffer stays held until :meth:`stage_out_again` succeeds or :meth:`release`."""
+        old = self.state.stopping.get(e.job_id)
+        if old is None:
+            return
+        j, fs = old
+        fs.phase, fs.error = FsPhase.HELD, e.errors[:500]
+        if not j.reason.startswith(HELD_REASON):
+            j.reason = f"{HELD_REASON}; {j.reason}" if j.reason else HELD_REASON
+        self.out.save(j)
+        self.out.log_event(j.id, "fs-held", f"stage-out failed: {e.errors}; the file system and its data are kept "
+                           f"(malleable fs stage-out --job {j.id} to try again, fs release --job {j.id} to drop it)"
+                           [:300], e.now)
+
+    def _held(self, job_id: int, verb: str) -> tuple[JobRec, JobFs]:
+        old = self.state.stopping.get(job_id)
+        if old is None or old.fs.phase != FsPhase.HELD:
+            j = old.job if old is not None else self.state.jobs.get(job_id)
+            what = f"its file system is {old.fs.phase}" if old is not None else "it holds no file system" \
+                if j is not None or job_id in self.state.ended else "there is no such job"
+            raise Refusal(f"fs {verb}: job {job_id} has no failed stage-out to {verb.replace('-', ' ')} ({what})")
+        return old.job, old.fs
+
+    def stage_out_again(self, m: StageOutAgain, now: float) -> None:
+        """``malleable fs stage-out --job ID``: copy again the files whose stage-out failed; on success the servers
+        stop and the buffer is free, else the file system stays held. With ``release``: :meth:`release`."""
+        if m.release:
+            self.release(m, now)
+            return
+        j, fs = self._held(m.job_id, "stage-out")
+        done = {(x.src, x.dst) for x in fs.stage_out if not x.error}
+        out = tuple((s, d) for s, d in j.stage_out if (s, d) not in done)
+        fs.stage_out = [x for x in fs.stage_out if not x.error]
+        fs.phase = FsPhase.STAGING_OUT
+        self.out.save(j)
+        self.out.log_event(j.id, "fs-stop", f"stage-out tried again: {len(out)} file(s), then the servers stop", now)
+        self.out.emit(StopFs(j.id, fs.address, fs.hosts(), out, **_who(j)))
+        self.out.emit(Reply(P.Ok()))
+
+    def release(self, m: StageOutAgain, now: float) -> None:
+        """``malleable fs release --job ID``: the owner gives up a failed stage-out; the servers stop, the data
+        left in the file system is dropped, the buffer is free (the job keeps its ``StageOutFailed`` reason)."""
+        j, fs = self._held(m.job_id, "release")
+        fs.phase = FsPhase.STOPPING
+        self.out.save(j)
+        self.out.log_event(j.id, "fs-stop", "released by its owner: the files not staged out are dropped, the "
+                           "servers stop", now)
+        self.out.emit(StopFs(j.id, fs.address, fs.hosts(), (), **_who(j)))
+        self.out.emit(Reply(P.Ok()))
 
     def attached(self, e: FsAttached) -> None:
         """The shell checked a file system taken over at a restart: it answers (the job goes on with it) or not
@@ -268,6 +342,9 @@ class Storage(Part):
         still answers (:class:`AttachFs`), and it is staged out and stopped when the job ends, as if there had been
         no restart (its address and hosts are in the record, its secret and its servers' tag are derived again)."""
         fs = j.fs
+        if fs.phase == FsPhase.HELD and j.bb:   # a failed stage-out: kept, its buffer held, until retried/released
+            self._hold(j, fs)
+            return j
         if fs.old is not None:                  # back in the queue while its last file system was being stopped
             self._restop(j, fs.old)
         elif JobState(j.state).final or (not j.launched and fs.phase in (FsPhase.STARTING, FsPhase.READY)):
@@ -300,4 +377,4 @@ class Storage(Part):
         self._hold(j, fs)
         log.info("job %d: the controller restarted while its file system was %s: %d file(s) left to stage out, "
                  "then its servers are stopped", j.id, phase, len(out))
-        self.out.emit(StopFs(j.id, fs.address, fs.hosts(), out))
+        self.out.emit(StopFs(j.id, fs.address, fs.hosts(), out, **_who(j)))

@@ -48,8 +48,8 @@ CREATE TABLE IF NOT EXISTS users (name TEXT PRIMARY KEY, nonce TEXT NOT NULL, cr
 
 ACTIVE = ("PENDING", "STARTING", "RUNNING")
 """Job states that hold a place in the queue or on hosts (the others are final)."""
-_ENDING = (FsPhase.STAGING_OUT.value, FsPhase.STOPPING.value, FsPhase.ABANDONED.value)
-"""File-system phases of an ended job that the controller still has to finish (read back at a restart)."""
+_ENDING = (FsPhase.STAGING_OUT.value, FsPhase.STOPPING.value, FsPhase.ABANDONED.value, FsPhase.HELD.value)
+"""File-system phases of an ended job that the controller still has to finish or keep (read back at a restart)."""
 
 
 def history_match(q: History, job: dict[str, Any]) -> bool:
@@ -245,8 +245,8 @@ class Store:
         whose file system was still being staged out or stopped are read too: the controller stops it again)."""
         if active_only:
             q = (f"SELECT rec FROM jobs WHERE state IN ({','.join('?' * len(ACTIVE))}) OR "  # noqa: S608
-                 "json_extract(rec, '$.fs.phase') IN (?, ?, ?) OR json_extract(rec, '$.fs.old') IS NOT NULL "
-                 "ORDER BY id")
+                 f"json_extract(rec, '$.fs.phase') IN ({','.join('?' * len(_ENDING))}) OR "
+                 "json_extract(rec, '$.fs.old') IS NOT NULL ORDER BY id")
             rows = self.db.execute(q, (*ACTIVE, *_ENDING)).fetchall()
         else:
             rows = self.db.execute("SELECT rec FROM jobs ORDER BY id").fetchall()

@@ -49,9 +49,11 @@ class DaemonViews:
         raise NotImplementedError
 
     def queue(self, m: P.Queue) -> P.Message:
-        """Running jobs by id, then the queue in its order."""
+        """Running jobs by id, then the queue in its order, then ended jobs whose failed stage-out holds their file
+        system (Slurm lists a job in stage-out too)."""
         running = sorted((j for j in self.core.jobs.values() if j.state != "PENDING"), key=lambda j: j.id)
-        return P.Table([self.row(j) for j in running + self.core.queue()])
+        held = sorted((s.job for s in self.core.state.stopping.values() if s.fs.phase == "held"), key=lambda j: j.id)
+        return P.Table([self.row(j) for j in running + self.core.queue() + held])
 
     def nodes(self, m: P.Nodes) -> P.Message:
         """Every host: idle, alloc, draining, alloc+drain, storage (lent to a job's file system: ``job`` is that

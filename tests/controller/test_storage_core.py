@@ -27,6 +27,8 @@ from tests.controller._core_shell import Shell
 HOSTS = ("n1", "n2", "n3")
 G = 1 << 30
 
+L = 100.0   # the jobs' time limit here: it bounds their staging
+
 
 def make(tmp_path, storage=(), cap=4 * G):
     return Shell(str(tmp_path / "s.sqlite"), HOSTS, get_policy("fcfs-bb"), bb_capacity=cap, storage_hosts=storage)
@@ -67,7 +69,7 @@ def test_a_job_with_a_buffer_runs_after_its_file_system_is_ready_and_stops_it_af
     assert of(acts, Launch) == []                                       # not before its file system
     (start,) = of(acts, StartFs)
     # the metadata server on its host, the data servers on the storage host (it holds none itself)
-    assert start == StartFs(jid, "n1", ("n2", "n2"), int(1.5 * G), (("/d/in.bin", "/in.bin"),))
+    assert start == StartFs(jid, "n1", ("n2", "n2"), int(1.5 * G), (("/d/in.bin", "/in.bin"),), limit=L)
     assert core.jobs[jid].fs.phase == "starting" and core.jobs[jid].reason == "StageIn"
     assert of(core.schedule(1.5), StartFs) == []                        # asked once
     core.do(FsProgress(2.0, jid, "in", "/d/in.bin", "/in.bin", 1234))
@@ -77,7 +79,7 @@ def test_a_job_with_a_buffer_runs_after_its_file_system_is_ready_and_stops_it_af
     assert rec.state == "RUNNING" and rec.fs.stage_in == [("/d/in.bin", "/in.bin", 1234, "")]
     core.launched(jid, 100, 5.0, 2.6)
     acts = core.exited(jid, 1, 9.0)                                    # failed: its files still come out
-    assert of(acts, StopFs) == [StopFs(jid, "tcp://n1:5000", ("n1", "n2"), (("/out.bin", "/d/out.bin"),))]
+    assert of(acts, StopFs) == [StopFs(jid, "tcp://n1:5000", ("n1", "n2"), (("/out.bin", "/d/out.bin"),), limit=L)]
     rec = core.store.load_job(jid)
     assert rec.state == "FAILED" and rec.fs.phase == "staging-out"
     assert core.snapshot(9.1).bb_free == 1 * G                          # held until the servers are gone
@@ -153,7 +155,7 @@ def test_a_restart_while_the_file_system_starts_stops_it_and_starts_a_new_one_af
     assert of(core.schedule(1.0), StartFs)
     again = make(tmp_path, storage=("n2",))                            # the shell that was starting it is gone
     # its servers are stopped by their tag on the hosts recorded (no address yet), its buffer held meanwhile
-    assert again.first == [StopFs(jid, "", ("n1", "n2"), ())]
+    assert again.first == [StopFs(jid, "", ("n1", "n2"), (), limit=L)]
     assert again.jobs[jid].state == "STARTING" and only_old(again.jobs[jid].fs)
     assert again.core.state.stopping[jid].fs is again.jobs[jid].fs.old
     assert again.core.state.stopping[jid].fs.phase == "abandoned"
@@ -161,7 +163,7 @@ def test_a_restart_while_the_file_system_starts_stops_it_and_starts_a_new_one_af
     assert of(again.schedule(2.0), StartFs) == []                      # not before the old one is gone
     (start,) = of(again.do(FsStopped(3.0, jid, ("n2",))), StartFs)    # then a new one, staged in again
     assert again.snapshot(3.1).bb_free == 3 * G
-    assert start == StartFs(jid, "n1", ("n2",), G, (("/d/in.bin", "/in.bin"),))
+    assert start == StartFs(jid, "n1", ("n2",), G, (("/d/in.bin", "/in.bin"),), limit=L)
     (launch,) = of(again.do(FsReady(4.0, jid, "tcp://n1:8")), Launch)
     assert launch.job.fs.address == "tcp://n1:8"
 
@@ -179,7 +181,7 @@ def test_a_file_system_being_stopped_for_a_cancelled_or_requeued_job_is_stopped_
     assert core.jobs[b].state == "PENDING" and core.store.load_job(b).fs.old.phase == "stopping"
     again = make(tmp_path)                                             # the controller dies before either stop ends
     stops = {s.job_id: s for s in again.first}
-    assert stops[a] == StopFs(a, "", ("n1",), ()) and stops[b] == StopFs(b, "tcp://n2:7", (host,), ())
+    assert stops[a] == StopFs(a, "", ("n1",), (), limit=L) and stops[b] == StopFs(b, "tcp://n2:7", (host,), (), limit=L)
     assert again.snapshot(4.0).bb_free == 12 * G - 2 * G               # both old file systems' buffers held
     again.do(FsStopped(5.0, b, ()))
     assert again.store.load_job(b).fs.empty                            # stopped: b gets a new one when it starts
@@ -195,7 +197,7 @@ def test_a_restart_between_ready_and_launch_stops_that_file_system_at_its_addres
     rec.fs.phase, rec.fs.address = FsPhase.READY, "tcp://n1:5"     # FsReady handled, launch not yet saved
     core.store.save_job(rec)
     again = make(tmp_path)
-    assert again.first == [StopFs(jid, "tcp://n1:5", ("n1",), ())]
+    assert again.first == [StopFs(jid, "tcp://n1:5", ("n1",), (), limit=L)]
     assert only_old(again.jobs[jid].fs) and of(again.schedule(2.0), StartFs) == []
 
 
@@ -210,7 +212,7 @@ def test_a_restart_during_the_stage_out_does_the_rest_of_it_and_holds_the_buffer
     core.do(FsProgress(9.5, jid, "out", "/a.bin", "/d/a.bin", 10))               # done
     core.do(FsProgress(9.6, jid, "out", "/b.bin", "/d/b.bin", 0, "timeout"))     # failed: tried again
     again = make(tmp_path, storage=("n2",))                            # killed before c and the stop
-    assert again.first == [StopFs(jid, "tcp://n1:7", ("n1", "n2"), (("/b.bin", "/d/b.bin"), ("/c.bin", "/d/c.bin")))]
+    assert again.first == [StopFs(jid, "tcp://n1:7", ("n1", "n2"), (("/b.bin", "/d/b.bin"), ("/c.bin", "/d/c.bin")), limit=L)]
     assert jid not in again.jobs and again.core.ended[jid] == "COMPLETED"
     assert again.snapshot(10.0).bb_free == 3 * G                       # held until the servers are gone
     again.do(FsProgress(10.5, jid, "out", "/b.bin", "/d/b.bin", 20))
@@ -234,7 +236,7 @@ def test_a_restart_while_stopping_stops_it_again(tmp_path):
     assert of(core.exited(jid, 3, 9.0), StopFs)                       # nothing to stage out: "stopping"
     assert core.store.load_job(jid).fs.phase == "stopping"
     again = make(tmp_path)
-    assert again.first == [StopFs(jid, "tcp://n1:7", ("n1",), ())]
+    assert again.first == [StopFs(jid, "tcp://n1:7", ("n1",), (), limit=L)]
     assert again.snapshot(10.0).bb_free == 11 * G and again.jobs == {}
     again.do(FsStopped(11.0, jid, ()))
     assert again.snapshot(11.1).bb_free == 12 * G
@@ -289,7 +291,7 @@ def test_a_restart_while_the_job_runs_takes_its_file_system_over_and_stops_it_af
     again.do(FsAttached(3.0, jid))
     assert again.store.events(jid)[-1]["kind"] == "fs-attach"
     acts = again.exited(jid, 0, 9.0)                                   # staged out and stopped as usual
-    assert of(acts, StopFs) == [StopFs(jid, "tcp://n1:7", ("n1", "n2"), (("/o.bin", "/d/o.bin"),))]
+    assert of(acts, StopFs) == [StopFs(jid, "tcp://n1:7", ("n1", "n2"), (("/o.bin", "/d/o.bin"),), limit=L)]
     again.do(FsStopped(10.0, jid, ()))
     assert again.store.load_job(jid).fs.phase == "stopped" and again.snapshot(10.1).bb_free == 4 * G
 

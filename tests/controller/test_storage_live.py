@@ -116,7 +116,8 @@ def test_failing_stage_in_fails_the_job_with_the_reason(env, tmp_path, netns_clu
         full = c.submit(["touch", str(tmp_path / "ran")], 1, env=env, bb=M, stage_in=[f"{big}:/big.bin"])
         assert wait_final(c, [missing, full], 90) == {missing: "FAILED", full: "FAILED"}
         r1, r2 = c.info(missing).job, c.info(full).job
-        assert r1["reason"] == f"file system: stage-in: {tmp_path}/nope.bin is not a readable file"
+        assert r1["reason"] == (f"file system: stage-in {tmp_path}/nope.bin -> /nope.bin: {tmp_path}/nope.bin: "
+                                "No such file or directory")
         assert r2["reason"].startswith(f"file system: stage-in {big} -> /big.bin:") and "space" in r2["reason"], r2
         assert not (tmp_path / "ran").exists()                            # neither job ran
         assert not (tmp_path / "nope.bin").exists()

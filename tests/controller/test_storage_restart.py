@@ -153,10 +153,10 @@ def test_a_taken_over_file_system_grows_and_a_stage_out_cut_by_a_kill_is_finishe
         assert kinds.index("fs-grown") > kinds.index("fs-attach"), kinds
         (tmp_path / "grown").touch()
         # the job writes 512 MiB and ends; kill the controller while it copies them out
-        wait_for(lambda: glob.glob(f"{back}.stage-out.{pid}"), 90, "the stage-out to be under way")
+        wait_for(lambda: glob.glob(f"{tmp_path}/.back.bin.stage-out.*"), 90, "the stage-out to be under way")
         c.close()
         kill9(pid)
-        assert not back.exists() and glob.glob(f"{back}.stage-out.*")   # cut in the middle
+        assert not back.exists() and glob.glob(f"{tmp_path}/.back.bin.stage-out.*")  # cut in the middle
         pid = start(state, netns_cluster, hosts)
         c = Client(state=state, token=TOKEN.encode())
         fs = wait_for(lambda: fs_done(c, jid), 90, "the stage-out to be finished and the servers stopped")
@@ -164,7 +164,7 @@ def test_a_taken_over_file_system_grows_and_a_stage_out_cut_by_a_kill_is_finishe
         assert fs["phase"] == "stopped" and fs["left"] == [] and fs["restarted"] == "staging-out", fs
         assert back.read_bytes() == big.read_bytes()                  # every byte, once
         assert fs["stage_out"] == [["/big.bin", str(back), 512 * M + 3, ""]], fs["stage_out"]
-        assert not glob.glob(f"{back}.stage-out.*")                   # the cut copy's temporary file is gone
+        assert not glob.glob(f"{tmp_path}/.back.bin.stage-out.*")     # the cut copy's temporary file is gone
         assert not scan_tagged(f"{cid}.fs{jid}")                      # no server left on any host
         assert c.status()["bb_free"] == 1024 * M
         c.close()

@@ -27,6 +27,8 @@ RAN = {"launched": True, "pid_ctime": 5.0, "start": 2.0, "since": 2.0}
 KEEP = ("growth wanted but no storage host is free or can be taken back; expand by 1: avg_d < -T (window [50.0, "
         "50.0, 50.0], RIO 500, T 100, avg_d -450.0)")
 
+L = 100.0   # the jobs' time limit here: it bounds their staging
+
 
 def fs(host, address="", **kw):
     return {"meta": host, "data": [host], "address": address, "stage_in": [], "stage_out": [], "error": "", **kw}
@@ -80,11 +82,11 @@ def test_a_state_of_the_previous_version_restarts_into_typed_records(tmp_path):
     sh = Shell(path, HOSTS, get_policy("fcfs-bb"), bb_capacity=4 * G)
     # what the previous version did at this restart: each file system being started or stopped is stopped again
     # (the rest of a stage-out first), the running job's is taken over
-    assert sh.first == [StopFs(1, "", ("n1",), ()), StopFs(2, "tcp://n2:7002", ("n2",), ()),
+    assert sh.first == [StopFs(1, "", ("n1",), (), limit=L), StopFs(2, "tcp://n2:7002", ("n2",), (), limit=L),
                         AttachFs(3, "tcp://n3:7003", ((1, "n3"), (2, "n8"))),
-                        StopFs(4, "tcp://n4:7004", ("n4",), (("/b", "/d/b"), ("/c", "/d/c"))),
-                        StopFs(5, "tcp://n5:7005", ("n5",), ()), StopFs(6, "", ("n6",), ()),
-                        StopFs(7, "tcp://n7:7007", ("n7",), ())]
+                        StopFs(4, "tcp://n4:7004", ("n4",), (("/b", "/d/b"), ("/c", "/d/c")), limit=L),
+                        StopFs(5, "tcp://n5:7005", ("n5",), (), limit=L), StopFs(6, "", ("n6",), (), limit=L),
+                        StopFs(7, "tcp://n7:7007", ("n7",), (), limit=L)]
     assert sh.snapshot(20.0).bb_free == 27 * G and sh.snapshot(20.0).free == ("n6",)
     assert sorted(sh.jobs) == [1, 2, 3, 7]
     for jid, was in ((1, FsPhase.STARTING), (2, FsPhase.READY), (7, FsPhase.STOPPING)):
@@ -112,7 +114,7 @@ def test_a_state_of_the_previous_version_restarts_into_typed_records(tmp_path):
     for j in sh.jobs.values():                                       # the new form reads back the same
         assert JobFs.from_dict(json.loads(json.dumps(j.fs.to_dict()))) == j.fs
     again = Shell(path, HOSTS, get_policy("fcfs-bb"), bb_capacity=4 * G)
-    assert again.first == [StopFs(1, "", ("n1",), ()), StopFs(2, "", ("n2",), ()),
+    assert again.first == [StopFs(1, "", ("n1",), (), limit=L), StopFs(2, "", ("n2",), (), limit=L),
                            AttachFs(3, "tcp://n3:7003", ((1, "n3"), (2, "n8")))]
     assert again.jobs[3].fs == sh.jobs[3].fs
 

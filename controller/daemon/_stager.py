@@ -1,0 +1,360 @@
+"""Staging files and folders between the local file system and a job's adhocfs, as the job's own user.
+
+The daemon may run as root; a job's ``--stage-in``/``--stage-out`` paths are the submitting user's. So staging runs
+in a child process (``python -m malleable.controller.daemon._stager``) that drops to the user's uid, gid and groups
+(as slurmstepd does) *before* it touches any path: a user stages only what that user may read and write. The child
+reads one request (JSON on stdin: the file system's address and secret, the direction, the ``(src, dst)`` pairs and
+the identity), copies each pair and prints one JSON line per pair (``src``, ``dst``, ``size``, ``error``).
+
+Every local file is reached without following a link at its last step, and checked by descriptor:
+
+- a stage-in source is opened once, ``O_NOFOLLOW|O_NONBLOCK``, ``fstat``-checked (a regular file, or a folder whose
+  entries are opened relative to it the same way); a FIFO, device or socket is refused in one line, and the bytes
+  copied are read from that descriptor;
+- a stage-out file is written to a new name in its destination folder (``O_CREAT|O_EXCL|O_NOFOLLOW``, checked
+  regular), ``fsync``-ed and renamed over the destination only when complete, so a failed copy leaves no partial file
+  and nothing already there is written through.
+
+A destination folder that does not exist is not made (except the last level of a folder staged out): the copy
+fails, and the caller keeps the job's file system so that it can be staged out again. :func:`run` is the daemon's
+side: it starts the child, reports each pair as it is done, and kills the child on a deadline or when asked to stop.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import re
+import pwd
+import secrets
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Staged", "run"]
+
+CHUNK = 4 << 20
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_DIR = os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_TMP = ".stage-out."
+
+
+@dataclass(frozen=True, slots=True)
+class Staged:
+    """One ``(src, dst)`` pair: ``size`` bytes copied, or ``error`` says why not."""
+
+    src: str
+    dst: str
+    size: int
+    error: str = ""
+
+
+class StageFailure(Exception):
+    """A pair cannot be staged; the message is the one line reported."""
+
+
+# ------------------------------------------------------------------------------------------------ the child
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _open_source(path: str, dir_fd: int | None = None, shown: str = "") -> int:
+    """``path`` opened once for reading without following a link (relative to ``dir_fd`` when given; ``shown``
+    is its name in messages)."""
+    shown = shown or path
+    try:
+        return os.open(path, _READ, dir_fd=dir_fd)
+    except OSError as e:
+        if e.errno == errno.ELOOP:                          # the last step is a symbolic link
+            raise StageFailure(f"{shown} is a symbolic link: not staged") from None
+        raise StageFailure(f"{shown}: {e.strerror}") from None
+
+
+def _copy_in_fd(fs: Any, fd: int, name: str, dst: str) -> int:
+    """Copy what descriptor ``fd`` (a regular file or a folder) holds to ``dst`` in the file system."""
+    st = os.fstat(fd)
+    if stat.S_ISDIR(st.st_mode):
+        fs.makedirs(dst, exist_ok=True)
+        total = 0
+        for entry in sorted(os.listdir(fd)):
+            child = _open_source(entry, fd, f"{name.rstrip('/')}/{entry}")
+            try:
+                total += _copy_in_fd(fs, child, f"{name}/{entry}", f"{dst.rstrip('/')}/{entry}")
+            finally:
+                os.close(child)
+        return total
+    if not stat.S_ISREG(st.st_mode):
+        raise StageFailure(f"{name} is {_kind(st.st_mode)}: only regular files and folders are staged")
+    parent = dst.rstrip("/").rsplit("/", 1)[0]
+    if parent:
+        fs.makedirs(parent, exist_ok=True)
+    total = 0
+    with fs.open(dst, "wb") as out:
+        while chunk := os.read(fd, CHUNK):
+            total += out.write(chunk)
+    return total
+
+
+def stage_in(fs: Any, src: str, dst: str) -> int:
+    """Copy local ``src`` (a file, or a folder and all it holds) to ``dst`` in the file system ``fs``."""
+    fd = _open_source(src.rstrip("/") or "/")
+    try:
+        return _copy_in_fd(fs, fd, src, dst)
+    finally:
+        os.close(fd)
+
+
+def _open_folder(path: str, make_last: bool) -> int:
+    """The destination folder ``path`` opened as a directory (its last level made first when ``make_last``)."""
+    path = path.rstrip("/") or "/"
+    if make_last:
+        head, _, last = path.rpartition("/")
+        pfd = _open_folder(head or "/", make_last=False)
+        try:
+            return _make_dir_at(last, pfd, path)
+        finally:
+            os.close(pfd)
+    return _open_dir_at(path, None, path)
+
+
+def _make_dir_at(name: str, dir_fd: int, shown: str) -> int:
+    """Folder ``name`` in ``dir_fd`` (made if missing) opened as a directory, not through a link."""
+    try:
+        os.mkdir(name, 0o777, dir_fd=dir_fd)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise StageFailure(f"{shown}: {e.strerror}") from None
+    return _open_dir_at(name, dir_fd, shown)
+
+
+def _open_dir_at(name: str, dir_fd: int | None, shown: str) -> int:
+    try:
+        return os.open(name, _DIR, dir_fd=dir_fd)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise StageFailure(f"{shown}: not a folder (a link or a file): not staged there") from None
+        raise StageFailure(f"destination folder {shown}: {e.strerror}") from None
+
+
+def _write_file(fs: Any, src: str, dfd: int, name: str, shown: str) -> int:
+    """Copy file ``src`` of the file system to ``name`` in folder ``dfd``: a new file under a temporary name,
+    checked regular, fsync-ed, then renamed over ``name``."""
+    tmp = f".{name}{_TMP}{os.getpid()}.{secrets.token_hex(4)}"
+    try:
+        fd = os.open(tmp, _NEW, 0o666, dir_fd=dfd)
+    except OSError as e:
+        raise StageFailure(f"{shown}: {e.strerror}") from None
+    total, done = 0, False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise StageFailure(f"{shown}: the new file is not a regular file")
+        with fs.open(src, "rb") as f:
+            while chunk := f.read(CHUNK):
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view):]
+                total += len(chunk)
+        os.fsync(fd)
+        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        done = True
+    except OSError as e:
+        raise StageFailure(f"{shown}: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+        if not done:
+            try:
+                os.unlink(tmp, dir_fd=dfd)
+            except OSError:
+                pass
+    return total
+
+
+_STALE = re.compile(r"\..+\.stage-out\.(\d+)\.[0-9a-f]{8}")
+
+
+def _clear_stale(dfd: int) -> None:
+    """Remove from folder ``dfd`` the temporary files of stage-outs whose process died mid-copy (a controller
+    killed): this user's regular files named as :func:`_write_file` names them, of a process that is gone."""
+    for entry in os.listdir(dfd):
+        m = _STALE.fullmatch(entry)
+        if m is None or int(m.group(1)) == os.getpid():
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+            continue                                        # still running (or another user's): not ours to judge
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        try:
+            st = os.stat(entry, dir_fd=dfd, follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+                os.unlink(entry, dir_fd=dfd)
+        except OSError:
+            pass
+
+
+def _copy_out(fs: Any, src: str, dfd: int, name: str, shown: str) -> int:
+    if not fs.stat(src).is_dir:
+        return _write_file(fs, src, dfd, name, shown)
+    sub = _make_dir_at(name, dfd, shown)
+    try:
+        return _copy_tree_out(fs, src, sub, shown)
+    finally:
+        os.close(sub)
+
+
+def _copy_tree_out(fs: Any, src: str, dfd: int, shown: str) -> int:
+    _clear_stale(dfd)
+    total = 0
+    for entry in sorted(fs.listdir(src)):
+        total += _copy_out(fs, f"{src.rstrip('/')}/{entry}", dfd, entry, f"{shown.rstrip('/')}/{entry}")
+    os.fsync(dfd)
+    return total
+
+
+def stage_out(fs: Any, src: str, dst: str) -> int:
+    """Copy ``src`` of the file system ``fs`` (a file, or a folder and all it holds) to local ``dst``; a folder's
+    last level is made, the folders above it must exist."""
+    if fs.stat(src).is_dir:
+        dfd = _open_folder(dst, make_last=True)
+        try:
+            return _copy_tree_out(fs, src, dfd, dst)
+        finally:
+            os.close(dfd)
+    head, _, name = dst.rpartition("/")
+    if not name:
+        raise StageFailure(f"{dst}: a file is staged out to a file name, not a folder")
+    dfd = _open_folder(head or "/", make_last=False)
+    try:
+        _clear_stale(dfd)
+        n = _write_file(fs, src, dfd, name, dst)
+        os.fsync(dfd)
+        return n
+    finally:
+        os.close(dfd)
+
+
+def drop_privileges(uid: int | None, gid: int | None) -> None:
+    """Become ``uid``/``gid`` with that user's groups, for good (only when running as root and asked for another
+    user)."""
+    if os.geteuid() != 0 or uid is None or uid == 0:
+        return
+    gid = gid if gid is not None else uid
+    try:
+        groups = os.getgrouplist(pwd.getpwuid(uid).pw_name, gid)
+    except KeyError:
+        groups = [gid]
+    os.setgroups(groups)
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if os.getuid() != uid or os.geteuid() != uid:
+        raise SystemExit("staging: could not drop privileges")
+
+
+def _die_with_parent(parent: int) -> None:
+    """Be killed when the daemon dies (set after the privileges are dropped, which clears it), so a killed
+    controller leaves no copy running that its restart would do again."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL, 0, 0, 0)                  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        raise SystemExit("staging: the controller is gone")
+
+
+def main() -> int:
+    """The child: one request on stdin, one JSON line per pair on stdout."""
+    from malleable.adhocfs._client import connect     # the daemon's own code: loaded before the drop, since the
+    from malleable.errors import MalleableError         # user may not read the interpreter's folders
+
+    req = json.loads(sys.stdin.read())
+    drop_privileges(req.get("uid"), req.get("gid"))
+    _die_with_parent(req["parent"])
+
+    copy = stage_in if req["direction"] == "in" else stage_out
+    keep_going = req["direction"] == "out"
+    with connect(req["address"], token=req["secret"].encode()) as fs:
+        for src, dst in req["pairs"]:
+            try:
+                n, err = copy(fs, src, dst), ""
+            except (StageFailure, MalleableError, OSError) as e:
+                n, err = 0, " ".join(str(e).split())[:400] or type(e).__name__
+            print(json.dumps({"src": src, "dst": dst, "size": n, "error": err}), flush=True)
+            if err and not keep_going:
+                return 1
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------ the daemon
+def run(address: str, secret: str, direction: str, pairs: Sequence[tuple[str, str]], *,
+        uid: int | None = None, gid: int | None = None, limit: float = 0.0,
+        stop: threading.Event | None = None, on_pair: Callable[[Staged], None] | None = None) -> list[Staged]:
+    """Stage ``pairs`` (``direction`` "in" or "out") in a child process as ``uid``/``gid``; each pair is given to
+    ``on_pair`` when done. The child is killed after ``limit`` seconds (0: none) or once ``stop`` is set; the pairs
+    it did not finish are then returned with that error. Stage-in stops at the first failure."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MALLEABLE_KEY", "MALLEABLE_KEY_FILE",
+                                                               "MALLEABLE_TOKEN")}
+    proc = subprocess.Popen([sys.executable, "-m", "malleable.controller.daemon._stager"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd="/")
+    why: list[str] = []
+    stop = stop or threading.Event()
+
+    def watch() -> None:
+        deadline = time.monotonic() + limit if limit > 0 else float("inf")
+        while proc.poll() is None:
+            if stop.wait(0.1) or time.monotonic() > deadline:
+                why.append("cancelled" if stop.is_set() else f"time limit of {limit:g} s reached")
+                proc.kill()
+                return
+
+    watcher = threading.Thread(target=watch, name="stager-watch", daemon=True)
+    watcher.start()
+    done: list[Staged] = []
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    try:
+        proc.stdin.write(json.dumps({"address": address, "secret": secret, "direction": direction,
+                                     "pairs": [list(p) for p in pairs], "uid": uid, "gid": gid,
+                                     "parent": os.getpid()}).encode())
+        proc.stdin.close()
+    except OSError:
+        pass
+    for line in proc.stdout:
+        try:
+            d = json.loads(line)
+            s = Staged(str(d["src"]), str(d["dst"]), int(d["size"]), str(d["error"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+        done.append(s)
+        if on_pair is not None:
+            on_pair(s)
+    err = proc.stderr.read().decode(errors="replace")
+    proc.wait()
+    watcher.join(1.0)
+    if len(done) < len(pairs) and not (direction == "in" and done and done[-1].error):
+        reason = why[0] if why else ("staging ended early: " + " ".join(err.split())[-300:] if err.strip()
+                                     else f"staging ended early (exit {proc.returncode})")
+        for src, dst in pairs[len(done):]:
+            s = Staged(src, dst, 0, f"stage-{direction} {reason}")
+            done.append(s)
+            if on_pair is not None:
+                on_pair(s)
+            if direction == "in":
+                break
+    return done
+
+
+if __name__ == "__main__":
+    sys.exit(main())
