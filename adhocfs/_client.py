@@ -25,6 +25,7 @@ from typing import Any
 import zmq
 
 from malleable._secret import load_token
+from malleable.adhocfs._buffers import keep_freed_buffers
 from malleable.adhocfs._namespace import BLOCKING, MODES, normalize
 from malleable.adhocfs._placement import FileLayout, block_range, in_ranges, ranges_of
 from malleable.adhocfs._protocol import (
@@ -47,7 +48,7 @@ from malleable.adhocfs._protocol import (
 )
 from malleable.adhocfs._reader import BlockReader, _Pending
 from malleable.adhocfs._rpc import ADDRESS, Busy, Peer
-from malleable.adhocfs._writer import PUT_BATCH, BlockWriter
+from malleable.adhocfs._writer import PUT_BYTES, BlockWriter, _Batch
 from malleable.errors import ConfigError, FsError, ServerUnavailable
 
 __all__ = ["AdhocFile", "FileSystem", "connect"]
@@ -121,6 +122,7 @@ class FileSystem:
     ) -> None:
         self.addr, self.token, self.timeout, self.readahead = addr, token, timeout, max(0, readahead)
         self.window, self.reserve, self.wait = max(1, window), max(0, reserve), wait
+        keep_freed_buffers()  # received blocks' buffers are reused instead of faulted in again for every block
         self.ctx: zmq.Context[Any] = zmq.Context()
         self.meta = Peer(self.ctx, addr, token, f"metadata server {addr}", timeout)
         self._peers: dict[tuple[int, str], Peer] = {}
@@ -262,7 +264,7 @@ class AdhocFile(BlockReader, BlockWriter, io.RawIOBase):
         self._meta_size = info.size
         self._pending: dict[tuple[int, int], _Pending] = {}
         self._unpub: set[int] = set()  # blocks written since the last flush (their ranges are published by it)
-        self._batch: dict[int, tuple[Peer, int, list[tuple[int, int, Any]]]] = {}  # puts not sent yet, per server
+        self._batch: dict[int, _Batch] = {}  # puts not sent yet, per server
         self._sent = 0  # puts sent (their order, to send again in it)
         # read-ahead (read-only files): blocks received ahead of the reader (zmq frames, not copied) and
         # requests in flight for the next ones; requests for blocks [_pf_first, _pf_next) were sent
@@ -394,7 +396,8 @@ class AdhocFile(BlockReader, BlockWriter, io.RawIOBase):
             # an expansion's new servers in use soon for the following blocks
             self._ahead = min(2 * self._ahead, max(self.fs.reserve, MAX_AHEAD))
         pos = 0
-        limit = max(1, self.fs.window // PUT_BATCH)  # requests of up to PUT_BATCH blocks
+        # requests in flight: the window's blocks in requests of PUT_BYTES; each acknowledgement lets one more go
+        limit = max(2, self.fs.window * self.block_size // PUT_BYTES)
         # write-behind keeps the pieces until acknowledged: immutable input is sent without a copy
         frozen = isinstance(b, bytes)
         for block, off, ln in block_range(self._pos, n, self.block_size):
@@ -402,7 +405,7 @@ class AdhocFile(BlockReader, BlockWriter, io.RawIOBase):
             self._unpub.add(block)
             pos += ln
             if len(self._pending) >= limit:
-                self._drain(limit // 2)
+                self._drain(limit - 1)
         self._pos = end
         self._size = max(self._size, end)
         return n

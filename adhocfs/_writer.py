@@ -25,10 +25,22 @@ from malleable.adhocfs._reader import Moved, _Pending
 from malleable.adhocfs._rpc import Peer, raise_remote
 from malleable.errors import FsError, ServerUnavailable
 
-__all__ = ["PUT_BATCH", "BlockWriter"]
+__all__ = ["PUT_BATCH", "PUT_BYTES", "BlockWriter"]
 
-PUT_BATCH = 4  # blocks written behind per request to one server
+PUT_BYTES = 4 << 20  # bytes written behind per request to one server (a batch is sent once it holds this much)
+PUT_BATCH = 64  # most blocks per request
 STUCK = 5  # resend rounds in a row under one layout version before a write is reported as refused for good
+
+
+class _Batch:
+    """Pieces queued for one server, sent together as one request."""
+
+    __slots__ = ("nbytes", "parts", "peer", "version")
+
+    def __init__(self, peer: Peer, version: int) -> None:
+        self.peer, self.version = peer, version
+        self.parts: list[tuple[int, int, Any]] = []  # (block, offset in the block, data)
+        self.nbytes = 0
 
 
 class BlockWriter:
@@ -40,7 +52,7 @@ class BlockWriter:
     version: int
     _addrs: dict[int, str]
     _pending: dict[tuple[int, int], _Pending]
-    _batch: dict[int, tuple[Peer, int, list[tuple[int, int, Any]]]]  # per server: connection, version, parts
+    _batch: dict[int, _Batch]  # per server: the pieces not sent yet
     _sent: int  # puts sent so far (their order)
 
     def _replicas(self, block: int) -> tuple[int, ...]:  # AdhocFile
@@ -54,26 +66,28 @@ class BlockWriter:
 
     def _queue_put(self, block: int, off: int, data: bytes | memoryview) -> None:
         """Write behind: queue a piece for every server keeping a copy of its block, sending a server's batch
-        once it is full (a write is acknowledged when every copy is)."""
+        once it holds ``PUT_BYTES`` (a write is acknowledged when every copy is)."""
         for sid in self._replicas(block):
             p = self.fs.peer(sid, self._addrs.get(sid, ""))
             batch = self._batch.get(sid)
-            if batch is None or batch[0] is not p or batch[1] != self.version:
+            if batch is None or batch.peer is not p or batch.version != self.version:
                 if batch is not None:
                     self._send_batch(sid)
-                batch = self._batch[sid] = (p, self.version, [])
-            batch[2].append((block, off, data))
-            if len(batch[2]) >= PUT_BATCH:
+                batch = self._batch[sid] = _Batch(p, self.version)
+            batch.parts.append((block, off, data))
+            batch.nbytes += len(data)
+            if batch.nbytes >= PUT_BYTES or len(batch.parts) >= PUT_BATCH:
                 self._send_batch(sid)
 
     def _send_batch(self, sid: int) -> None:
-        p, version, parts = self._batch.pop(sid)
+        batch = self._batch.pop(sid)
+        parts = batch.parts
         blocks, offsets, datas = [b for b, _, _ in parts], [o for _, o, _ in parts], [d for _, _, d in parts]
-        rid = p.send(PutBlocks(self.fid, blocks, offsets, version, datas))
+        rid = batch.peer.send(PutBlocks(self.fid, blocks, offsets, batch.version, datas))
         self._sent += 1
         self._pending[(sid, rid)] = _Pending(
-            (sid, rid), blocks[0], offsets[0], sum(len(d) for d in datas), None, 0, p, (), tuple(parts),
-            seq=self._sent, version=version,
+            (sid, rid), blocks[0], offsets[0], batch.nbytes, None, 0, batch.peer, (), tuple(parts),
+            seq=self._sent, version=batch.version,
         )
 
     def _drain(self, keep: int) -> None:
