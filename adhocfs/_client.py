@@ -2,7 +2,8 @@
 :class:`AdhocFile`, a seekable binary ``io.RawIOBase`` that ``h5py.File`` accepts.
 
 Block requests of one call go to all servers at once (pipelined), and writes are write-behind: ``write``
-returns once its blocks are sent, at most ``window`` requests stay unacknowledged, and ``flush``,
+returns once its blocks are queued (each server's are sent together in requests of up to 4 MiB), at most about
+``window`` blocks stay unacknowledged, and ``flush``,
 ``close``, ``truncate`` and any read wait for every acknowledgement (errors surface there at the latest).
 A file kept open across an expansion or a shrink keeps every byte: writes and reads aimed at a server that
 left, or refused under an old layout, are sent again to the blocks' new owners (:mod:`._writer`).
@@ -65,7 +66,7 @@ def connect(
     window: int = 64,
     reserve: int = 16,
     wait: float = 300.0,
-    readahead: int = 32,
+    readahead: int = 64,
 ) -> FileSystem:
     """Connect to the metadata server at ``addr`` (``tcp://host:port``).
 
@@ -74,12 +75,13 @@ def connect(
             which a job given a file system by the controller has).
         token: shared secret, ``str`` or ``bytes`` (default: ``MALLEABLE_TOKEN`` or the key file).
         timeout: seconds to wait for any server before :class:`ServerUnavailable`.
-        window: unacknowledged block writes allowed per open file.
+        window: unacknowledged block writes allowed per open file (sent in requests of up to 4 MiB per
+            server; a new one leaves once an acknowledgement comes back).
         reserve: blocks allocated ahead of the end of a growing file by its first metadata request;
             each further one doubles it, up to ``max(reserve, MAX_AHEAD)``.
         wait: seconds a write may wait for a file being redistributed.
-        readahead: blocks kept in flight ahead of sequential reads of files opened read-only (requested
-            in batches, one request per server, as half of them have been consumed).
+        readahead: blocks kept in flight ahead of sequential reads of files opened read-only (asked in
+            requests of up to 4 MiB per server, once that many per server, or half of them, have been consumed).
 
     Raises:
         ConfigError: no address (neither given nor in ``MALLEABLE_FS``), or not ``tcp://HOST:PORT``; an
@@ -118,7 +120,7 @@ class FileSystem:
         window: int,
         reserve: int,
         wait: float,
-        readahead: int = 32,
+        readahead: int = 64,
     ) -> None:
         self.addr, self.token, self.timeout, self.readahead = addr, token, timeout, max(0, readahead)
         self.window, self.reserve, self.wait = max(1, window), max(0, reserve), wait

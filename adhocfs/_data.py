@@ -21,6 +21,7 @@ from typing import Any
 import zmq
 
 from malleable._secret import load_token
+from malleable.adhocfs._buffers import keep_freed_buffers
 from malleable.adhocfs._dirstore import DirStore
 from malleable.adhocfs._protocol import (
     BlockData,
@@ -319,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     setup_logging(args.log, f"data{args.sid}")
     token = load_token()
+    keep_freed_buffers()  # blocks dropped free their buffers for the next ones received (no new page faults)
     store: BlockStore = DirStore(args.dir) if args.dir else MemoryStore()
     ctx = zmq.Context()
     sock, addr = bind_socket(ctx, zmq.ROUTER, args.host, args.port, token)

@@ -118,8 +118,10 @@ class BlockReader:
             if not self._pf_next or self._pf_next < first:
                 self._pf_reset()
                 self._pf_next = first
-            if self._pf_next <= last or end - self._pf_next >= max(1, min(ahead // 2, GET_BYTES // bs)):
-                self._pf_send(end)  # in batches: fewer, larger requests and replies
+            # in batches of up to GET_BYTES per server: fewer, larger requests and replies
+            step = max(1, min(ahead // 2, max(1, len(self._addrs)) * (GET_BYTES // bs)))
+            if self._pf_next <= last or end - self._pf_next >= step:
+                self._pf_send(end)
             data = self._pf_data
             dest = 0
             for b, off, ln in block_range(pos, n, bs):

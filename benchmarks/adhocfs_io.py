@@ -13,9 +13,10 @@ store must (``keep``, a second write phase: what holding new memory costs); read
 it streams back in 512 KiB messages, the frames it kept, as received (zero copy). No envelope, no MAC. An encrypted
 configuration's baseline is encrypted the same way.
 
-Every client run is paired with a raw run next to it (raw first in even repetitions, the client first in odd
-ones), and ratios are reported per pair (median and range): the machine may be shared, and a pair sees about the
-same load. Each run also records the CPU seconds of every process (clients, servers) and of the whole machine,
+Every client run is paired with a raw run: both sets of servers are started first, then their phases take turns
+(raw first in even repetitions, the client first in odd ones: write, write, raw keep, read, read), and ratios are
+reported per pair (median and range): the machine may be shared, and the two phases of a pair see about the same
+load. Each run also records the CPU seconds of every process (clients, servers) and of the whole machine,
 so where the cores' time goes can be read from the results.
 
 Variants of the client run (``--variants``): ``client`` (this tree), ``nomac`` (this tree with the payload MAC
@@ -30,6 +31,7 @@ Writes benchmarks/results/adhocfs_io.json and .png.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -40,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +70,8 @@ def _wait_until(start_at: float) -> None:
 
 # ---------------------------------------------------------------- workers (separate processes)
 def worker_fs(addr: str, path: str, nbytes: int, op: str, start_at: float, xfer: int = XFER) -> None:
-    """Write or read ``nbytes`` of ``path`` in ``xfer`` pieces; print JSON with start/end times and CPU seconds."""
+    """Write or read ``nbytes`` of ``path`` in ``xfer`` pieces (or remove it: ``rm``); print JSON with start/end
+    times and CPU seconds."""
     from malleable.adhocfs import connect
 
     buf = os.urandom(xfer)
@@ -78,6 +82,8 @@ def worker_fs(addr: str, path: str, nbytes: int, op: str, start_at: float, xfer:
             with fs.open(path, "wb") as f:
                 for _ in range(nbytes // xfer):
                     f.write(buf)
+        elif op == "rm":
+            fs.remove(path)
         else:
             out = bytearray(xfer)
             with fs.open(path, "rb") as f:
@@ -150,6 +156,9 @@ def worker_raw_client(addrs: str, nbytes: int, op: str, start_at: float) -> None
     reads the same share back from each."""
     import zmq
 
+    from malleable.adhocfs._buffers import keep_freed_buffers
+
+    keep_freed_buffers()  # the malloc settings the file system's client uses (it receives into the same buffers)
     ctx = zmq.Context()
     socks = []
     for a in addrs.split(","):
@@ -265,45 +274,63 @@ def _phase(spawn: Any, nclients: int, server_pids: list[int], per: int, op: str,
     }
 
 
-def raw_run(nservers: int, nclients: int, per: int) -> dict[str, dict[str, float]]:
-    """Raw pyzmq phases with ``nservers`` server and ``nclients`` client processes: write (the servers drop the
-    bytes), keep (the servers keep them in memory, as a store must) and read."""
+@contextlib.contextmanager
+def raw_servers(nservers: int) -> Iterator[tuple[str, list[int]]]:
+    """``nservers`` raw pyzmq server processes: yields their addresses (comma separated) and pids."""
     servers = [
         subprocess.Popen([sys.executable, __file__, "--worker", "raw_server"], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, text=True)
         for _ in range(nservers)
     ]
     try:
-        addrs = ",".join(s.stdout.readline().strip() for s in servers)  # type: ignore[union-attr]
-        pids = [s.pid for s in servers]
-        return {
-            op: _phase(lambda i, at, op=op: _spawn("raw_client", addrs, str(per), op, str(at)), nclients, pids,
-                       per, op, None)
-            for op in ("write", "keep", "read")
-        }
+        yield ",".join(s.stdout.readline().strip() for s in servers), [s.pid for s in servers]  # type: ignore[union-attr]
     finally:
         for s in servers:
             s.stdin.close()  # type: ignore[union-attr]
             s.wait(30)
 
 
-def client_run(v: Variant, nservers: int, nclients: int, per: int, replicas: int) -> dict[str, dict[str, float]]:
-    """Write then read the file set with ``v``'s client on a fresh instance of ``v``'s servers."""
+@contextlib.contextmanager
+def fs_servers(v: Variant, nservers: int, replicas: int) -> Iterator[tuple[str, list[int]]]:
+    """A fresh file system of ``v``'s servers: yields its address and the data servers' pids."""
     serve = subprocess.Popen([v.python, __file__, "--worker", "fs_serve", str(nservers), str(replicas)],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=v.env)
     try:
         info = json.loads(serve.stdout.readline())  # type: ignore[union-attr]
-        res = {}
-        for op in ("write", "read"):
-            def spawn(i: int, at: float, op: str = op) -> subprocess.Popen:
-                return subprocess.Popen(
-                    [v.python, __file__, "--worker", "fs", info["address"], f"/f{i}", str(per), op, str(at)],
-                    stdout=subprocess.PIPE, text=True, env=v.env)
-            res[op] = _phase(spawn, nclients, info["pids"], per, op, None)
-        return res
+        yield info["address"], info["pids"]
     finally:
         serve.stdin.close()  # type: ignore[union-attr]
         serve.wait(60)
+
+
+def pair_run(v: Variant, nservers: int, replicas: int, nclients: int, per: int, raw_first: bool
+             ) -> dict[str, dict[str, dict[str, float]]]:
+    """One pair: raw pyzmq and ``v``'s client, both set up first, then their phases taking turns so that each
+    pair of phases sees about the same load: write (raw: the servers drop the bytes), raw keep (the servers keep
+    them, as a store must), read, then the files are removed and written again (``rewrite``: into memory the data
+    servers already hold, as a buffer in use for more than one file set does)."""
+    with raw_servers(nservers) as (raw_addrs, raw_pids), fs_servers(v, nservers, replicas) as (fs_addr, fs_pids):
+
+        def raw(op: str) -> dict[str, float]:
+            return _phase(lambda i, at: _spawn("raw_client", raw_addrs, str(per), op, str(at)), nclients, raw_pids,
+                          per, op, None)
+
+        def fs(op: str) -> dict[str, float]:
+            return _phase(lambda i, at: subprocess.Popen(
+                [v.python, __file__, "--worker", "fs", fs_addr, f"/f{i}", str(per), op, str(at)],
+                stdout=subprocess.PIPE, text=True, env=v.env), nclients, fs_pids, per, op, None)
+
+        out: dict[str, dict[str, dict[str, float]]] = {"raw": {}, "fs": {}}
+        turns = [("raw", raw), ("fs", fs)] if raw_first else [("fs", fs), ("raw", raw)]
+        for side, run in turns:
+            out[side]["write"] = run("write")
+        out["raw"]["keep"] = raw("keep")
+        for side, run in turns:
+            out[side]["read"] = run("read")
+        fs("rm")  # the files go: their servers' memory is free for the next writes, as in a buffer in use
+        for side, run in turns:
+            out[side]["rewrite"] = run("write")
+        return out
 
 
 def parse_config(text: str) -> dict[str, Any]:
@@ -342,7 +369,7 @@ def _summary(xs: list[float], nd: int = 3) -> dict[str, Any]:
 def _row(c: dict[str, Any], variant: str, pairs: list[dict[str, Any]], per_bytes: int) -> dict[str, Any]:
     row: dict[str, Any] = {**c, "variant": variant, "pairs": len(pairs)}
     gb = per_bytes / 1e9
-    for op in ("write", "read"):
+    for op in ("write", "read", "rewrite"):
         q: dict[str, Any] = {
             "MBps": _summary([p["fs"][op]["MBps"] for p in pairs], 1),
             "raw_MBps": _summary([p["raw"][op]["MBps"] for p in pairs], 1),
@@ -393,20 +420,12 @@ def main() -> int:
                 if v.name == "nomac" and c["name"] not in nomac_on:
                     continue
                 v.env["MALLEABLE_ENCRYPT"] = os.environ["MALLEABLE_ENCRYPT"]
-                if rep % 2 == 0:
-                    raw = raw_run(c["servers"], args.clients, per)
-                    fs = client_run(v, c["servers"], args.clients, per, c["replicas"])
-                else:
-                    fs = client_run(v, c["servers"], args.clients, per, c["replicas"])
-                    raw = raw_run(c["servers"], args.clients, per)
-                pairs.setdefault((c["name"], v.name), []).append({"raw": raw, "fs": fs})
-                print(
-                    f"rep {rep + 1}/{args.reps} {c['name']:>5} {v.name:>8}: write {fs['write']['MBps']:5.0f} / raw "
-                    f"{raw['write']['MBps']:5.0f} = {fs['write']['MBps'] / raw['write']['MBps']:4.0%}, read "
-                    f"{fs['read']['MBps']:5.0f} / raw {raw['read']['MBps']:5.0f} = "
-                    f"{fs['read']['MBps'] / raw['read']['MBps']:4.0%}",
-                    file=sys.stderr, flush=True,
-                )
+                got = pair_run(v, c["servers"], c["replicas"], args.clients, per, raw_first=rep % 2 == 0)
+                raw, fs = got["raw"], got["fs"]
+                pairs.setdefault((c["name"], v.name), []).append(got)
+                print(f"rep {rep + 1}/{args.reps} {c['name']:>5} {v.name:>8}: " + ", ".join(
+                    f"{op} {fs[op]['MBps']:5.0f} / raw {raw[op]['MBps']:5.0f} = {fs[op]['MBps'] / raw[op]['MBps']:4.0%}"
+                    for op in ("write", "read", "rewrite")), file=sys.stderr, flush=True)
     os.environ["MALLEABLE_ENCRYPT"] = "0"
     site.cleanup()
     rows = [_row(c, v.name, pairs[(c["name"], v.name)], per * args.clients)
@@ -440,24 +459,25 @@ def _label(result: dict[str, Any], variant: str) -> str:
 
 def _print(result: dict[str, Any]) -> None:
     print(f"{result['clients']} clients, {result['total_bytes'] >> 20} MiB file set, {XFER >> 10} KiB transfers; "
-          f"each run paired with raw pyzmq in the same pattern next to it (ratio: median [min-max] of the pairs; "
-          f"keep: raw servers keeping the bytes)")
+          "each run paired with raw pyzmq in the same pattern next to it; ratio: median [min-max] of the pairs; "
+          "keep: raw servers keeping the bytes; rewrite: the files removed and written again")
     print(f"{'config':>6} {'variant':>14} {'write':>6} {'raw':>5} {'write/raw':>16} {'keep':>5} {'write/keep':>16} "
-          f"{'read':>6} {'raw':>5} {'read/raw':>16}")
+          f"{'read':>6} {'raw':>5} {'read/raw':>16} {'rewrite':>7} {'raw':>5} {'rewrite/raw':>16}")
 
     def ratio(v: dict[str, float]) -> str:
         return f"{v['median']:>5.0%} [{v['min']:>3.0%}-{v['max']:>4.0%}]"
 
     for r in result["rows"]:
-        w, rd = r["write"], r["read"]
+        w, rd, rw = r["write"], r["read"], r["rewrite"]
         print(f"{r['name']:>6} {_label(result, r['variant']):>14} {w['MBps']['median']:>6.0f} "
               f"{w['raw_MBps']['median']:>5.0f} {ratio(w['vs_raw']):>16} {w['raw_keep_MBps']['median']:>5.0f} "
               f"{ratio(w['vs_raw_keep']):>16} {rd['MBps']['median']:>6.0f} {rd['raw_MBps']['median']:>5.0f} "
-              f"{ratio(rd['vs_raw']):>16}")
+              f"{ratio(rd['vs_raw']):>16} {rw['MBps']['median']:>7.0f} {rw['raw_MBps']['median']:>5.0f} "
+              f"{ratio(rw['vs_raw']):>16}")
     print("CPU seconds per GB (median), client + server processes: the run | raw | raw keeping the bytes")
     for r in result["rows"]:
         cells = []
-        for op in ("write", "read"):
+        for op in ("write", "read", "rewrite"):
             c = r[op]["cpu_s_per_GB"]
             cell = f"{op} {c['fs_client']:.2f}+{c['fs_server']:.2f} | {c['raw_client']:.2f}+{c['raw_server']:.2f}"
             if op == "write":
