@@ -7,10 +7,12 @@ virtual machine) those page faults cost as much CPU as the TCP receive itself. R
 threshold makes freed buffers go back to malloc's free lists and be reused by the next frames.
 
 Notes:
-    This changes process-wide malloc settings, once, when the first :class:`~._client.FileSystem` is made (the
-    client receives every block it reads into such a buffer); a process that set its own (``MALLOC_*_`` environment variables or ``GLIBC_TUNABLES`` with malloc
-    tunables) keeps them, and a C library other than glibc is left alone. Memory freed by large buffers stays with the
-    process (at most :data:`TRIM` bytes per malloc arena above what is in use).
+    This changes process-wide malloc settings, once: when the first :class:`~._client.FileSystem` is made (the client
+    receives every block it reads into such a buffer) and when a data server starts (blocks it drops, of removed
+    or rewritten files, free their buffers for the next blocks it receives). A process that set its own
+    (``MALLOC_*_`` environment variables or ``GLIBC_TUNABLES`` with malloc tunables) keeps them, and a C library
+    other than glibc is left alone. Memory freed by large buffers stays with the process (at most :data:`TRIM`
+    bytes at the top of each malloc heap above what is in use; heaps that become entirely free are still returned).
 """
 
 from __future__ import annotations

@@ -266,7 +266,7 @@ class AdhocFile(BlockReader, BlockWriter, io.RawIOBase):
         self._meta_size = info.size
         self._pending: dict[tuple[int, int], _Pending] = {}
         self._unpub: set[int] = set()  # blocks written since the last flush (their ranges are published by it)
-        self._batch: dict[int, _Batch] = {}  # puts not sent yet, per server
+        self._batch: dict[tuple[int, ...], _Batch] = {}  # puts not sent yet, per set of servers
         self._sent = 0  # puts sent (their order, to send again in it)
         # read-ahead (read-only files): blocks received ahead of the reader (zmq frames, not copied) and
         # requests in flight for the next ones; requests for blocks [_pf_first, _pf_next) were sent
@@ -399,7 +399,7 @@ class AdhocFile(BlockReader, BlockWriter, io.RawIOBase):
             self._ahead = min(2 * self._ahead, max(self.fs.reserve, MAX_AHEAD))
         pos = 0
         # requests in flight: the window's blocks in requests of PUT_BYTES; each acknowledgement lets one more go
-        limit = max(2, self.fs.window * self.block_size // PUT_BYTES)
+        limit = max(2, self.fs.window * self.block_size // PUT_BYTES) * self._r  # one per copy
         # write-behind keeps the pieces until acknowledged: immutable input is sent without a copy
         frozen = isinstance(b, bytes)
         for block, off, ln in block_range(self._pos, n, self.block_size):

@@ -22,7 +22,7 @@ from typing import Any
 
 from malleable.adhocfs._protocol import Error, Message, PutBlocks
 from malleable.adhocfs._reader import Moved, _Pending
-from malleable.adhocfs._rpc import Peer, raise_remote
+from malleable.adhocfs._rpc import Peer, raise_remote, send_to
 from malleable.errors import FsError, ServerUnavailable
 
 __all__ = ["PUT_BATCH", "PUT_BYTES", "BlockWriter"]
@@ -33,12 +33,12 @@ STUCK = 5  # resend rounds in a row under one layout version before a write is r
 
 
 class _Batch:
-    """Pieces queued for one server, sent together as one request."""
+    """Pieces queued for one set of servers (the copies of their blocks), sent together as one request encoded once."""
 
-    __slots__ = ("nbytes", "parts", "peer", "version")
+    __slots__ = ("nbytes", "parts", "peers", "version")
 
-    def __init__(self, peer: Peer, version: int) -> None:
-        self.peer, self.version = peer, version
+    def __init__(self, peers: tuple[Peer, ...], version: int) -> None:
+        self.peers, self.version = peers, version
         self.parts: list[tuple[int, int, Any]] = []  # (block, offset in the block, data)
         self.nbytes = 0
 
@@ -52,7 +52,7 @@ class BlockWriter:
     version: int
     _addrs: dict[int, str]
     _pending: dict[tuple[int, int], _Pending]
-    _batch: dict[int, _Batch]  # per server: the pieces not sent yet
+    _batch: dict[tuple[int, ...], _Batch]  # per set of servers (sorted ids): the pieces not sent yet
     _sent: int  # puts sent so far (their order)
 
     def _replicas(self, block: int) -> tuple[int, ...]:  # AdhocFile
@@ -65,30 +65,33 @@ class BlockWriter:
         raise NotImplementedError  # BlockReader
 
     def _queue_put(self, block: int, off: int, data: bytes | memoryview) -> None:
-        """Write behind: queue a piece for every server keeping a copy of its block, sending a server's batch
-        once it holds ``PUT_BYTES`` (a write is acknowledged when every copy is)."""
-        for sid in self._replicas(block):
-            p = self.fs.peer(sid, self._addrs.get(sid, ""))
-            batch = self._batch.get(sid)
-            if batch is None or batch.peer is not p or batch.version != self.version:
-                if batch is not None:
-                    self._send_batch(sid)
-                batch = self._batch[sid] = _Batch(p, self.version)
-            batch.parts.append((block, off, data))
-            batch.nbytes += len(data)
-            if batch.nbytes >= PUT_BYTES or len(batch.parts) >= PUT_BATCH:
-                self._send_batch(sid)
+        """Write behind: queue a piece for the servers keeping the copies of its block, sending their batch once it
+        holds ``PUT_BYTES`` (a write is acknowledged when every copy is). Blocks with the same copies share a
+        batch: its request is encoded and MACed once and sent to each of them."""
+        reps = self._replicas(block)
+        key = reps if len(reps) == 1 else tuple(sorted(reps))
+        peers = tuple(self.fs.peer(sid, self._addrs.get(sid, "")) for sid in key)
+        batch = self._batch.get(key)
+        if batch is None or batch.peers != peers or batch.version != self.version:
+            if batch is not None:
+                self._send_batch(key)
+            batch = self._batch[key] = _Batch(peers, self.version)
+        batch.parts.append((block, off, data))
+        batch.nbytes += len(data)
+        if batch.nbytes >= PUT_BYTES or len(batch.parts) >= PUT_BATCH:
+            self._send_batch(key)
 
-    def _send_batch(self, sid: int) -> None:
-        batch = self._batch.pop(sid)
+    def _send_batch(self, key: tuple[int, ...]) -> None:
+        batch = self._batch.pop(key)
         parts = batch.parts
         blocks, offsets, datas = [b for b, _, _ in parts], [o for _, o, _ in parts], [d for _, _, d in parts]
-        rid = batch.peer.send(PutBlocks(self.fid, blocks, offsets, batch.version, datas))
+        rid = send_to(batch.peers, PutBlocks(self.fid, blocks, offsets, batch.version, datas), self.fs.token)
         self._sent += 1
-        self._pending[(sid, rid)] = _Pending(
-            (sid, rid), blocks[0], offsets[0], batch.nbytes, None, 0, batch.peer, (), tuple(parts),
-            seq=self._sent, version=batch.version,
-        )
+        for sid, p in zip(key, batch.peers, strict=True):
+            self._pending[(sid, rid)] = _Pending(
+                (sid, rid), blocks[0], offsets[0], batch.nbytes, None, 0, p, (), tuple(parts),
+                seq=self._sent, version=batch.version,
+            )
 
     def _drain(self, keep: int) -> None:
         """Send the queued writes, then collect acknowledgements until ``keep`` requests remain; after a layout
@@ -101,8 +104,8 @@ class BlockWriter:
         failure: ServerUnavailable | None = None
         stuck, last = 0, -1
         while True:
-            for sid in list(self._batch):
-                self._send_batch(sid)
+            for key in list(self._batch):
+                self._send_batch(key)
             redo, silent, error = self._settle(0 if failure else keep)
             if redo is None:
                 if failure is not None:
