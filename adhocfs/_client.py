@@ -63,7 +63,7 @@ def connect(
     addr: str | None = None,
     token: str | bytes | None = None,
     timeout: float = 5.0,
-    window: int = 64,
+    window: int = 128,
     reserve: int = 16,
     wait: float = 300.0,
     readahead: int = 64,

@@ -10,8 +10,9 @@ The baseline of a configuration with N servers is raw pyzmq in the same pattern:
 sockets) and N server processes (ROUTER) doing the minimum: writes send the same bytes in 512 KiB messages
 spread over the servers, which count and drop them and acknowledge the end (``raw``), or keep them in memory as a
 store must (``keep``, a second write phase: what holding new memory costs); reads ask each server for a share, which
-it streams back in 512 KiB messages, the frames it kept, as received (zero copy). No envelope, no MAC. An encrypted
-configuration's baseline is encrypted the same way.
+it streams back in 512 KiB messages, the frames it kept, as received (zero copy). No envelope, no MAC. The raw
+processes use the same socket options and malloc settings as the file system's (``adhocfs/_buffers.py``), and an
+encrypted configuration's baseline is encrypted the same way.
 
 Every client run is paired with a raw run: both sets of servers are started first, then their phases take turns
 (raw first in even repetitions, the client first in odd ones: write, write, raw keep, read, read), and ratios are
@@ -114,6 +115,9 @@ def worker_raw_server() -> None:
     address, serves until stdin closes."""
     import zmq
 
+    from malleable.adhocfs._buffers import keep_freed_buffers
+
+    keep_freed_buffers()  # the malloc settings of the file system's data servers
     ctx = zmq.Context()
     s = _raw_socket(ctx, zmq.ROUTER, server=True)
     port = s.bind_to_random_port("tcp://127.0.0.1")
@@ -486,6 +490,10 @@ def _print(result: dict[str, Any]) -> None:
         print(f"{r['name']:>6} {_label(result, r['variant']):>14}  " + "   ".join(cells))
 
 
+RATIOS = (("write", "vs_raw", "write / raw"), ("write", "vs_raw_keep", "write / raw keeping the bytes"),
+          ("read", "vs_raw", "read / raw"), ("rewrite", "vs_raw", "rewrite / raw"))
+
+
 def _plot(result: dict[str, Any], path: Path) -> None:
     import matplotlib
 
@@ -493,32 +501,33 @@ def _plot(result: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     rows = result["rows"]
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, axes = plt.subplots(2, 1, figsize=(max(8.0, 1.3 * len(rows) + 2), 8))
     x = range(len(rows))
     names = [f"{r['name']}\n{_label(result, r['variant'])}" for r in rows]
     ax = axes[0]
-    for k, (op, col) in enumerate((("write", "C0"), ("read", "C1"))):
-        off = -0.3 + 0.3 * k
-        ax.bar([i + off for i in x], [r[op]["MBps"]["median"] for r in rows], 0.15, color=col, label=f"{op}")
-        ax.bar([i + off + 0.15 for i in x], [r[op]["raw_MBps"]["median"] for r in rows], 0.15, color=col,
+    for k, (op, col) in enumerate((("write", "C0"), ("read", "C1"), ("rewrite", "C2"))):
+        off = -0.36 + 0.24 * k
+        ax.bar([i + off for i in x], [r[op]["MBps"]["median"] for r in rows], 0.12, color=col, label=op)
+        ax.bar([i + off + 0.12 for i in x], [r[op]["raw_MBps"]["median"] for r in rows], 0.12, color=col,
                alpha=0.35, label=f"raw pyzmq {op} (paired)")
     ax.set_xticks(list(x), names, fontsize=7)
     ax.set_ylabel("MB/s (median of the pairs)")
-    ax.set_title(f"adhocfs vs raw pyzmq, {result['clients']} clients, {result['total_bytes'] >> 20} MiB")
-    ax.legend(fontsize=7)
+    ax.set_title(f"adhocfs Python client vs raw pyzmq in the same pattern, {result['clients']} clients, "
+                 f"{result['total_bytes'] >> 20} MiB, {result['reps']} pairs each")
+    ax.legend(fontsize=7, ncol=3)
     ax = axes[1]
-    for k, (op, col) in enumerate((("write", "C0"), ("read", "C1"))):
-        off = -0.15 + 0.3 * k
-        med = [r[op]["vs_raw"]["median"] * 100 for r in rows]
-        lo = [m - r[op]["vs_raw"]["min"] * 100 for m, r in zip(med, rows, strict=True)]
-        hi = [r[op]["vs_raw"]["max"] * 100 - m for m, r in zip(med, rows, strict=True)]
-        ax.bar([i + off for i in x], med, 0.3, yerr=[lo, hi], capsize=2, color=col, label=f"{op} / raw")
-    ax.axhline(70, color="k", ls="--", lw=1, label="70 % (R=1)")
-    ax.axhline(45, color="grey", ls=":", lw=1, label="45 % (R=2 writes)")
+    for k, (op, key, label) in enumerate(RATIOS):
+        off = -0.3 + 0.2 * k
+        med = [r[op][key]["median"] * 100 for r in rows]
+        lo = [m - r[op][key]["min"] * 100 for m, r in zip(med, rows, strict=True)]
+        hi = [r[op][key]["max"] * 100 - m for m, r in zip(med, rows, strict=True)]
+        ax.bar([i + off for i in x], med, 0.2, yerr=[lo, hi], capsize=2, color=f"C{k}", label=label)
+    ax.axhline(70, color="k", ls="--", lw=1, label="70 %")
+    ax.axhline(45, color="grey", ls=":", lw=1, label="45 % (replicated writes)")
     ax.set_xticks(list(x), names, fontsize=7)
-    ax.set_ylabel("% of the paired raw run (bars: median, whiskers: range)")
-    ax.set_title("ratio per pair")
-    ax.legend(fontsize=7)
+    ax.set_ylabel("% of the paired raw phase")
+    ax.set_title("ratio per pair: bar = median, whiskers = range")
+    ax.legend(fontsize=7, ncol=3)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
