@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import platform
@@ -250,14 +251,16 @@ def _machine_busy() -> float:
     return (sum(vals) - vals[3] - vals[4]) / TICK
 
 
+@dataclasses.dataclass
 class Variant:
     """How a client run is made: which Python (tree) and environment."""
 
-    def __init__(self, name: str, python: str, env: dict[str, str]) -> None:
-        self.name, self.python, self.env = name, python, env
+    name: str
+    python: str
+    env: dict[str, str]
 
 
-def _phase(spawn: Any, nclients: int, server_pids: list[int], per: int, op: str, args: Any) -> dict[str, float]:
+def _phase(spawn: Any, nclients: int, server_pids: list[int], per: int, op: str) -> dict[str, float]:
     """Run one phase (``nclients`` workers made by ``spawn(i, start_at)``) and measure it."""
     busy0, srv0 = _machine_busy(), {p: _proc_cpu(p) for p in server_pids}
     start_at = time.time() + LEAD
@@ -287,7 +290,8 @@ def raw_servers(nservers: int) -> Iterator[tuple[str, list[int]]]:
         for _ in range(nservers)
     ]
     try:
-        yield ",".join(s.stdout.readline().strip() for s in servers), [s.pid for s in servers]  # type: ignore[union-attr]
+        addrs = ",".join(s.stdout.readline().strip() for s in servers)  # type: ignore[union-attr]
+        yield addrs, [s.pid for s in servers]
     finally:
         for s in servers:
             s.stdin.close()  # type: ignore[union-attr]
@@ -317,12 +321,12 @@ def pair_run(v: Variant, nservers: int, replicas: int, nclients: int, per: int, 
 
         def raw(op: str) -> dict[str, float]:
             return _phase(lambda i, at: _spawn("raw_client", raw_addrs, str(per), op, str(at)), nclients, raw_pids,
-                          per, op, None)
+                          per, op)
 
         def fs(op: str) -> dict[str, float]:
             return _phase(lambda i, at: subprocess.Popen(
                 [v.python, __file__, "--worker", "fs", fs_addr, f"/f{i}", str(per), op, str(at)],
-                stdout=subprocess.PIPE, text=True, env=v.env), nclients, fs_pids, per, op, None)
+                stdout=subprocess.PIPE, text=True, env=v.env), nclients, fs_pids, per, op)
 
         out: dict[str, dict[str, dict[str, float]]] = {"raw": {}, "fs": {}}
         turns = [("raw", raw), ("fs", fs)] if raw_first else [("fs", fs), ("raw", raw)]

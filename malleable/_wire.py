@@ -99,7 +99,7 @@ _LEN4 = struct.Struct("!I")
 _LEN8 = struct.Struct("!Q")
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
-_GCM_NONCE = bytes(12)  # every bulk MAC key is used once (derived from the seal), so a fixed nonce is safe
+_GCM_NONCE = bytes(12)  # each bulk MAC key is used once (derived from the seal): a fixed nonce is safe
 
 
 def _window() -> float:
@@ -209,9 +209,8 @@ class Wire:
 
     def _mac(self, seal: bytes, header: bytes, payloads: Sequence[Any]) -> bytes:
         """HMAC-SHA256 of MAGIC, seal, header length and header, the payload lengths, then the payloads; bulk
-        payloads (over 64 KiB in all) enter it through their GMAC tag (AES-256-GCM over them as associated data,
-        read in place) under a one-time key derived from the seal (unique per message): ten times faster than
-        hashing them with SHA-256, and faster than Poly1305 on processors with carry-less multiplication."""
+        payloads (over 64 KiB in all) enter it as their GMAC tag (AES-256-GCM, payloads as associated data read in
+        place) under a one-time key derived from the seal: ten times cheaper than SHA-256, a third below Poly1305."""
         sizes = [memoryview(p).nbytes for p in payloads]
         prefix = b"".join((MAGIC, seal, _LEN4.pack(len(header)), header, *(_LEN8.pack(n) for n in sizes)))
         if sum(sizes) <= BULK:  # small: one C call over one buffer
@@ -273,9 +272,7 @@ class Wire:
 
 
 def _sendable(payload: Any) -> Any:
-    """The received zmq frame itself when ``payload`` is a view of all of one (a data server answering with a block
-    it stored as received): zmq then sends that frame's buffer again without a copy and without tracking a Python
-    object until the send is done."""
+    """The zmq frame itself when ``payload`` views all of one (a block stored as received): resent without a copy."""
     if type(payload) is memoryview and type(payload.obj) is zmq.Frame and payload.nbytes == len(payload.obj):
         return payload.obj
     return payload
@@ -432,8 +429,7 @@ _local = threading.local()
 
 
 def shared(token: bytes, key_id: str = "") -> Wire:
-    """This thread's :class:`Wire` for ``token`` under ``key_id`` (created on first use; new in a forked
-    child)."""
+    """This thread's :class:`Wire` for ``token`` under ``key_id`` (made on first use; new in a forked child)."""
     st: _Shared | None = getattr(_local, "st", None)
     pid = os.getpid()
     if st is None or st.pid != pid:
