@@ -1,5 +1,6 @@
-"""Write-behind of an open adhocfs file: block writes batched per server, pipelined, and kept until every copy
-has acknowledged them, so that none is lost when the file's layout changes under it.
+"""Write-behind of an open adhocfs file: block writes batched per set of servers (the copies of their blocks; one
+request encoded once for all of them), pipelined, and kept until every copy has acknowledged them, so that none is
+lost when the file's layout changes under it.
 
 A write is sent under the layout version the file holds. When that layout changes (a server answers
 ``stale``, a server left the layout and stays silent, or a metadata call returns a new version), the file
