@@ -24,9 +24,17 @@ Variants of the client run (``--variants``): ``client`` (this tree), ``nomac`` (
 replaced by none on every peer, a benchmark-only patch loaded through ``sitecustomize``: what the MAC costs) and
 ``against`` (another tree's venv Python, ``--against PYTHON``: the previous commit built beside this one).
 
+The mount rows (``--mount-servers N``, 0 to skip) run unmodified tools through a FUSE mount of an instance with N
+data servers: ``dd`` (one stream) and ``fio`` (two jobs) writing then reading in 1 MiB requests, each paired with
+as many Python client processes doing the same through the API just before it; and an mdtest-like metadata
+figure (create, stat, unlink of ``--md-files`` files in one directory) through the mount, through the Python
+client and on a local tmpfs (/dev/shm).
+
 Usage: python benchmarks/adhocfs_io.py [--total 512MiB] [--clients 2] [--configs 1,2,4,2r2,4r2,2enc] [--reps 3]
        [--variants client,nomac,against --against /path/to/other/.venv/bin/python]
-Writes benchmarks/results/adhocfs_io.json and .png.
+       [--mount-servers 2] [--mount-total 512MiB] [--md-files 10000]
+Writes benchmarks/results/adhocfs_io.json and .png (the mount rows: adhocfs_io_mount.png). With ``--configs ''``
+only the mount rows run (their plot is then OUT.png).
 """
 
 from __future__ import annotations
@@ -411,6 +419,9 @@ def main() -> int:
     p.add_argument("--against-label", default="main", help="what the 'against' tree is, for the table")
     p.add_argument("--reps", type=int, default=3, help="pairs per configuration and variant (medians reported)")
     p.add_argument("--out", default=str(RESULTS / "adhocfs_io"), help="output path without extension")
+    p.add_argument("--mount-servers", type=int, default=2, help="data servers of the mount rows (0: no mount rows)")
+    p.add_argument("--mount-total", default="512MiB", help="bytes written and read by each mount row")
+    p.add_argument("--md-files", type=int, default=10000, help="files of the metadata figure (0: none)")
     args = p.parse_args()
     os.environ.setdefault("MALLEABLE_TOKEN", "benchmark-token")
     total = _parse_size(args.total)
@@ -455,9 +466,17 @@ def main() -> int:
     }
     _print(result)
     out = Path(args.out)
+    if args.mount_servers:
+        from adhocfs_mount_rows import mount_rows, plot_mount, print_mount
+
+        result["mount"] = mount_rows(args.mount_servers, _parse_size(args.mount_total), args.reps, args.md_files,
+                                     _spawn)
+        print_mount(result["mount"])
+        plot_mount(result["mount"], Path(f"{out}_mount.png" if rows else f"{out}.png"))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(result, indent=2))
-    _plot(result, out.with_suffix(".png"))
+    if rows:
+        _plot(result, out.with_suffix(".png"))
     return 0
 
 

@@ -26,11 +26,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from malleable.launch._testbed import launcher as testbed_launcher  # the test cluster's ssh stand-in
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 WORKER = HERE / "_reconfig_worker.py"
 RESULTS = HERE / "results"
-TESTBED = Path(os.environ.get("NETNS_TESTBED", REPO.parent / "shared" / "testbed"))
 DELTAS = (1, 2, 4)
 THESIS = {"expand_seconds": [0.11, 2.25], "shrink_seconds_small": 0.05}
 
@@ -46,7 +47,7 @@ def run(py, n, args, hosts=None, env=None, timeout=300):
     from malleable.launch import mpiexec_argv
 
     e = {"MALLEABLE_ADAPT_TIMEOUT": "60", "MALLEABLE_MAX_PROCS_PER_HOST": "17", **(env or {})}
-    launcher = str(TESTBED / "netns-launch") if hosts else None
+    launcher = str(testbed_launcher()) if hosts else None
     argv = mpiexec_argv(n, [py, str(WORKER), *args], hosts=hosts, env=e, launcher_exec=launcher,
                         mpiexec=str(Path(py).parent / "mpiexec"))
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=dict(os.environ, **e),

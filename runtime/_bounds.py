@@ -2,8 +2,9 @@
 
 A host's limit is ``--max-procs-per-host`` (``MALLEABLE_MAX_PROCS_PER_HOST``) when given, else its slots in the
 job's hostfile (``MALLEABLE_HOST_SLOTS``, ``host:slots,...``), else the number of cores. A plan, a
-controller's decision or ``malleable run -n N`` that needs more is refused with the host, the count and the
-limit named, before MPI is asked to start a single process (hydra would otherwise fork until memory runs out).
+controller's decision or ``malleable run -n N`` that needs more is refused with the host, the count, the limit
+and how to raise it with the tool in use named, before MPI is asked to start a single process (hydra would
+otherwise fork until memory runs out).
 Processes placed by the launcher (no host named) count against the host of the job's rank 0.
 """
 
@@ -27,6 +28,8 @@ class Slots:
     cores: int
     per_host: int | None = None
     hostfile: tuple[tuple[str, int], ...] = ()
+    # how the user of the tool at hand raises a host's limit to ``n`` (``malleable run``: its option)
+    raise_with: str = "MALLEABLE_MAX_PROCS_PER_HOST={n}"
 
     def limit(self, host: str) -> int:
         """Processes ``host`` may run."""
@@ -37,8 +40,8 @@ class Slots:
     def why(self, host: str) -> str:
         """Where the limit of ``host`` comes from (for error messages)."""
         if self.per_host is not None:
-            return "--max-procs-per-host"
-        return "hostfile slots" if host in dict(self.hostfile) else "cores; raise it with --max-procs-per-host"
+            return self.raise_with.format(n=self.per_host)
+        return "hostfile slots" if host in dict(self.hostfile) else "cores"
 
 
 def parse_slots(text: str) -> tuple[tuple[str, int], ...]:
@@ -96,7 +99,7 @@ def check_expand(layout: GroupLayout, plan: ExpandPlan, slots: Slots, local_host
         if load[h] > slots.limit(h):
             raise AdaptError(
                 f"expanding to {layout.world_size + plan.joining} process(es) needs {load[h]} on host {h}, "
-                f"which may run {slots.limit(h)} ({slots.why(h)})")
+                f"which may run {slots.limit(h)} ({slots.why(h)}); to allow it: {slots.raise_with.format(n=load[h])}")
 
 
 def check_plan(

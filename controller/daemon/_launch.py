@@ -25,7 +25,7 @@ from malleable.launch import find_mpiexec
 from ._access import secret_looking
 from ._hostpool import TAG_VAR, HostPool
 from ._protocol import SERVER_KEY_ENV
-from ._store import JobRec
+from ._records import JobRec
 
 __all__ = ["SHEPHERD", "job_argv", "job_env", "rc_path", "read_rc", "start_job", "stop_job"]
 

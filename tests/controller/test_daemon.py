@@ -46,7 +46,7 @@ def test_command_line(env):
     with daemon_thread(env / "ctl.sqlite", HostPool.local(2)) as (d, c):
         code, out, err = cli("submit", "--state", state, "-N", "1", "-J", "sleepy", "-t", "1:00", "-o",
                              str(env / "s-%j.out"), "--", "sh", "-c", "sleep 30")
-        assert code == 0 and out.startswith("Submitted job "), err
+        assert code == 0 and out.startswith("Submitted batch job "), err
         jid = int(out.split()[-1])
         code, out, _ = cli("submit", "--state", state, "--parsable", "--min", "1", "--max", "2", "--", "true")
         assert code == 0 and out.strip() == str(jid + 1)
