@@ -2,7 +2,8 @@
 :class:`AdhocFile`, a seekable binary ``io.RawIOBase`` that ``h5py.File`` accepts.
 
 Block requests of one call go to all servers at once (pipelined), and writes are write-behind: ``write``
-returns once its blocks are sent, at most ``window`` requests stay unacknowledged, and ``flush``,
+returns once its blocks are queued (each server's are sent together in requests of up to 4 MiB), at most about
+``window`` blocks stay unacknowledged, and ``flush``,
 ``close``, ``truncate`` and any read wait for every acknowledgement (errors surface there at the latest).
 A file kept open across an expansion or a shrink keeps every byte: writes and reads aimed at a server that
 left, or refused under an old layout, are sent again to the blocks' new owners (:mod:`._writer`).
@@ -25,6 +26,7 @@ from typing import Any
 import zmq
 
 from malleable._secret import load_token
+from malleable.adhocfs._buffers import keep_freed_buffers
 from malleable.adhocfs._namespace import BLOCKING, MODES, normalize
 from malleable.adhocfs._placement import FileLayout, block_range, in_ranges, ranges_of
 from malleable.adhocfs._protocol import (
@@ -47,7 +49,7 @@ from malleable.adhocfs._protocol import (
 )
 from malleable.adhocfs._reader import BlockReader, _Pending
 from malleable.adhocfs._rpc import ADDRESS, Busy, Peer
-from malleable.adhocfs._writer import PUT_BATCH, BlockWriter
+from malleable.adhocfs._writer import PUT_BYTES, BlockWriter, _Batch
 from malleable.errors import ConfigError, FsError, ServerUnavailable
 
 __all__ = ["AdhocFile", "FileSystem", "connect"]
@@ -61,10 +63,10 @@ def connect(
     addr: str | None = None,
     token: str | bytes | None = None,
     timeout: float = 5.0,
-    window: int = 64,
+    window: int = 128,
     reserve: int = 16,
     wait: float = 300.0,
-    readahead: int = 32,
+    readahead: int = 64,
 ) -> FileSystem:
     """Connect to the metadata server at ``addr`` (``tcp://host:port``).
 
@@ -73,12 +75,13 @@ def connect(
             which a job given a file system by the controller has).
         token: shared secret, ``str`` or ``bytes`` (default: ``MALLEABLE_TOKEN`` or the key file).
         timeout: seconds to wait for any server before :class:`ServerUnavailable`.
-        window: unacknowledged block writes allowed per open file.
+        window: unacknowledged block writes allowed per open file (sent in requests of up to 4 MiB per
+            server; a new one leaves once an acknowledgement comes back).
         reserve: blocks allocated ahead of the end of a growing file by its first metadata request;
             each further one doubles it, up to ``max(reserve, MAX_AHEAD)``.
         wait: seconds a write may wait for a file being redistributed.
-        readahead: blocks kept in flight ahead of sequential reads of files opened read-only (requested
-            in batches, one request per server, as half of them have been consumed).
+        readahead: blocks kept in flight ahead of sequential reads of files opened read-only (asked in
+            requests of up to 4 MiB per server, once that many per server, or half of them, have been consumed).
 
     Raises:
         ConfigError: no address (neither given nor in ``MALLEABLE_FS``), or not ``tcp://HOST:PORT``; an
@@ -117,10 +120,11 @@ class FileSystem:
         window: int,
         reserve: int,
         wait: float,
-        readahead: int = 32,
+        readahead: int = 64,
     ) -> None:
         self.addr, self.token, self.timeout, self.readahead = addr, token, timeout, max(0, readahead)
         self.window, self.reserve, self.wait = max(1, window), max(0, reserve), wait
+        keep_freed_buffers()  # received blocks' buffers are reused instead of faulted in again for every block
         self.ctx: zmq.Context[Any] = zmq.Context()
         self.meta = Peer(self.ctx, addr, token, f"metadata server {addr}", timeout)
         self._peers: dict[tuple[int, str], Peer] = {}
@@ -262,7 +266,7 @@ class AdhocFile(BlockReader, BlockWriter, io.RawIOBase):
         self._meta_size = info.size
         self._pending: dict[tuple[int, int], _Pending] = {}
         self._unpub: set[int] = set()  # blocks written since the last flush (their ranges are published by it)
-        self._batch: dict[int, tuple[Peer, int, list[tuple[int, int, Any]]]] = {}  # puts not sent yet, per server
+        self._batch: dict[tuple[int, ...], _Batch] = {}  # puts not sent yet, per set of servers
         self._sent = 0  # puts sent (their order, to send again in it)
         # read-ahead (read-only files): blocks received ahead of the reader (zmq frames, not copied) and
         # requests in flight for the next ones; requests for blocks [_pf_first, _pf_next) were sent
@@ -394,7 +398,8 @@ class AdhocFile(BlockReader, BlockWriter, io.RawIOBase):
             # an expansion's new servers in use soon for the following blocks
             self._ahead = min(2 * self._ahead, max(self.fs.reserve, MAX_AHEAD))
         pos = 0
-        limit = max(1, self.fs.window // PUT_BATCH)  # requests of up to PUT_BATCH blocks
+        # requests in flight: the window's blocks in requests of PUT_BYTES; each acknowledgement lets one more go
+        limit = max(2, self.fs.window * self.block_size // PUT_BYTES) * self._r  # one per copy
         # write-behind keeps the pieces until acknowledged: immutable input is sent without a copy
         frozen = isinstance(b, bytes)
         for block, off, ln in block_range(self._pos, n, self.block_size):
@@ -402,7 +407,7 @@ class AdhocFile(BlockReader, BlockWriter, io.RawIOBase):
             self._unpub.add(block)
             pos += ln
             if len(self._pending) >= limit:
-                self._drain(limit // 2)
+                self._drain(limit - 1)
         self._pos = end
         self._size = max(self._size, end)
         return n

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import collections
 import errno
+import gc
 import logging
 import os
 import time
@@ -20,6 +21,7 @@ from typing import Any
 import zmq
 
 from malleable._secret import load_token
+from malleable.adhocfs._buffers import keep_freed_buffers
 from malleable.adhocfs._dirstore import DirStore
 from malleable.adhocfs._protocol import (
     BlockData,
@@ -53,6 +55,7 @@ __all__ = ["DataServer", "main"]
 
 log = logging.getLogger(__name__)
 
+GC_THRESHOLD = 50_000  # allocations between collections of the youngest generation (Python's default: 700)
 STEP = 1.0  # seconds per AIO time step
 WINDOW = 60  # samples kept
 
@@ -317,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     setup_logging(args.log, f"data{args.sid}")
     token = load_token()
+    keep_freed_buffers()  # blocks dropped free their buffers for the next ones received (no new page faults)
     store: BlockStore = DirStore(args.dir) if args.dir else MemoryStore()
     ctx = zmq.Context()
     sock, addr = bind_socket(ctx, zmq.ROUTER, args.host, args.port, token)
@@ -326,6 +330,10 @@ def main(argv: list[str] | None = None) -> int:
             server.fences[fid] = (wmin, rmin)
         announce(addr)
         log.info("data server %d serving on %s (%d blocks)", args.sid, addr, len(store))
+        # every request makes a few dozen short-lived containers and nothing here forms cycles that matter: collect
+        # rarely, and never scan what start-up made
+        gc.freeze()
+        gc.set_threshold(GC_THRESHOLD)
         server.serve(sock)
     finally:
         sock.close(linger=0)

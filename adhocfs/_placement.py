@@ -63,6 +63,8 @@ def owner(sids: Sequence[int], fid: int, block: int) -> int:
     Raises:
         PlacementError: ``sids`` is empty.
     """
+    if len(sids) == 1:
+        return sids[0]
     if not sids:
         raise PlacementError(f"no servers to place block {block} of file {fid}")
     best, best_score = -1, -1

@@ -25,8 +25,9 @@ from malleable.adhocfs._protocol import BlockData, Data, Error, FileInfo, Get, G
 from malleable.adhocfs._rpc import Peer, raise_remote
 from malleable.errors import FsError, ServerUnavailable
 
-__all__ = ["DOWN_FOR", "PROBE", "BlockReader", "Moved"]
+__all__ = ["DOWN_FOR", "GET_BYTES", "PROBE", "BlockReader", "Moved"]
 
+GET_BYTES = 4 << 20  # bytes asked per read-ahead request (smaller replies arrive and are checked sooner)
 DOWN_FOR = 30.0  # seconds a server that did not answer is skipped by reads when another copy exists
 PROBE = 0.5  # seconds of silence from the data servers after which a file checks whether its layout changed
 
@@ -117,8 +118,10 @@ class BlockReader:
             if not self._pf_next or self._pf_next < first:
                 self._pf_reset()
                 self._pf_next = first
-            if self._pf_next <= last or end - self._pf_next >= max(1, ahead // 2):
-                self._pf_send(end)  # in batches: fewer, larger requests and replies
+            # in batches of up to GET_BYTES per server: fewer, larger requests and replies
+            step = max(1, min(ahead // 2, max(1, len(self._addrs)) * (GET_BYTES // bs)))
+            if self._pf_next <= last or end - self._pf_next >= step:
+                self._pf_send(end)
             data = self._pf_data
             dest = 0
             for b, off, ln in block_range(pos, n, bs):
@@ -141,17 +144,26 @@ class BlockReader:
             raise
 
     def _pf_send(self, end: int) -> None:
-        """Request blocks ``[_pf_next, end)`` (the whole block each), one request per server."""
+        """Request blocks ``[_pf_next, end)`` (the whole block each), in requests of up to ``GET_BYTES`` per
+        server."""
         bs = self.block_size
+        per = max(1, GET_BYTES // bs)
         by_server: dict[int, tuple[Peer, list[int]]] = {}
         for b in range(self._pf_next, end):
             sid, p = self._where(b)
-            by_server.setdefault(sid, (p, []))[1].append(b)
+            blocks = by_server.setdefault(sid, (p, []))[1]
+            blocks.append(b)
+            if len(blocks) >= per:
+                self._pf_ask(sid, p, blocks)
+                del by_server[sid]
         for sid, (p, blocks) in by_server.items():
-            rid = p.send(GetBlocks(self.fid, blocks, bs, self.version))
-            self._pf_pending[(sid, rid)] = _Pending((sid, rid), blocks[0], 0, bs, None, 0, p, tuple(blocks))
+            self._pf_ask(sid, p, blocks)
         self._pf_next = max(self._pf_next, end)
         self._pf_size = self._size
+
+    def _pf_ask(self, sid: int, p: Peer, blocks: list[int]) -> None:
+        rid = p.send(GetBlocks(self.fid, blocks, self.block_size, self.version))
+        self._pf_pending[(sid, rid)] = _Pending((sid, rid), blocks[0], 0, self.block_size, None, 0, p, tuple(blocks))
 
     def _pf_collect(self) -> None:
         """Wait for at least one read-ahead reply."""

@@ -18,7 +18,7 @@ from malleable._wire import limit_frames, secure_socket
 from malleable.adhocfs._protocol import Error, Message, decode, encode
 from malleable.errors import AuthError, FsError, PlacementError, ProtocolError, ReplayError, ServerUnavailable
 
-__all__ = ["ADDRESS", "MAX_FRAME", "Busy", "Peer", "StaleLayout", "raise_remote", "reply_error"]
+__all__ = ["ADDRESS", "MAX_FRAME", "Busy", "Peer", "StaleLayout", "raise_remote", "reply_error", "send_to"]
 
 ADDRESS = re.compile(r"^tcp://[^\s:/]+:\d{1,5}$")
 """A server address as clients give it: ``tcp://HOST:PORT``."""
@@ -27,6 +27,9 @@ MAX_FRAME = (64 << 20) + (1 << 20)
 """Largest frame any adhocfs socket accepts (a 64 MiB block plus slack): zmq drops a peer sending more."""
 
 log = logging.getLogger(__name__)
+
+_REQUEST_IDS = itertools.count(1)  # one sequence for every connection of the process: a request encoded once can
+# go to several servers (the copies of a block) under one id
 
 
 class StaleLayout(FsError):
@@ -92,6 +95,16 @@ def _errno(cls: type[BaseException]) -> int:
     }.get(cls, errno.EIO)
 
 
+def send_to(peers: Sequence[Peer], msg: Message, token: bytes) -> int:
+    """Encode ``msg`` once (one MAC over its payloads) and send it to every one of ``peers``; returns its request
+    id. Each server checks and answers its copy on its own (replay memory is per receiver)."""
+    rid = next(_REQUEST_IDS)
+    frames = encode(msg, token, rid)
+    for p in peers:
+        p.send_frames(frames, rid)
+    return rid
+
+
 class Peer:
     """A DEALER connection to one server, with numbered requests.
 
@@ -111,7 +124,6 @@ class Peer:
         self, ctx: zmq.Context[Any], addr: str, token: bytes, name: str, timeout: float = 5.0
     ) -> None:
         self.ctx, self.addr, self.token, self.name, self.timeout = ctx, addr, token, name, timeout
-        self._ids = itertools.count(1)
         self.sock: zmq.Socket[Any] = self._open()
         self.pending: set[int] = set()
         # replies received while waiting for other requests of this connection (several open files share
@@ -146,10 +158,12 @@ class Peer:
 
     def send(self, msg: Message) -> int:
         """Send ``msg`` without waiting; returns its request id."""
-        rid = next(self._ids)
-        self.sock.send_multipart([b"", *encode(msg, self.token, rid)], copy=False)
+        return send_to((self,), msg, self.token)
+
+    def send_frames(self, frames: list[Any], rid: int) -> None:
+        """Send a request already encoded with request id ``rid`` (unique in this process)."""
+        self.sock.send_multipart([b"", *frames], copy=False)
         self.pending.add(rid)
-        return rid
 
     def recv(self, timeout: float | None = None, what: str = "") -> tuple[Message, int]:
         """The next reply as ``(message, request id)``; replies to forgotten requests are skipped.

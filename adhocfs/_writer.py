@@ -1,5 +1,6 @@
-"""Write-behind of an open adhocfs file: block writes batched per server, pipelined, and kept until every copy
-has acknowledged them, so that none is lost when the file's layout changes under it.
+"""Write-behind of an open adhocfs file: block writes batched per set of servers (the copies of their blocks; one
+request encoded once for all of them), pipelined, and kept until every copy has acknowledged them, so that none is
+lost when the file's layout changes under it.
 
 A write is sent under the layout version the file holds. When that layout changes (a server answers
 ``stale``, a server left the layout and stays silent, or a metadata call returns a new version), the file
@@ -22,13 +23,25 @@ from typing import Any
 
 from malleable.adhocfs._protocol import Error, Message, PutBlocks
 from malleable.adhocfs._reader import Moved, _Pending
-from malleable.adhocfs._rpc import Peer, raise_remote
+from malleable.adhocfs._rpc import Peer, raise_remote, send_to
 from malleable.errors import FsError, ServerUnavailable
 
-__all__ = ["PUT_BATCH", "BlockWriter"]
+__all__ = ["PUT_BATCH", "PUT_BYTES", "BlockWriter"]
 
-PUT_BATCH = 4  # blocks written behind per request to one server
+PUT_BYTES = 4 << 20  # bytes written behind per request to one server (a batch is sent once it holds this much)
+PUT_BATCH = 64  # most blocks per request
 STUCK = 5  # resend rounds in a row under one layout version before a write is reported as refused for good
+
+
+class _Batch:
+    """Pieces queued for one set of servers (the copies of their blocks), sent together as one request encoded once."""
+
+    __slots__ = ("nbytes", "parts", "peers", "version")
+
+    def __init__(self, peers: tuple[Peer, ...], version: int) -> None:
+        self.peers, self.version = peers, version
+        self.parts: list[tuple[int, int, Any]] = []  # (block, offset in the block, data)
+        self.nbytes = 0
 
 
 class BlockWriter:
@@ -40,7 +53,7 @@ class BlockWriter:
     version: int
     _addrs: dict[int, str]
     _pending: dict[tuple[int, int], _Pending]
-    _batch: dict[int, tuple[Peer, int, list[tuple[int, int, Any]]]]  # per server: connection, version, parts
+    _batch: dict[tuple[int, ...], _Batch]  # per set of servers (sorted ids): the pieces not sent yet
     _sent: int  # puts sent so far (their order)
 
     def _replicas(self, block: int) -> tuple[int, ...]:  # AdhocFile
@@ -53,28 +66,33 @@ class BlockWriter:
         raise NotImplementedError  # BlockReader
 
     def _queue_put(self, block: int, off: int, data: bytes | memoryview) -> None:
-        """Write behind: queue a piece for every server keeping a copy of its block, sending a server's batch
-        once it is full (a write is acknowledged when every copy is)."""
-        for sid in self._replicas(block):
-            p = self.fs.peer(sid, self._addrs.get(sid, ""))
-            batch = self._batch.get(sid)
-            if batch is None or batch[0] is not p or batch[1] != self.version:
-                if batch is not None:
-                    self._send_batch(sid)
-                batch = self._batch[sid] = (p, self.version, [])
-            batch[2].append((block, off, data))
-            if len(batch[2]) >= PUT_BATCH:
-                self._send_batch(sid)
+        """Write behind: queue a piece for the servers keeping the copies of its block, sending their batch once it
+        holds ``PUT_BYTES`` (a write is acknowledged when every copy is). Blocks with the same copies share a
+        batch: its request is encoded and MACed once and sent to each of them."""
+        reps = self._replicas(block)
+        key = reps if len(reps) == 1 else tuple(sorted(reps))
+        peers = tuple(self.fs.peer(sid, self._addrs.get(sid, "")) for sid in key)
+        batch = self._batch.get(key)
+        if batch is None or batch.peers != peers or batch.version != self.version:
+            if batch is not None:
+                self._send_batch(key)
+            batch = self._batch[key] = _Batch(peers, self.version)
+        batch.parts.append((block, off, data))
+        batch.nbytes += len(data)
+        if batch.nbytes >= PUT_BYTES or len(batch.parts) >= PUT_BATCH:
+            self._send_batch(key)
 
-    def _send_batch(self, sid: int) -> None:
-        p, version, parts = self._batch.pop(sid)
+    def _send_batch(self, key: tuple[int, ...]) -> None:
+        batch = self._batch.pop(key)
+        parts = batch.parts
         blocks, offsets, datas = [b for b, _, _ in parts], [o for _, o, _ in parts], [d for _, _, d in parts]
-        rid = p.send(PutBlocks(self.fid, blocks, offsets, version, datas))
+        rid = send_to(batch.peers, PutBlocks(self.fid, blocks, offsets, batch.version, datas), self.fs.token)
         self._sent += 1
-        self._pending[(sid, rid)] = _Pending(
-            (sid, rid), blocks[0], offsets[0], sum(len(d) for d in datas), None, 0, p, (), tuple(parts),
-            seq=self._sent, version=version,
-        )
+        for sid, p in zip(key, batch.peers, strict=True):
+            self._pending[(sid, rid)] = _Pending(
+                (sid, rid), blocks[0], offsets[0], batch.nbytes, None, 0, p, (), tuple(parts),
+                seq=self._sent, version=batch.version,
+            )
 
     def _drain(self, keep: int) -> None:
         """Send the queued writes, then collect acknowledgements until ``keep`` requests remain; after a layout
@@ -87,8 +105,8 @@ class BlockWriter:
         failure: ServerUnavailable | None = None
         stuck, last = 0, -1
         while True:
-            for sid in list(self._batch):
-                self._send_batch(sid)
+            for key in list(self._batch):
+                self._send_batch(key)
             redo, silent, error = self._settle(0 if failure else keep)
             if redo is None:
                 if failure is not None:

@@ -9,8 +9,8 @@ A message is a list of zmq frames ``[MAGIC, header, seal, *payloads]``:
   counter (8 bytes), the send time (8-byte float, seconds since the epoch), the sender's key id (0 to 64 ASCII
   bytes: none for the shared secret, e.g. ``user:ann`` or ``job:12`` for a personal key) and an HMAC-SHA256
   (32 bytes) over ``MAGIC``, everything in the seal before the MAC, the header and every payload frame, each
-  with its length (payloads over 64 KiB in all enter the HMAC as their Poly1305 tag under a one-time key derived
-  from the seal: the same guarantee at a quarter of the cost);
+  with its length (payloads over 64 KiB in all enter the HMAC as their GMAC tag, AES-256-GCM authenticating them
+  under a one-time key derived from the seal: the same guarantee at a tenth of SHA-256's cost);
 * ``payloads`` are raw bytes (block data of adhocfs).
 
 A receiver holding several keys (:class:`Keyring`: the controller, which knows the key of every user and job)
@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, dataclass_transform
 
 import zmq
-from cryptography.hazmat.primitives.poly1305 import Poly1305
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from zmq.utils import z85
 
 from malleable.errors import AuthError, ConfigError, ProtocolError, ReplayError
@@ -82,13 +82,13 @@ __all__ = [
     "unpack",
 ]
 
-MAGIC = b"MLB2"
+MAGIC = b"MLB3"
 MAX_HEADER = 4 << 20  # bytes of JSON header (a job's environment may hold 1 MiB; long answers come in parts)
 MAX_DEPTH = 64  # nesting of JSON arrays and objects in a header
 MAX_FRAMES = 4096 + 3  # frames of one message (adhocfs replies carry up to 1024 blocks)
 REPLAY_SPAN = 1 << 14  # counters remembered per session (messages may arrive this much out of order)
 START_SKEW = 30.0  # seconds before its own start a receiver still accepts a message from
-BULK = 1 << 16  # payload bytes above which payloads are MACed with Poly1305 (one-time key) inside the HMAC
+BULK = 1 << 16  # payload bytes above which payloads are MACed with GMAC (one-time key) inside the HMAC
 MAX_KEY_ID = 64  # bytes of a key id in the seal
 
 _SEAL = struct.Struct("!8sQd")
@@ -99,6 +99,7 @@ _LEN4 = struct.Struct("!I")
 _LEN8 = struct.Struct("!Q")
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)  # unrolled: one step per run of plain bytes
 _NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
+_GCM_NONCE = bytes(12)  # each bulk MAC key is used once (derived from the seal): a fixed nonce is safe
 
 
 def _window() -> float:
@@ -208,16 +209,17 @@ class Wire:
 
     def _mac(self, seal: bytes, header: bytes, payloads: Sequence[Any]) -> bytes:
         """HMAC-SHA256 of MAGIC, seal, header length and header, the payload lengths, then the payloads; bulk
-        payloads (over 64 KiB in all) enter it through their Poly1305 tag under a one-time key derived from the
-        seal (unique per message), which is four times faster than hashing them with SHA-256."""
+        payloads (over 64 KiB in all) enter it as their GMAC tag (AES-256-GCM, payloads as associated data read in
+        place) under a one-time key derived from the seal: ten times cheaper than SHA-256, a third below Poly1305."""
         sizes = [memoryview(p).nbytes for p in payloads]
         prefix = b"".join((MAGIC, seal, _LEN4.pack(len(header)), header, *(_LEN8.pack(n) for n in sizes)))
         if sum(sizes) <= BULK:  # small: one C call over one buffer
             return hmac.digest(self.key, b"".join((prefix, *payloads)) if payloads else prefix, "sha256")
-        poly = Poly1305(hmac.digest(self.bulk_key, seal, "sha256"))
+        gmac = Cipher(algorithms.AES(hmac.digest(self.bulk_key, seal, "sha256")), modes.GCM(_GCM_NONCE)).encryptor()
         for p in payloads:
-            poly.update(p)
-        return hmac.digest(self.key, prefix + poly.finalize(), "sha256")
+            gmac.authenticate_additional_data(p)
+        gmac.finalize()
+        return hmac.digest(self.key, prefix + gmac.tag, "sha256")
 
     def pack(self, header: Mapping[str, Any], payloads: Sequence[bytes | memoryview] = ()) -> list[Any]:
         """Frames for ``header`` (a JSON-able mapping with ``v`` and ``type``) and raw ``payloads``."""
@@ -235,7 +237,7 @@ class Wire:
         if len(raw) > MAX_HEADER:
             raise ProtocolError(f"message too large to send ({len(raw)} > {MAX_HEADER} bytes of header)")
         seal = _SEAL.pack(self.session, next(self._counter), self.clock()) + self._kid
-        return [MAGIC, raw, seal + self._mac(seal, raw, payloads), *payloads]
+        return [MAGIC, raw, seal + self._mac(seal, raw, payloads), *map(_sendable, payloads)]
 
     def unpack(self, frames: Sequence[Any], versions: tuple[int, ...]) -> tuple[dict[str, Any], list[Any]]:
         """Check and decode frames into ``(header, payloads)``.
@@ -274,6 +276,13 @@ class Wire:
         if not isinstance(sizes, list) or [memoryview(p).nbytes for p in payloads] != sizes:
             raise ProtocolError("payload frames do not match the sizes in the header")
         return header, payloads
+
+
+def _sendable(payload: Any) -> Any:
+    """The zmq frame itself when ``payload`` views all of one (a block stored as received): resent without a copy."""
+    if type(payload) is memoryview and type(payload.obj) is zmq.Frame and payload.nbytes == len(payload.obj):
+        return payload.obj
+    return payload
 
 
 def _nbytes(frame: Any) -> int:
@@ -427,8 +436,7 @@ _local = threading.local()
 
 
 def shared(token: bytes, key_id: str = "") -> Wire:
-    """This thread's :class:`Wire` for ``token`` under ``key_id`` (created on first use; new in a forked
-    child)."""
+    """This thread's :class:`Wire` for ``token`` under ``key_id`` (made on first use; new in a forked child)."""
     st: _Shared | None = getattr(_local, "st", None)
     pid = os.getpid()
     if st is None or st.pid != pid:
