@@ -24,6 +24,7 @@ from malleable.controller.daemon._hostpool import HostPool
 from malleable.controller.daemon._keys import job_credential, user_credential
 from malleable.errors import AuthError, Refusal, ReplayError
 from tests.controller._daemon_util import HEAT, TOKEN, cli, daemon_thread, isolate, wait_final, wait_for
+from tests.controller._users import unix_users
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -308,24 +309,24 @@ def test_encryption_with_personal_keys_and_a_malleable_job(env, monkeypatch):
 
 def test_user_commands(env):
     state = str(env / "ctl.sqlite")
-    with daemon_thread(env / "ctl.sqlite", HostPool.local(1)) as (d, c):
-        code, out, err = cli("controller", "add-user", "ann", "--state", state)
-        assert code == 0 and "give this key to ann" in err
+    with unix_users(2) as (ann, bob), daemon_thread(env / "ctl.sqlite", HostPool.local(1)) as (d, c):
+        code, out, err = cli("controller", "add-user", ann.name, "--state", state)
+        assert code == 0 and f"give this key to {ann.name}" in err
         key = parse_credential(out.strip())
-        assert key.key_id == "user:ann"
-        kf = env / "keys" / "bob.key"
-        code, out, _ = cli("controller", "add-user", "bob", "--state", state, "--key-file", str(kf))
-        assert code == 0 and out.startswith(f"wrote the key of bob to {kf} (mode 0600")
-        assert stat.S_IMODE(kf.stat().st_mode) == 0o600 and parse_credential(kf.read_text()).key_id == "user:bob"
+        assert key.key_id == f"user:{ann.name}"
+        kf = env / "bob.key"
+        code, out, _ = cli("controller", "add-user", bob.name, "--state", state, "--key-file", str(kf))
+        assert code == 0 and out.startswith(f"wrote the key of {bob.name} to {kf} (mode 0600")
+        assert stat.S_IMODE(kf.stat().st_mode) == 0o600 and parse_credential(kf.read_text()).key_id == f"user:{bob.name}"
         code, out, _ = cli("controller", "users", "--state", state)
-        assert code == 0 and [ln.split()[0] for ln in out.splitlines()] == ["USER", "ann", "bob"]
+        assert code == 0 and [ln.split()[0] for ln in out.splitlines()] == ["USER", *sorted([ann.name, bob.name])]
         assert cli("controller", "add-user", "9lives", "--state", state)[0:2] == (1, "")
-        assert cli("controller", "remove-user", "ann", "--state", state) == (
-            0, "removed user ann: their key no longer works\n", "")
-        assert cli("controller", "remove-user", "ann", "--state", state) == (
-            1, "", "malleable controller: error: no user ann\n")
+        assert cli("controller", "remove-user", ann.name, "--state", state) == (
+            0, f"removed user {ann.name}: their key no longer works\n", "")
+        assert cli("controller", "remove-user", ann.name, "--state", state) == (
+            1, "", f"malleable controller: error: no user {ann.name}\n")
         code, out, _ = cli("controller", "users", "--state", state, "--json")
-        assert [u["name"] for u in json.loads(out)["users"]] == ["bob"]
+        assert [u["name"] for u in json.loads(out)["users"]] == [bob.name]
 
 
 def test_users_session_in_the_docs_runs(env):
