@@ -71,6 +71,7 @@ from ._events import (
 )
 from ._fsshell import FsShell
 from ._hostpool import HeldExits, HostPool, Prober, application, proc_info, scan_tagged
+from ._identity import run_as
 from ._keys import KeyBook, job_credential
 from ._launch import job_argv, job_env, read_rc, start_job, stop_job
 from ._paths import addr_file, jobs_dir
@@ -553,6 +554,9 @@ class Daemon(DaemonViews):
             return view(self, m)
         if type(m) not in self.core.requests:
             raise ProtocolError(f"{m.TYPE} is a reply, not a request")
+        if type(m) is P.Submit:      # the Unix user it runs as, from the proven requester (never the client's word)
+            uid, gid = run_as(who.kind, who.name, m.user)  # type: ignore[attr-defined]
+            m = dataclasses.replace(m, uid=uid, gid=gid)
         reply = self.handle(Request(time.time(), m, who))
         if type(m) is not P.Poll:
             self.dirty = True

@@ -17,9 +17,9 @@ import secrets
 import stat
 from dataclasses import dataclass
 
-from malleable.errors import ConfigError
+from malleable.errors import ConfigError, Refusal
 
-__all__ = ["UnixUser", "refuse_name", "unix_user", "write_private"]
+__all__ = ["UnixUser", "refuse_name", "run_as", "unix_user", "write_private"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,3 +130,31 @@ def _unlink_if(dfd: int, name: str, ino: int, only_links: bool = False) -> None:
             os.unlink(name, dir_fd=dfd)
     except OSError:
         pass
+
+
+def run_as(kind: str, name: str, asked: str) -> tuple[int, int]:
+    """The Unix ``(uid, gid)`` a job submitted by requester ``kind``/``name`` (``asked``: the user the message
+    names) runs as; ``(-1, -1)``: as the daemon itself.
+
+    A daemon running as root runs each job as its submitter, as slurmd does: a user's key runs as that Unix user
+    (refused if there is none, or it is root); the operator (trusted with everything) runs as the Unix user it
+    names, or as the daemon when that name is no Unix user. A daemon running as an ordinary user cannot change
+    user, so only the operator (that user) may submit.
+
+    Raises:
+        Refusal: the job could not run as its submitter.
+    """
+    if kind == "operator":
+        u = unix_user(asked) if os.geteuid() == 0 and asked else None
+        return (u.uid, u.gid) if u is not None else (-1, -1)
+    if kind != "user":
+        return -1, -1              # a job's key: the access rules refuse its submit
+    if os.geteuid() != 0:
+        raise Refusal(f"submit: the controller runs as Unix user {_own_name() or os.geteuid()}, not root, so its "
+                      f"jobs run as that user: only the operator may submit (user {name} may not)")
+    u = unix_user(name)
+    if u is None:
+        raise Refusal(f"submit: user {name} is no Unix user on this host (jobs run as their submitter)")
+    if u.uid == 0:
+        raise Refusal(f"submit: user {name} is root: root is the operator")
+    return u.uid, u.gid

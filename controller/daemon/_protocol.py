@@ -232,6 +232,8 @@ class Submit(Message):
     io_rate: float = 0.0     # requested I/O rate (RIO) in bytes/s: what the file system grows for (0: none)
     fs_replicas: int = 0     # copies of each block in that file system (0: one)
     io_intensity: float = 0.0  # declared I/O intensity (I/O time over run time, 0..1) for the io-aware policy
+    uid: int = -1            # the Unix user the job runs as: set by the daemon from the proven requester
+    gid: int = -1            # (what a client sends is replaced); -1: as the daemon itself
 
 
 @_msg("queue")
@@ -446,10 +448,15 @@ def _check_str(where: str, name: str, val: str) -> None:
         raise ProtocolError(f"{where}: field {name!r} contains a NUL character")
 
 
+_UNIX_IDS = ("uid", "gid")
+"""Int fields that may be -1 (no Unix identity: the daemon's own)."""
+
+
 def _check_value(where: str, name: str, typ: str, val: Any) -> None:
     if typ == "int":
-        if not 0 <= val <= MAX_INT:
-            raise ProtocolError(f"{where}: field {name!r} must be in 0..{MAX_INT}, got {val}")
+        lo = -1 if name in _UNIX_IDS else 0
+        if not lo <= val <= MAX_INT:
+            raise ProtocolError(f"{where}: field {name!r} must be in {lo}..{MAX_INT}, got {val}")
     elif typ == "float":
         if not math.isfinite(val) or val < 0:
             raise ProtocolError(f"{where}: field {name!r} must be a finite number >= 0, got {val}")

@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 
 from malleable._secret import parse_credential
+from malleable.controller.daemon import _protocol as P
+from malleable.controller.daemon._client import Client
 from malleable.controller.daemon._hostpool import HostPool
 from malleable.controller.daemon._identity import write_private
 from malleable.errors import ConfigError, Refusal
-from tests.controller._daemon_util import cli, daemon_thread, isolate
+from tests.controller._daemon_util import TOKEN, cli, daemon_thread, isolate, wait_final, wait_for
 from tests.controller._users import unix_users
 
 pytestmark = pytest.mark.timeout(180)
@@ -105,3 +107,73 @@ def test_a_racing_symlink_never_gains_a_file(env):
             racer.wait(10)
             shutil.rmtree(folder, ignore_errors=True)
         assert refused >= 1, "the racer never got in: the test proved nothing"
+
+
+@pytest.fixture
+def workdir():
+    """A folder every test user can enter (pytest's own are root's, mode 0700), removed after."""
+    d = Path(tempfile.mkdtemp(prefix="mlb-users-", dir="/tmp"))
+    os.chmod(d, 0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _home(workdir: Path, u) -> Path:
+    h = workdir / u.name
+    h.mkdir()
+    os.chown(h, u.uid, u.gid)
+    os.chmod(h, 0o700)
+    return h
+
+
+def test_jobs_run_as_their_submitter(env, workdir):
+    """The daemon runs as root (with the operator's secret in its environment); each user's job runs as that Unix
+    user: its files are that user's, it cannot read the daemon's environment nor the other user's folder, and the
+    other user's key cannot cancel it (the operator's can)."""
+    with unix_users(2) as (ann, bob), daemon_thread(env / "ctl.sqlite", HostPool.local(2)) as (d, c):
+        assert os.environ["MALLEABLE_TOKEN"] == TOKEN                         # what a job must not reach
+        keys = {u.name: c.add_user(u.name) for u in (ann, bob)}
+        homes = {u.name: _home(workdir, u) for u in (ann, bob)}
+        probe = (f"id -u > id.txt; id -g >> id.txt; cat /proc/{os.getpid()}/environ > environ.txt 2>&1; "
+                 f"echo \"environ $?\" > probe.txt; ls {homes[bob.name]} >> probe.txt 2>&1; echo \"ls $?\" >> probe.txt; "
+                 "env > env.txt; sleep 60")
+        with Client(c.address, key=keys[ann.name]) as a:
+            jid = a.submit(["sh", "-c", probe], 1, out="job.out", cwd=str(homes[ann.name]),
+                           env={"PATH": os.environ["PATH"]})
+        rec = c.info(jid).job
+        assert (rec["user"], rec["uid"], rec["gid"]) == (ann.name, ann.uid, ann.gid)
+        probe_file = homes[ann.name] / "probe.txt"
+        wait_for(lambda: probe_file.exists() and "ls " in probe_file.read_text(), 30, "the job's probe")
+        assert (homes[ann.name] / "id.txt").read_text().split() == [str(ann.uid), str(ann.gid)]
+        lines = probe_file.read_text().splitlines()
+        assert lines[0] == "environ 1" and lines[-1] == "ls 2", lines     # refused, not read
+        assert TOKEN not in (homes[ann.name] / "environ.txt").read_text()
+        assert TOKEN not in (homes[ann.name] / "env.txt").read_text()
+        for f in ("job.out", "id.txt", "probe.txt", "env.txt"):
+            st = (homes[ann.name] / f).lstat()
+            assert (st.st_uid, st.st_gid) == (ann.uid, ann.gid), f
+        with Client(c.address, key=keys[bob.name]) as b:
+            with pytest.raises(Refusal, match=f"job {jid} belongs to {ann.name}"):
+                b.call(P.Cancel(jid))
+        assert c.info(jid).job["state"] == "RUNNING"
+        c.call(P.Cancel(jid))                                                 # the operator may
+        assert wait_final(c, [jid], 60) == {jid: "CANCELLED"}
+
+
+def test_a_user_job_cannot_write_where_its_user_cannot(env, workdir):
+    """Output paths are opened by the job's user: a path only root may write is refused to the job (exit code
+    126, nothing created), as it would be to the user; the operator's key with a name that is no Unix user runs
+    as the daemon, a user key without a Unix account is refused."""
+    with unix_users(1) as (ann,), daemon_thread(env / "ctl.sqlite", HostPool.local(1)) as (d, c):
+        key = c.add_user(ann.name)
+        home = _home(workdir, ann)
+        with Client(c.address, key=key) as a:
+            jid = a.submit(["true"], 1, out=str(env / "root-only.out"), cwd=str(home),
+                           env={"PATH": os.environ["PATH"]})
+        assert wait_final(c, [jid], 60) == {jid: "FAILED"}
+        assert c.info(jid).job["exit_code"] == 126 and not (env / "root-only.out").exists()
+        c.remove_user(ann.name)
+        ghost = c.add_user("nosuchuser42")                                    # the API may name anyone...
+        with Client(c.address, key=ghost) as g, pytest.raises(Refusal, match="no Unix user on this host"):
+            g.submit(["true"], 1, out="x.out")                               # ...but such a key cannot submit
+        assert c.rows(P.Queue()) == []
