@@ -72,6 +72,7 @@ from ._events import (
 from ._fsshell import FsShell
 from ._hostpool import HeldExits, HostPool, Prober, application, proc_info, scan_tagged
 from ._identity import run_as
+from ._local import PEER_SECRET, bind_local, local_path, peer_principal, peer_uid
 from ._keys import KeyBook, job_credential
 from ._launch import job_argv, job_env, read_rc, start_job, stop_job
 from ._paths import addr_file, jobs_dir
@@ -174,6 +175,9 @@ class Daemon(DaemonViews):
         self.jobs_dir = jobs_dir(config.state)
         self.ctx: zmq.Context[Any] | None = None
         self.sock: zmq.Socket[Any] | None = None
+        self.local: zmq.Socket[Any] | None = None   # the local socket: requesters proven by SO_PEERCRED
+        self.local_address = ""
+        self.local_ring = Keyring(lambda kid: PEER_SECRET if kid == "" else None)
         self.address = ""
         self.job_address = ""
         self.procs: dict[int, Any] = {}          # job id -> Popen (ours) or psutil.Process (re-attached)
@@ -218,6 +222,7 @@ class Daemon(DaemonViews):
             raise ConfigError(f"cannot listen on {bind}:{port}: {e}") from None
         self.sock = s
         self.address = f"tcp://{bind}:{port}"
+        self.local, self.local_address = bind_local(self.ctx, self.config.state)
         advertise = bind if bind not in ("0.0.0.0", "*") else self.pool.advertise  # noqa: S104 - a comparison
         self.job_address = f"tcp://{advertise}:{port}"
         with self.store.tx():
@@ -231,7 +236,7 @@ class Daemon(DaemonViews):
         af = addr_file(self.config.state)
         tmp = af.with_name(af.name + ".tmp")
         tmp.write_text(json.dumps({"address": self.address, "pid": os.getpid(), "jobs": self.job_address,
-                                   "curve": self.curve_public}))
+                                   "curve": self.curve_public, "local": self.local_address}))
         tmp.replace(af)
         log.info("controller listening on %s (jobs use %s)", self.address, self.job_address)
         return self.address
@@ -244,6 +249,10 @@ class Daemon(DaemonViews):
         if self.sock is not None:
             self.sock.close(0)
             self.sock = None
+        if self.local is not None:
+            self.local.close(0)
+            self.local = None
+            local_path(self.config.state).unlink(missing_ok=True)
         if self.ctx is not None:
             self.ctx.term()
             self.ctx = None
@@ -263,6 +272,8 @@ class Daemon(DaemonViews):
         assert self.sock is not None, "start() first"
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
+        if self.local is not None:
+            poller.register(self.local, zmq.POLLIN)
         tick = self.config.tick
         while True:
             if stop is not None and stop.is_set():
@@ -278,6 +289,7 @@ class Daemon(DaemonViews):
                 wait = 0.0
             if poller.poll(int(wait * 1000)):
                 self._drain_socket()
+                self._drain_local()
             self._housekeeping()
 
     # -- carrying out the core's actions ---------------------------------------------------------------------
@@ -307,6 +319,21 @@ class Daemon(DaemonViews):
             except zmq.Again:
                 return
             self._handle_frames(frames)
+
+    def _drain_local(self, budget: int = 1000) -> None:
+        """Requests on the local socket: the sender's uid comes with each message (SO_PEERCRED)."""
+        if self.local is None:
+            return
+        for _ in range(budget):
+            try:
+                frames = self.local.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            try:
+                uid: int | None = peer_uid(frames[-1])
+            except AuthError:
+                uid = None
+            self._handle_frames([f.bytes for f in frames], self.local, uid)
 
     def _housekeeping(self) -> None:
         now = time.time()
@@ -494,8 +521,11 @@ class Daemon(DaemonViews):
         self.dirty = True
 
     # -- messages --------------------------------------------------------------------------------------------
-    def _handle_frames(self, frames: list[bytes]) -> None:
-        """Authenticate, authorize and answer one message; nothing it contains can stop the loop."""
+    def _handle_frames(self, frames: list[bytes], sock: zmq.Socket[Any] | None = None, peer: int | None = -1) -> None:
+        """Authenticate, authorize and answer one message; nothing it contains can stop the loop. On the local
+        socket (``sock``) the requester is the Unix user ``peer`` (None: its credentials were missing)."""
+        local = sock is not None
+        ring = self.local_ring if local else self.keyring
         if len(frames) < 2:
             self.rejected += 1
             return  # nothing to answer to
@@ -507,13 +537,19 @@ class Daemon(DaemonViews):
         rid, wire = 0, None
         try:
             try:
-                msg, rid, kid = P.decode_keyed(body, self.keyring)
+                msg, rid, kid = P.decode_keyed(body, ring)
             except ReplayError:
                 kid = key_id_of(body)                  # authentic (the MAC passed): answer under its key
-                wire, rid = self.keyring.wire(kid), peek_id(body)
+                wire, rid = ring.wire(kid), peek_id(body)
                 raise
-            wire = self.keyring.wire(kid)              # held now: a job that ends meanwhile still gets its answer
-            reply = self._dispatch(msg, principal_of(kid))
+            wire = ring.wire(kid)                      # held now: a job that ends meanwhile still gets its answer
+            if local:
+                if peer is None:
+                    raise AuthError("the local socket did not give the sender's credentials (SO_PEERCRED)")
+                who = peer_principal(peer, self.users)
+            else:
+                who = principal_of(kid)
+            reply = self._dispatch(msg, who)
             self.handled += 1
         except ReplayError as e:
             self.rejected += 1
@@ -539,9 +575,10 @@ class Daemon(DaemonViews):
             reply = P.Error("InternalError", f"{type(e).__name__}: {str(e)[:300]} (logged by the controller)")
         try:
             out = (P.encode_keyed(reply, wire, rid) if wire is not None else
-                   P.encode_keyed(reply, self.keyring.wire(""), 0))   # not authenticated: no request id either
-            assert self.sock is not None
-            self.sock.send_multipart([ident, *env, *out], zmq.NOBLOCK)
+                   P.encode_keyed(reply, ring.wire(""), 0))   # not authenticated: no request id either
+            to = sock if sock is not None else self.sock
+            assert to is not None
+            to.send_multipart([ident, *env, *out], zmq.NOBLOCK)
         except zmq.ZMQError as e:
             log.debug("reply dropped: %s", e)
         except Exception:

@@ -177,3 +177,78 @@ def test_a_user_job_cannot_write_where_its_user_cannot(env, workdir):
         with Client(c.address, key=ghost) as g, pytest.raises(Refusal, match="no Unix user on this host"):
             g.submit(["true"], 1, out="x.out")                               # ...but such a key cannot submit
         assert c.rows(P.Queue()) == []
+
+
+AS_USER = """
+import json, os, sys
+from malleable.controller.daemon import _protocol as P
+from malleable.controller.daemon._client import Client
+from malleable.errors import MalleableError
+uid, gid, state = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+os.setgroups([])
+os.setgid(gid)
+os.setuid(uid)                       # from here on this process is the user: the kernel says so to the daemon
+out = {}
+try:
+    with Client(state=state) as c:
+        out["address"] = c.address
+        for step in json.loads(sys.argv[4]):
+            try:
+                if step[0] == "submit":
+                    out["submit"] = c.submit(["sleep", "60"], 1, out="job.out", cwd=step[1], user=step[2],
+                                             env={"PATH": "/usr/bin:/bin"})
+                elif step[0] == "cancel":
+                    c.call(P.Cancel(step[1]))
+                    out["cancel"] = "ok"
+                elif step[0] == "queue":
+                    out["queue"] = [[r["id"], r["user"], r["uid"]] for r in c.rows(P.Queue())]
+            except MalleableError as e:
+                out[step[0]] = f"{type(e).__name__}: {e}"
+except MalleableError as e:
+    out["error"] = f"{type(e).__name__}: {e}"
+print(json.dumps(out))
+"""
+
+
+def as_user(u, state, *steps) -> dict:
+    """Run ``steps`` through the daemon's local socket in a process of Unix user ``u`` (it imports as root, then
+    drops to the user before connecting: this Python lives under /root, which the user cannot read)."""
+    import json
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLEABLE_")}
+    p = subprocess.run([sys.executable, "-c", AS_USER, str(u.uid), str(u.gid), str(state), json.dumps(steps)],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def test_local_requests_carry_the_senders_unix_user(workdir, monkeypatch):
+    """On the daemon's host a request needs no key: the local socket gives the daemon the sender's uid
+    (SO_PEERCRED). A user added by the operator submits as themself whatever the request claims, cannot cancel
+    another user's job; a Unix user never added is refused; root is the operator."""
+    isolate(monkeypatch, workdir)
+    state = workdir / "ctl.sqlite"
+    with unix_users(3) as (ann, bob, eve), daemon_thread(state, HostPool.local(2)) as (d, c):
+        assert d.local_address == f"ipc://{state}.sock"
+        for u in (ann, bob):
+            c.add_user(u.name)
+        home = _home(workdir, ann)
+        got = as_user(ann, state, ["submit", str(home), bob.name], ["queue"])
+        assert got["address"] == d.local_address and isinstance(got["submit"], int), got
+        jid = got["submit"]
+        assert got["queue"] == [[jid, ann.name, ann.uid]]                      # the kernel's word, not the claim
+        wait_for(lambda: c.info(jid).job["state"] == "RUNNING", 30, "ann's job running")
+        assert (home / "job.out").stat().st_uid == ann.uid
+        got = as_user(bob, state, ["cancel", jid])
+        assert got["cancel"] == f"Refusal: job {jid} belongs to {ann.name}: user {bob.name} may cancel only their own jobs"
+        got = as_user(eve, state, ["queue"])
+        assert got["queue"].startswith(f"AuthError: Unix user {eve.name} (uid {eve.uid}) is not a user of this "
+                                       "controller"), got
+        assert c.info(jid).job["state"] == "RUNNING"
+        monkeypatch.delenv("MALLEABLE_TOKEN")                                  # root, keyless, on the local socket
+        with Client(state=str(state)) as root:
+            assert root.address == d.local_address
+            root.call(P.Cancel(jid))
+        assert wait_final(c, [jid], 60) == {jid: "CANCELLED"}
+    assert not (workdir / "ctl.sqlite.sock").exists()
