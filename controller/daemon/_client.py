@@ -18,10 +18,14 @@ from malleable.errors import AuthError, ConfigError, MalleableError, ProtocolErr
 from . import _protocol as P
 from ._access import secret_looking
 from ._local import PEER_KEY
+from ._munge import HELLO_KEY, new_session
 from ._paths import addr_file, default_state
 from ._protocol import SERVER_KEY_ENV, prepare_socket
 
-__all__ = ["Client", "ControllerUnavailable", "find_address"]
+__all__ = ["AUTH_ENV", "Client", "ControllerUnavailable", "find_address"]
+
+AUTH_ENV = "MALLEABLE_AUTH"
+"""``munge``: prove the Unix user with MUNGE over TCP (no key)."""
 
 _ERRORS: dict[str, type[MalleableError]] = {
     "UnknownJob": UnknownJob,
@@ -86,6 +90,8 @@ class Client:
         state: the daemon's state file, to find its address.
         token: the operator's shared secret (speak as the operator).
         timeout: seconds to wait for each reply.
+        munge: prove our Unix user with a MUNGE credential (:mod:`._munge`; default: ``MALLEABLE_AUTH=munge``
+            when no key, token or local socket is used).
         key: a user's or job's key (default: ``token`` if given; else, on the daemon's host, its local socket,
             where the kernel proves our Unix user (see :mod:`._local`), unless ``MALLEABLE_KEY`` or
             ``MALLEABLE_TOKEN`` is set; else :func:`~malleable._secret.load_credential`: ``MALLEABLE_KEY``,
@@ -94,12 +100,16 @@ class Client:
     """
 
     def __init__(self, address: str | None = None, state: str | None = None, token: bytes | None = None,
-                 timeout: float = 10.0, key: Credential | None = None) -> None:
+                 timeout: float = 10.0, key: Credential | None = None, munge: bool | None = None) -> None:
         self.address, info = _locate(address, state)
         local = self.address.startswith("ipc://")
         if key is None and token is None and not local and _local_wanted(address, info):
             self.address, local = info["local"], True
-        if key is None:
+        if munge is None:
+            munge = key is None and token is None and not local and os.environ.get(AUTH_ENV, "") == "munge"
+        if munge:
+            cred, key = new_session()
+        elif key is None:
             key = PEER_KEY if local else Credential("", token) if token is not None else load_credential()
         self.key = key
         self.timeout = timeout
@@ -116,6 +126,19 @@ class Client:
             self.close()
             raise
         self._ids = itertools.count(1)
+        if munge:
+            self._open_munge(cred)
+
+    def _open_munge(self, cred: str) -> None:
+        """Send the MUNGE credential that opens this client's session (answered under the public hello seal)."""
+        key, self.key = self.key, HELLO_KEY
+        try:
+            self.call(P.MungeHello(cred))
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            self.key = key
 
     def close(self) -> None:
         """Close the socket."""

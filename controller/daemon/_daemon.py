@@ -72,9 +72,10 @@ from ._events import (
 from ._fsshell import FsShell
 from ._hostpool import HeldExits, HostPool, Prober, application, proc_info, scan_tagged
 from ._identity import run_as
-from ._local import PEER_SECRET, bind_local, local_path, peer_principal, peer_uid
 from ._keys import KeyBook, job_credential
 from ._launch import job_argv, job_env, read_rc, start_job, stop_job
+from ._local import PEER_SECRET, bind_local, local_path, peer_principal, peer_uid
+from ._munge import HELLO_KEY, HELLO_KID, MungeSessions
 from ._paths import addr_file, jobs_dir
 from ._store import Store
 from ._views import VIEWS, DaemonViews
@@ -162,7 +163,10 @@ class Daemon(DaemonViews):
             self.store.set_meta("controller_id", cid)
         self.cid = cid
         self.users = {n: nonce for n, (nonce, _) in self.store.load_users().items()}
-        self.keyring = Keyring(KeyBook(self.token, cid, self.users, lambda jid: jid in self.core.jobs).secret)
+        self.munge = MungeSessions()
+        book = KeyBook(self.token, cid, self.users, lambda jid: jid in self.core.jobs)
+        self.keyring = Keyring(lambda kid: (self.munge.secret(kid) if kid.startswith(HELLO_KID + ":") else
+                                            HELLO_KEY.secret if kid == HELLO_KID else book.secret(kid)))
         self.cgroups = JobCgroups(cid)
         self.prober = Prober(self.pool)
         self.held_exits = HeldExits()
@@ -543,13 +547,23 @@ class Daemon(DaemonViews):
                 wire, rid = ring.wire(kid), peek_id(body)
                 raise
             wire = ring.wire(kid)                      # held now: a job that ends meanwhile still gets its answer
-            if local:
-                if peer is None:
-                    raise AuthError("the local socket did not give the sender's credentials (SO_PEERCRED)")
-                who = peer_principal(peer, self.users)
+            if kid == HELLO_KID and not local:      # a MUNGE session opens: the credential is the proof
+                if type(msg) is not P.MungeHello:
+                    raise AuthError(f"{msg.TYPE}: only munge_hello may use the key id {HELLO_KID}")
+                peer_principal(self.munge.hello(msg.cred), self.users)   # type: ignore[attr-defined]
+                reply: P.Message = P.Ok()
             else:
-                who = principal_of(kid)
-            reply = self._dispatch(msg, who)
+                if type(msg) is P.MungeHello:
+                    raise ProtocolError("munge_hello is sent under the key id munge only")
+                if local:
+                    if peer is None:
+                        raise AuthError("the local socket did not give the sender's credentials (SO_PEERCRED)")
+                    who = peer_principal(peer, self.users)
+                elif kid.startswith(HELLO_KID + ":"):
+                    who = peer_principal(self.munge.uid(kid), self.users)
+                else:
+                    who = principal_of(kid)
+                reply = self._dispatch(msg, who)
             self.handled += 1
         except ReplayError as e:
             self.rejected += 1

@@ -54,7 +54,7 @@ from malleable.errors import ConfigError, ProtocolError
 
 __all__ = [
     "AddUser", "CONSTRAINTS", "Cancel", "Committed", "Error", "History", "Info", "JobInfo", "MAX_FRAME",
-    "MAX_FS_SERVERS", "Message", "Nodes", "Ok", "Order", "Poll", "Progress", "Queue", "Refused", "Register",
+    "MAX_FS_SERVERS", "Message", "MungeHello", "Nodes", "Ok", "Order", "Poll", "Progress", "Queue", "Refused", "Register",
     "RemoveUser", "SERVER_KEY_ENV", "SPEEDUP_MODELS", "STATES", "Shutdown", "Status", "StatusReply", "Submit",
     "Submitted", "Table", "USER_NAME", "Users", "VERSION", "check_fs_bounds", "check_fs_replicas", "decode",
     "decode_keyed", "encode", "encode_keyed", "format_size", "parse_speedup", "parse_stage", "prepare_socket",
@@ -316,6 +316,14 @@ class RemoveUser(Message):
 @_msg("users")
 class Users(Message):
     """Operator: the users and when each was added."""
+
+
+@_msg("munge_hello")
+class MungeHello(Message):
+    """Open a MUNGE session (:mod:`._munge`): ``cred`` carries the session's id and key, and proves the sender's
+    Unix user."""
+
+    cred: str
 
 
 # ------------------------------------------------------------------------------------------- runtime link

@@ -11,6 +11,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import psutil
 import pytest
 
 from malleable._secret import parse_credential
@@ -18,7 +19,8 @@ from malleable.controller.daemon import _protocol as P
 from malleable.controller.daemon._client import Client
 from malleable.controller.daemon._hostpool import HostPool
 from malleable.controller.daemon._identity import write_private
-from malleable.errors import ConfigError, Refusal
+from malleable.controller.daemon._munge import HELLO_KEY, MUNGE_SOCKET_ENV, new_session
+from malleable.errors import AuthError, ConfigError, Refusal
 from tests.controller._daemon_util import TOKEN, cli, daemon_thread, isolate, wait_final, wait_for
 from tests.controller._users import unix_users
 
@@ -184,13 +186,13 @@ import json, os, sys
 from malleable.controller.daemon import _protocol as P
 from malleable.controller.daemon._client import Client
 from malleable.errors import MalleableError
-uid, gid, state = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+uid, gid, state, address = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[5]
 os.setgroups([])
 os.setgid(gid)
 os.setuid(uid)                       # from here on this process is the user: the kernel says so to the daemon
 out = {}
 try:
-    with Client(state=state) as c:
+    with (Client(address, munge=True) if address else Client(state=state)) as c:
         out["address"] = c.address
         for step in json.loads(sys.argv[4]):
             try:
@@ -210,14 +212,15 @@ print(json.dumps(out))
 """
 
 
-def as_user(u, state, *steps) -> dict:
+def as_user(u, state, *steps, address: str = "") -> dict:
     """Run ``steps`` through the daemon's local socket in a process of Unix user ``u`` (it imports as root, then
     drops to the user before connecting: this Python lives under /root, which the user cannot read)."""
     import json
     import sys
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLEABLE_")}
-    p = subprocess.run([sys.executable, "-c", AS_USER, str(u.uid), str(u.gid), str(state), json.dumps(steps)],
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLEABLE_") or k == MUNGE_SOCKET_ENV}
+    p = subprocess.run([sys.executable, "-c", AS_USER, str(u.uid), str(u.gid), str(state), json.dumps(steps),
+                        address],
                        capture_output=True, text=True, timeout=60, env=env)
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout)
@@ -252,3 +255,58 @@ def test_local_requests_carry_the_senders_unix_user(workdir, monkeypatch):
             root.call(P.Cancel(jid))
         assert wait_final(c, [jid], 60) == {jid: "CANCELLED"}
     assert not (workdir / "ctl.sqlite.sock").exists()
+
+
+@pytest.fixture
+def munged(workdir, monkeypatch):
+    """A MUNGE daemon of our own (a fresh key, its socket in ``workdir``), stopped after; as Slurm's hosts run."""
+    if not shutil.which("munged"):
+        pytest.skip("needs Debian's munge package (.ci/run installs it)")
+    d = workdir / "munge"
+    d.mkdir(mode=0o755)
+    (d / "key").write_bytes(os.urandom(128))
+    (d / "key").chmod(0o600)
+    sock = d / "sock"
+    subprocess.run(["munged", "--force", f"--socket={sock}", f"--key-file={d / 'key'}", f"--pid-file={d / 'pid'}",
+                    f"--seed-file={d / 'seed'}", f"--log-file={d / 'log'}"], check=True, timeout=30)
+    try:
+        wait_for(lambda: sock.exists(), 10, "munged's socket")
+        monkeypatch.setenv(MUNGE_SOCKET_ENV, str(sock))
+        yield sock
+    finally:
+        subprocess.run(["munged", "--stop", f"--socket={sock}"], capture_output=True, timeout=30)
+        wait_for(lambda: not (d / "pid").exists() or not psutil.pid_exists(int((d / "pid").read_text() or 0)),
+                 15, "munged stopped")
+
+
+def test_munge_proves_the_unix_user_across_hosts(workdir, munged, monkeypatch):
+    """Over TCP without keys: a MUNGE credential (decoded by the daemon's munged) opens a session as the sender's
+    Unix user. A user submits as themself, cannot cancel another's job; a Unix user never added, a replayed or
+    forged credential are refused."""
+    isolate(monkeypatch, workdir)
+    state = workdir / "ctl.sqlite"
+    with unix_users(3) as (ann, bob, eve), daemon_thread(state, HostPool.local(2)) as (d, c):
+        for u in (ann, bob):
+            c.add_user(u.name)
+        home = _home(workdir, ann)
+        got = as_user(ann, state, ["submit", str(home), bob.name], ["queue"], address=c.address)
+        assert got["address"] == c.address and isinstance(got["submit"], int), got
+        jid = got["submit"]
+        assert got["queue"] == [[jid, ann.name, ann.uid]]
+        got = as_user(bob, state, ["cancel", jid], address=c.address)
+        assert got["cancel"] == f"Refusal: job {jid} belongs to {ann.name}: user {bob.name} may cancel only their own jobs"
+        got = as_user(eve, state, ["queue"], address=c.address)
+        assert got["error"].startswith(f"AuthError: Unix user {eve.name} (uid {eve.uid}) is not a user"), got
+        cred, _ = new_session()
+        with Client(c.address, key=HELLO_KEY) as h:
+            h.call(P.MungeHello(cred))
+            with pytest.raises(AuthError, match="MUNGE credential refused: Replayed credential"):
+                h.call(P.MungeHello(cred))                                    # munged decodes a credential once
+            with pytest.raises(AuthError, match="MUNGE credential refused"):
+                h.call(P.MungeHello("MUNGE:" + "A" * 120 + ":"))
+            with pytest.raises(AuthError, match="only munge_hello"):
+                h.call(P.Cancel(jid))                                         # the hello seal proves nothing
+        assert c.info(jid).job["state"] in ("STARTING", "RUNNING")
+        with Client(c.address, munge=True) as root:                           # root's credential: the operator
+            root.call(P.Cancel(jid))
+        assert wait_final(c, [jid], 60) == {jid: "CANCELLED"}
