@@ -16,6 +16,7 @@ import pwd
 import secrets
 import stat
 from dataclasses import dataclass
+from typing import Any
 
 from malleable.errors import ConfigError, Refusal
 
@@ -145,16 +146,23 @@ def run_as(kind: str, name: str, asked: str) -> tuple[int, int]:
         Refusal: the job could not run as its submitter.
     """
     if kind == "operator":
-        u = unix_user(asked) if os.geteuid() == 0 and asked else None
-        return (u.uid, u.gid) if u is not None else (-1, -1)
+        pw = _passwd(asked) if os.geteuid() == 0 and asked else None
+        return (pw.pw_uid, pw.pw_gid) if pw is not None else (-1, -1)
     if kind != "user":
         return -1, -1              # a job's key: the access rules refuse its submit
     if os.geteuid() != 0:
         raise Refusal(f"submit: the controller runs as Unix user {_own_name() or os.geteuid()}, not root, so its "
                       f"jobs run as that user: only the operator may submit (user {name} may not)")
-    u = unix_user(name)
-    if u is None:
+    pw = _passwd(name)
+    if pw is None:
         raise Refusal(f"submit: user {name} is no Unix user on this host (jobs run as their submitter)")
-    if u.uid == 0:
+    if pw.pw_uid == 0:
         raise Refusal(f"submit: user {name} is root: root is the operator")
-    return u.uid, u.gid
+    return pw.pw_uid, pw.pw_gid
+
+
+def _passwd(name: str) -> Any:
+    try:
+        return pwd.getpwnam(name)
+    except (KeyError, UnicodeError, ValueError):
+        return None
