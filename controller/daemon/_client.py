@@ -18,7 +18,7 @@ from malleable.errors import AuthError, ConfigError, MalleableError, ProtocolErr
 from . import _protocol as P
 from ._access import secret_looking
 from ._local import PEER_KEY
-from ._munge import HELLO_KEY, new_session
+from ._munge import HELLO_KEY, MungeHello, new_session
 from ._paths import addr_file, default_state
 from ._protocol import SERVER_KEY_ENV, prepare_socket
 
@@ -133,7 +133,7 @@ class Client:
         """Send the MUNGE credential that opens this client's session (answered under the public hello seal)."""
         key, self.key = self.key, HELLO_KEY
         try:
-            self.call(P.MungeHello(cred))
+            self.call(MungeHello(cred))
         except BaseException:
             self.close()
             raise

@@ -32,20 +32,12 @@ import psutil
 import zmq
 
 from malleable._secret import load_token
-from malleable._wire import (
-    Keyring,
-    encryption_wanted,
-    key_id_of,
-    limit_frames,
-    peek_id,
-    secure_socket,
-    server_public_key,
-)
+from malleable._wire import encryption_wanted, limit_frames, secure_socket, server_public_key
 from malleable.controller.sched import get_policy
 from malleable.errors import AuthError, ConfigError, MalleableError, ProtocolError, Refusal, ReplayError, UnknownJob
 
 from . import _protocol as P
-from ._access import authorize, principal_of
+from ._access import authorize
 from ._cgroup import JobCgroups
 from ._core import Core, CoreConfig
 from ._events import (
@@ -70,12 +62,11 @@ from ._events import (
     Tick,
 )
 from ._fsshell import FsShell
+from ._gate import Gate
 from ._hostpool import HeldExits, HostPool, Prober, application, proc_info, scan_tagged
 from ._identity import run_as
-from ._keys import KeyBook, job_credential
+from ._keys import job_credential
 from ._launch import job_argv, job_env, read_rc, start_job, stop_job
-from ._local import PEER_SECRET, bind_local, local_path, peer_principal, peer_uid
-from ._munge import HELLO_KEY, HELLO_KID, MungeSessions
 from ._paths import addr_file, jobs_dir
 from ._store import Store
 from ._views import VIEWS, DaemonViews
@@ -163,10 +154,7 @@ class Daemon(DaemonViews):
             self.store.set_meta("controller_id", cid)
         self.cid = cid
         self.users = {n: nonce for n, (nonce, _) in self.store.load_users().items()}
-        self.munge = MungeSessions()
-        book = KeyBook(self.token, cid, self.users, lambda jid: jid in self.core.jobs)
-        self.keyring = Keyring(lambda kid: (self.munge.secret(kid) if kid.startswith(HELLO_KID + ":") else
-                                            HELLO_KEY.secret if kid == HELLO_KID else book.secret(kid)))
+        self.gate = Gate(self.token, cid, self.users, lambda jid: jid in self.core.jobs)
         self.cgroups = JobCgroups(cid)
         self.prober = Prober(self.pool)
         self.held_exits = HeldExits()
@@ -179,9 +167,6 @@ class Daemon(DaemonViews):
         self.jobs_dir = jobs_dir(config.state)
         self.ctx: zmq.Context[Any] | None = None
         self.sock: zmq.Socket[Any] | None = None
-        self.local: zmq.Socket[Any] | None = None   # the local socket: requesters proven by SO_PEERCRED
-        self.local_address = ""
-        self.local_ring = Keyring(lambda kid: PEER_SECRET if kid == "" else None)
         self.address = ""
         self.job_address = ""
         self.procs: dict[int, Any] = {}          # job id -> Popen (ours) or psutil.Process (re-attached)
@@ -226,7 +211,7 @@ class Daemon(DaemonViews):
             raise ConfigError(f"cannot listen on {bind}:{port}: {e}") from None
         self.sock = s
         self.address = f"tcp://{bind}:{port}"
-        self.local, self.local_address = bind_local(self.ctx, self.config.state)
+        self.gate.bind_local(self.ctx, self.config.state)
         advertise = bind if bind not in ("0.0.0.0", "*") else self.pool.advertise  # noqa: S104 - a comparison
         self.job_address = f"tcp://{advertise}:{port}"
         with self.store.tx():
@@ -240,7 +225,7 @@ class Daemon(DaemonViews):
         af = addr_file(self.config.state)
         tmp = af.with_name(af.name + ".tmp")
         tmp.write_text(json.dumps({"address": self.address, "pid": os.getpid(), "jobs": self.job_address,
-                                   "curve": self.curve_public, "local": self.local_address}))
+                                   "curve": self.curve_public, "local": self.gate.local_address}))
         tmp.replace(af)
         log.info("controller listening on %s (jobs use %s)", self.address, self.job_address)
         return self.address
@@ -253,10 +238,7 @@ class Daemon(DaemonViews):
         if self.sock is not None:
             self.sock.close(0)
             self.sock = None
-        if self.local is not None:
-            self.local.close(0)
-            self.local = None
-            local_path(self.config.state).unlink(missing_ok=True)
+        self.gate.close_local(self.config.state)
         if self.ctx is not None:
             self.ctx.term()
             self.ctx = None
@@ -276,8 +258,8 @@ class Daemon(DaemonViews):
         assert self.sock is not None, "start() first"
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
-        if self.local is not None:
-            poller.register(self.local, zmq.POLLIN)
+        if self.gate.local is not None:
+            poller.register(self.gate.local, zmq.POLLIN)
         tick = self.config.tick
         while True:
             if stop is not None and stop.is_set():
@@ -293,7 +275,8 @@ class Daemon(DaemonViews):
                 wait = 0.0
             if poller.poll(int(wait * 1000)):
                 self._drain_socket()
-                self._drain_local()
+                for frames, uid in self.gate.drain_local():
+                    self._handle_frames(frames, self.gate.local, uid)
             self._housekeeping()
 
     # -- carrying out the core's actions ---------------------------------------------------------------------
@@ -324,21 +307,6 @@ class Daemon(DaemonViews):
                 return
             self._handle_frames(frames)
 
-    def _drain_local(self, budget: int = 1000) -> None:
-        """Requests on the local socket: the sender's uid comes with each message (SO_PEERCRED)."""
-        if self.local is None:
-            return
-        for _ in range(budget):
-            try:
-                frames = self.local.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                return
-            try:
-                uid: int | None = peer_uid(frames[-1])
-            except AuthError:
-                uid = None
-            self._handle_frames([f.bytes for f in frames], self.local, uid)
-
     def _housekeeping(self) -> None:
         now = time.time()
         self._reap(now)
@@ -361,7 +329,7 @@ class Daemon(DaemonViews):
             self._last_tick = now
             self.handle(Tick(now))
             self.dirty = True
-            self.keyring.prune()
+            self.gate.keyring.prune()
             self.cgroups.sweep(self.core.jobs)
         if self.dirty and not self.shutdown:
             self.dirty = False
@@ -525,11 +493,11 @@ class Daemon(DaemonViews):
         self.dirty = True
 
     # -- messages --------------------------------------------------------------------------------------------
-    def _handle_frames(self, frames: list[bytes], sock: zmq.Socket[Any] | None = None, peer: int | None = -1) -> None:
+    def _handle_frames(self, frames: list[bytes], sock: zmq.Socket[Any] | None = None,
+                       peer: int | None = -1) -> None:
         """Authenticate, authorize and answer one message; nothing it contains can stop the loop. On the local
         socket (``sock``) the requester is the Unix user ``peer`` (None: its credentials were missing)."""
         local = sock is not None
-        ring = self.local_ring if local else self.keyring
         if len(frames) < 2:
             self.rejected += 1
             return  # nothing to answer to
@@ -541,29 +509,12 @@ class Daemon(DaemonViews):
         rid, wire = 0, None
         try:
             try:
-                msg, rid, kid = P.decode_keyed(body, ring)
+                msg, rid, wire, kid = self.gate.open(body, local)
             except ReplayError:
-                kid = key_id_of(body)                  # authentic (the MAC passed): answer under its key
-                wire, rid = ring.wire(kid), peek_id(body)
+                wire, rid = self.gate.replayed(body, local)   # authentic (the MAC passed): answer under its key
                 raise
-            wire = ring.wire(kid)                      # held now: a job that ends meanwhile still gets its answer
-            if kid == HELLO_KID and not local:      # a MUNGE session opens: the credential is the proof
-                if type(msg) is not P.MungeHello:
-                    raise AuthError(f"{msg.TYPE}: only munge_hello may use the key id {HELLO_KID}")
-                peer_principal(self.munge.hello(msg.cred), self.users)   # type: ignore[attr-defined]
-                reply: P.Message = P.Ok()
-            else:
-                if type(msg) is P.MungeHello:
-                    raise ProtocolError("munge_hello is sent under the key id munge only")
-                if local:
-                    if peer is None:
-                        raise AuthError("the local socket did not give the sender's credentials (SO_PEERCRED)")
-                    who = peer_principal(peer, self.users)
-                elif kid.startswith(HELLO_KID + ":"):
-                    who = peer_principal(self.munge.uid(kid), self.users)
-                else:
-                    who = principal_of(kid)
-                reply = self._dispatch(msg, who)
+            who = self.gate.requester(msg, kid, local, peer)
+            reply = self._dispatch(msg, who) if who is not None else P.Ok()   # None: a MUNGE session opened
             self.handled += 1
         except ReplayError as e:
             self.rejected += 1
@@ -589,7 +540,7 @@ class Daemon(DaemonViews):
             reply = P.Error("InternalError", f"{type(e).__name__}: {str(e)[:300]} (logged by the controller)")
         try:
             out = (P.encode_keyed(reply, wire, rid) if wire is not None else
-                   P.encode_keyed(reply, ring.wire(""), 0))   # not authenticated: no request id either
+                   P.encode_keyed(reply, self.gate.ring(local).wire(""), 0))   # not authenticated: no request id
             to = sock if sock is not None else self.sock
             assert to is not None
             to.send_multipart([ident, *env, *out], zmq.NOBLOCK)

@@ -135,7 +135,7 @@ def _unlink_if(dfd: int, name: str, ino: int, only_links: bool = False) -> None:
 
 def run_as(kind: str, name: str, asked: str) -> tuple[int, int]:
     """The Unix ``(uid, gid)`` a job submitted by requester ``kind``/``name`` (``asked``: the user the message
-    names) runs as; ``(-1, -1)``: as the daemon itself.
+    names) runs as.
 
     A daemon running as root runs each job as its submitter, as slurmd does: a user's key runs as that Unix user
     (refused if there is none, or it is root); the operator (trusted with everything) runs as the Unix user it
@@ -147,9 +147,9 @@ def run_as(kind: str, name: str, asked: str) -> tuple[int, int]:
     """
     if kind == "operator":
         pw = _passwd(asked) if os.geteuid() == 0 and asked else None
-        return (pw.pw_uid, pw.pw_gid) if pw is not None else (-1, -1)
+        return (pw.pw_uid, pw.pw_gid) if pw is not None else (os.geteuid(), os.getegid())
     if kind != "user":
-        return -1, -1              # a job's key: the access rules refuse its submit
+        return os.geteuid(), os.getegid()   # a job's key: the access rules refuse its submit
     if os.geteuid() != 0:
         raise Refusal(f"submit: the controller runs as Unix user {_own_name() or os.geteuid()}, not root, so its "
                       f"jobs run as that user: only the operator may submit (user {name} may not)")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import pwd
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -55,11 +56,11 @@ def bind_local(ctx: zmq.Context[Any], state: str) -> tuple[zmq.Socket[Any] | Non
     if len(str(path).encode()) > MAX_IPC_PATH:
         log.warning("no local socket: %s is longer than a Unix socket path may be", path)
         return None, ""
-    try:
-        if path.is_socket():
-            path.unlink()            # a socket left by a daemon that died (the state lock is the caller's)
-    except OSError:
-        pass
+    if path.is_socket():
+        if _listening(path):
+            log.warning("no local socket: another process listens on %s", path)
+            return None, ""
+        path.unlink(missing_ok=True)     # left by a daemon that died
     s = ctx.socket(zmq.ROUTER)
     s.setsockopt(zmq.LINGER, 0)
     limit_frames(s, P.MAX_FRAME)
@@ -72,6 +73,17 @@ def bind_local(ctx: zmq.Context[Any], state: str) -> tuple[zmq.Socket[Any] | Non
         log.warning("no local socket at %s: %s", path, e)
         return None, ""
     return s, address
+
+
+def _listening(path: Path) -> bool:
+    """Whether a process accepts connections on the Unix socket ``path``."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(1.0)
+        try:
+            s.connect(str(path))
+        except OSError:
+            return False
+        return True
 
 
 def peer_uid(frame: Any) -> int:

@@ -26,12 +26,23 @@ from typing import Any
 from malleable._secret import Credential
 from malleable.errors import AuthError, ConfigError
 
-__all__ = ["HELLO_KEY", "HELLO_KID", "MUNGE_SOCKET_ENV", "MungeSessions", "decode", "encode", "new_session"]
+from . import _protocol as P
+
+__all__ = ["HELLO_KEY", "HELLO_KID", "MUNGE_SOCKET_ENV", "MungeHello", "MungeSessions", "decode", "encode",
+           "new_session"]
 
 MUNGE_SOCKET_ENV = "MALLEABLE_MUNGE_SOCKET"
 HELLO_KID = "munge"
 HELLO_KEY = Credential(HELLO_KID, b"malleable munge hello: the credential inside proves the sender, not this")
 """The seal of a ``munge_hello`` (public: it authenticates nothing)."""
+
+@P._msg("munge_hello")
+class MungeHello(P.Message):
+    """Open a MUNGE session: ``cred`` carries the session's id and key, and proves the sender's Unix user (a
+    message of the controller's protocol, registered there; defined here with what reads it)."""
+
+    cred: str
+
 
 _OPT_SOCKET = 8          # MUNGE_OPT_SOCKET of munge.h
 _SESSION_IDLE = 3600.0   # a session unused this long is forgotten

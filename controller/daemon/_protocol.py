@@ -54,7 +54,7 @@ from malleable.errors import ConfigError, ProtocolError
 
 __all__ = [
     "AddUser", "CONSTRAINTS", "Cancel", "Committed", "Error", "History", "Info", "JobInfo", "MAX_FRAME",
-    "MAX_FS_SERVERS", "Message", "MungeHello", "Nodes", "Ok", "Order", "Poll", "Progress", "Queue", "Refused", "Register",
+    "MAX_FS_SERVERS", "Message", "Nodes", "Ok", "Order", "Poll", "Progress", "Queue", "Refused", "Register",
     "RemoveUser", "SERVER_KEY_ENV", "SPEEDUP_MODELS", "STATES", "Shutdown", "Status", "StatusReply", "Submit",
     "Submitted", "Table", "USER_NAME", "Users", "VERSION", "check_fs_bounds", "check_fs_replicas", "decode",
     "decode_keyed", "encode", "encode_keyed", "format_size", "parse_speedup", "parse_stage", "prepare_socket",
@@ -232,8 +232,8 @@ class Submit(Message):
     io_rate: float = 0.0     # requested I/O rate (RIO) in bytes/s: what the file system grows for (0: none)
     fs_replicas: int = 0     # copies of each block in that file system (0: one)
     io_intensity: float = 0.0  # declared I/O intensity (I/O time over run time, 0..1) for the io-aware policy
-    uid: int = -1            # the Unix user the job runs as: set by the daemon from the proven requester
-    gid: int = -1            # (what a client sends is replaced); -1: as the daemon itself
+    uid: int = 0             # the Unix user and group the job runs as: set by the daemon from the proven
+    gid: int = 0             # requester (what a client sends is replaced)
 
 
 @_msg("queue")
@@ -316,14 +316,6 @@ class RemoveUser(Message):
 @_msg("users")
 class Users(Message):
     """Operator: the users and when each was added."""
-
-
-@_msg("munge_hello")
-class MungeHello(Message):
-    """Open a MUNGE session (:mod:`._munge`): ``cred`` carries the session's id and key, and proves the sender's
-    Unix user."""
-
-    cred: str
 
 
 # ------------------------------------------------------------------------------------------- runtime link
@@ -456,15 +448,10 @@ def _check_str(where: str, name: str, val: str) -> None:
         raise ProtocolError(f"{where}: field {name!r} contains a NUL character")
 
 
-_UNIX_IDS = ("uid", "gid")
-"""Int fields that may be -1 (no Unix identity: the daemon's own)."""
-
-
 def _check_value(where: str, name: str, typ: str, val: Any) -> None:
     if typ == "int":
-        lo = -1 if name in _UNIX_IDS else 0
-        if not lo <= val <= MAX_INT:
-            raise ProtocolError(f"{where}: field {name!r} must be in {lo}..{MAX_INT}, got {val}")
+        if not 0 <= val <= MAX_INT:
+            raise ProtocolError(f"{where}: field {name!r} must be in 0..{MAX_INT}, got {val}")
     elif typ == "float":
         if not math.isfinite(val) or val < 0:
             raise ProtocolError(f"{where}: field {name!r} must be a finite number >= 0, got {val}")

@@ -19,7 +19,7 @@ from malleable.controller.daemon import _protocol as P
 from malleable.controller.daemon._client import Client
 from malleable.controller.daemon._hostpool import HostPool
 from malleable.controller.daemon._identity import write_private
-from malleable.controller.daemon._munge import HELLO_KEY, MUNGE_SOCKET_ENV, new_session
+from malleable.controller.daemon._munge import HELLO_KEY, MUNGE_SOCKET_ENV, MungeHello, new_session
 from malleable.errors import AuthError, ConfigError, Refusal
 from tests.controller._daemon_util import TOKEN, cli, daemon_thread, isolate, wait_final, wait_for
 from tests.controller._users import unix_users
@@ -233,12 +233,12 @@ def test_local_requests_carry_the_senders_unix_user(workdir, monkeypatch):
     isolate(monkeypatch, workdir)
     state = workdir / "ctl.sqlite"
     with unix_users(3) as (ann, bob, eve), daemon_thread(state, HostPool.local(2)) as (d, c):
-        assert d.local_address == f"ipc://{state}.sock"
+        assert d.gate.local_address == f"ipc://{state}.sock"
         for u in (ann, bob):
             c.add_user(u.name)
         home = _home(workdir, ann)
         got = as_user(ann, state, ["submit", str(home), bob.name], ["queue"])
-        assert got["address"] == d.local_address and isinstance(got["submit"], int), got
+        assert got["address"] == d.gate.local_address and isinstance(got["submit"], int), got
         jid = got["submit"]
         assert got["queue"] == [[jid, ann.name, ann.uid]]                      # the kernel's word, not the claim
         wait_for(lambda: c.info(jid).job["state"] == "RUNNING", 30, "ann's job running")
@@ -251,7 +251,7 @@ def test_local_requests_carry_the_senders_unix_user(workdir, monkeypatch):
         assert c.info(jid).job["state"] == "RUNNING"
         monkeypatch.delenv("MALLEABLE_TOKEN")                                  # root, keyless, on the local socket
         with Client(state=str(state)) as root:
-            assert root.address == d.local_address
+            assert root.address == d.gate.local_address
             root.call(P.Cancel(jid))
         assert wait_final(c, [jid], 60) == {jid: "CANCELLED"}
     assert not (workdir / "ctl.sqlite.sock").exists()
@@ -299,14 +299,49 @@ def test_munge_proves_the_unix_user_across_hosts(workdir, munged, monkeypatch):
         assert got["error"].startswith(f"AuthError: Unix user {eve.name} (uid {eve.uid}) is not a user"), got
         cred, _ = new_session()
         with Client(c.address, key=HELLO_KEY) as h:
-            h.call(P.MungeHello(cred))
+            h.call(MungeHello(cred))
             with pytest.raises(AuthError, match="MUNGE credential refused: Replayed credential"):
-                h.call(P.MungeHello(cred))                                    # munged decodes a credential once
+                h.call(MungeHello(cred))                                    # munged decodes a credential once
             with pytest.raises(AuthError, match="MUNGE credential refused"):
-                h.call(P.MungeHello("MUNGE:" + "A" * 120 + ":"))
+                h.call(MungeHello("MUNGE:" + "A" * 120 + ":"))
             with pytest.raises(AuthError, match="only munge_hello"):
                 h.call(P.Cancel(jid))                                         # the hello seal proves nothing
         assert c.info(jid).job["state"] in ("STARTING", "RUNNING")
         with Client(c.address, munge=True) as root:                           # root's credential: the operator
             root.call(P.Cancel(jid))
         assert wait_final(c, [jid], 60) == {jid: "CANCELLED"}
+
+
+NOT_ROOT = """
+import json, os, sys
+from malleable.controller.daemon._identity import refuse_name, run_as
+from malleable.errors import Refusal
+uid, gid, name, other = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+os.setgroups([])
+os.setgid(gid)
+os.setuid(uid)
+out = {"operator": run_as("operator", "", name), "own": refuse_name(name), "other": refuse_name(other)}
+try:
+    run_as("user", other, other)
+except Refusal as e:
+    out["user"] = str(e)
+print(json.dumps(out))
+"""
+
+
+def test_a_daemon_of_an_ordinary_user_takes_jobs_from_that_user_only():
+    """A daemon that is not root cannot run a job as anyone else: only its own user (the operator) submits, and
+    that user's own name is no controller user."""
+    import json
+    import sys
+
+    with unix_users(2) as (ann, bob):
+        p = subprocess.run([sys.executable, "-c", NOT_ROOT, str(ann.uid), str(ann.gid), ann.name, bob.name],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        out = json.loads(p.stdout)
+    assert out["operator"] == [ann.uid, ann.gid]                              # as the daemon itself
+    assert out["own"] == f"{ann.name} is the operator's own account (the one this runs as): it needs no user key"
+    assert out["other"] == ""
+    assert out["user"] == (f"submit: the controller runs as Unix user {ann.name}, not root, so its jobs run as that "
+                           f"user: only the operator may submit (user {bob.name} may not)")
