@@ -14,7 +14,7 @@ from typing import Any
 
 import zmq
 
-from malleable._wire import limit_frames, secure_socket
+from malleable._sockets import limit_frames, secure_socket
 from malleable.adhocfs._protocol import Error, Message, decode, encode
 from malleable.errors import AuthError, FsError, PlacementError, ProtocolError, ReplayError, ServerUnavailable
 

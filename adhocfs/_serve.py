@@ -11,7 +11,7 @@ from typing import Any
 
 import zmq
 
-from malleable._wire import limit_frames, secure_socket
+from malleable._sockets import limit_frames, secure_socket
 from malleable.adhocfs._protocol import Error, Message, decode, encode
 from malleable.adhocfs._rpc import MAX_FRAME, reply_error
 from malleable.errors import AuthError

@@ -108,7 +108,7 @@ def worker_fs(addr: str, path: str, nbytes: int, op: str, start_at: float, xfer:
 def _raw_socket(ctx: Any, kind: int, server: bool) -> Any:
     import zmq
 
-    from malleable._wire import secure_socket
+    from malleable._sockets import secure_socket
 
     s = ctx.socket(kind)
     s.setsockopt(zmq.LINGER, 0)

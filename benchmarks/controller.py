@@ -284,6 +284,7 @@ def bench_keys(n: int = 300, reps: int = 5, batch: int = 25) -> dict:
     One daemon serves in a thread (every job waits behind a running one); the modes take turns in batches of
     ``batch`` submits (``reps`` rounds of ``n`` submits per mode), so the machine's drift hits all three alike;
     per mode: submits over the time spent in its batches, and the median of the per-round rates."""
+    from _unixuser import bench_user
     from wire import controller_envelope
 
     from malleable.controller.daemon import _protocol as P
@@ -293,7 +294,7 @@ def bench_keys(n: int = 300, reps: int = 5, batch: int = 25) -> dict:
 
     token = TOKEN.encode()
     spent = {m: [0.0] * reps for m in KEY_MODES}
-    with tempfile.TemporaryDirectory() as d:
+    with tempfile.TemporaryDirectory() as d, bench_user() as name:
         daemon = Daemon(DaemonConfig(os.path.join(d, "ctl.sqlite"), HostPool.local(1), "fcfs", tick=5.0,
                                      host_check=0), token=token)
         addr = daemon.start()
@@ -301,7 +302,7 @@ def bench_keys(n: int = 300, reps: int = 5, batch: int = 25) -> dict:
         t = threading.Thread(target=daemon.serve, args=(stop,), daemon=True)
         t.start()
         op = Client(addr, token=token, timeout=30)
-        user = Client(addr, key=op.add_user("bench"), timeout=30)
+        user = Client(addr, key=op.add_user(name), timeout=30)
         try:
             op.submit(["sleep", "600"], out=os.devnull, cwd=d, env={})
             env = {"PATH": os.environ.get("PATH", "")}

@@ -122,7 +122,10 @@ def submit_rate(n: int, old: bool, user: bool = False) -> float:
     from malleable.controller.daemon._daemon import Daemon, DaemonConfig
     from malleable.controller.daemon._hostpool import HostPool
 
-    with tempfile.TemporaryDirectory() as d, controller_envelope(old):
+    from _unixuser import bench_user
+
+    with tempfile.TemporaryDirectory() as d, controller_envelope(old), \
+            (bench_user() if user else contextlib.nullcontext("")) as name:
         daemon = Daemon(DaemonConfig(os.path.join(d, "ctl.sqlite"), HostPool.local(1), "fcfs", tick=5.0,
                                      core=CoreConfig()), token=TOKEN)
         addr = daemon.start()
@@ -130,7 +133,7 @@ def submit_rate(n: int, old: bool, user: bool = False) -> float:
         t = threading.Thread(target=daemon.serve, args=(stop,), daemon=True)
         t.start()
         op = Client(addr, token=TOKEN, timeout=30)
-        c = Client(addr, key=op.add_user("bench"), timeout=30) if user else op
+        c = Client(addr, key=op.add_user(name), timeout=30) if user else op
         try:
             first = c.submit(["sleep", "60"], out=os.devnull, cwd=d, env={})
             t0 = time.perf_counter()

@@ -11,6 +11,7 @@ import time
 import pytest
 import zmq
 
+from malleable import _sockets as S
 from malleable import _wire as W
 from malleable.errors import AuthError, ProtocolError, ReplayError
 
@@ -187,7 +188,7 @@ def test_curve_encryption_between_holders_of_the_secret():
         s = ctx.socket(kind)
         s.setsockopt(zmq.LINGER, 0)
         socks.append(s)
-        assert W.secure_socket(s, token, server=server, encrypt=token is not None) is (token is not None)
+        assert S.secure_socket(s, token, server=server, encrypt=token is not None) is (token is not None)
         return s
 
     try:
@@ -208,12 +209,12 @@ def test_curve_encryption_between_holders_of_the_secret():
 
 
 def test_encryption_setting():
-    assert W.encryption_wanted({"MALLEABLE_ENCRYPT": "1"}) and W.encryption_wanted({"MALLEABLE_ENCRYPT": "yes"})
-    assert not W.encryption_wanted({}) and not W.encryption_wanted({"MALLEABLE_ENCRYPT": "0"})
+    assert S.encryption_wanted({"MALLEABLE_ENCRYPT": "1"}) and S.encryption_wanted({"MALLEABLE_ENCRYPT": "yes"})
+    assert not S.encryption_wanted({}) and not S.encryption_wanted({"MALLEABLE_ENCRYPT": "0"})
     from malleable.errors import ConfigError
 
     with pytest.raises(ConfigError, match="MALLEABLE_ENCRYPT"):
-        W.encryption_wanted({"MALLEABLE_ENCRYPT": "maybe"})
+        S.encryption_wanted({"MALLEABLE_ENCRYPT": "maybe"})
 
 
 def test_per_thread_sessions_and_fresh_after_fork():

@@ -216,8 +216,10 @@ def _params(items: list[str]) -> dict[str, Any]:
 
 
 def _daemon_config(args: argparse.Namespace) -> Any:
+    from malleable.controller.sched._registry import make_policy
+
+    from ._config import DaemonConfig
     from ._core import CoreConfig
-    from ._daemon import DaemonConfig, make_policy
     from ._paths import default_state
 
     if args.slots < 1:

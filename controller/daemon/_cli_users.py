@@ -11,10 +11,11 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from malleable.errors import ConfigError
+
+from ._identity import UnixUser, write_private
 
 __all__ = ["add_user_parsers", "write_key"]
 
@@ -33,9 +34,9 @@ def add_user_parsers(csub: Any, client_opts: Callable[[Any], None], wrap: Callab
                         epilog="example: malleable controller add-user ann --key-file /home/ann/.config/malleable/"
                                "user-key")
     client_opts(p)
-    p.add_argument("name", metavar="NAME", help="the user's login name")
-    file_arg(p, "--key-file", metavar="FILE", help="write the key here (mode 0600, owned by NAME if that login "
-                                                   "exists) instead of printing it")
+    p.add_argument("name", metavar="NAME", help="the user's Unix login name (not root, not your own)")
+    file_arg(p, "--key-file", metavar="FILE", help="write the key here (mode 0600, owned by NAME when run as root; "
+                                                   "never through a link) instead of printing it")
     p.set_defaults(func=wrap(_add_user))
 
     p = csub.add_parser("users", help="the users and when they got their key (operator only)")
@@ -56,11 +57,18 @@ def _client(args: argparse.Namespace) -> Any:
 
 
 def _add_user(args: argparse.Namespace) -> int:
+    from ._identity import refuse_name, unix_user
     from ._protocol import USER_NAME
 
     if not USER_NAME.fullmatch(args.name):
         raise ConfigError(f"bad user name {args.name!r}: a login name (letters, digits, _ . -; at most 32, not "
                           "starting with a digit, dot or dash)")
+    who = unix_user(args.name)
+    if who is None:
+        raise ConfigError(f"no Unix user {args.name} on this host: controller users are Unix users (useradd first)")
+    why = refuse_name(args.name)
+    if why:
+        raise ConfigError(why)
     if args.key_file and os.path.isdir(args.key_file):
         raise ConfigError(f"--key-file {args.key_file} is a directory")
     with _client(args) as c:
@@ -70,35 +78,16 @@ def _add_user(args: argparse.Namespace) -> int:
         print(f"give this key to {args.name}: keep it in ~/.config/malleable/user-key (mode 0600) or in "
               "MALLEABLE_KEY", file=sys.stderr)
         return 0
-    owner = write_key(args.key_file, key.text, args.name)
+    owner = write_key(args.key_file, key.text, who)
     print(f"wrote the key of {args.name} to {args.key_file} (mode 0600{', owner ' + owner if owner else ''})")
     return 0
 
 
-def write_key(path: str, text: str, name: str) -> str:
-    """Write a key file readable by its owner only (``name`` if such a login exists and we may give it away);
-    returns the owner set, or ""."""
-    import pwd
-
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text + "\n")
-    owner = ""
-    try:
-        pw = pwd.getpwnam(name)
-        if os.geteuid() == 0 and pw.pw_uid != 0:
-            os.chown(tmp, pw.pw_uid, pw.pw_gid)
-            owner = name
-    except KeyError:
-        pass
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
-    tmp.replace(p)
-    return owner
+def write_key(path: str, text: str, who: UnixUser) -> str:
+    """Write a key file readable by its owner only (``who``, when we run as root and may give it away), never
+    through a link (:func:`._identity.write_private`); returns the owner set, or ""."""
+    write_private(path, (text + "\n").encode(), who)
+    return who.name if os.geteuid() == 0 else ""
 
 
 def _users(args: argparse.Namespace) -> int:

@@ -12,16 +12,21 @@ from typing import Any
 
 import zmq
 
-from malleable._secret import Credential, load_credential, user_key_path
+from malleable._secret import KEY_ENV, Credential, load_credential, user_key_path
 from malleable.errors import AuthError, ConfigError, MalleableError, ProtocolError, Refusal, ReplayError, UnknownJob
 
 from . import _protocol as P
 from ._access import secret_looking
+from ._local import PEER_KEY
+from ._munge import HELLO_KEY, MungeHello, new_session
 from ._parts import join
 from ._paths import addr_file, default_state
 from ._protocol import SERVER_KEY_ENV, prepare_socket
 
-__all__ = ["Client", "ControllerUnavailable", "find_address"]
+__all__ = ["AUTH_ENV", "Client", "ControllerUnavailable", "find_address"]
+
+AUTH_ENV = "MALLEABLE_AUTH"
+"""``munge``: prove the Unix user with MUNGE over TCP (no key)."""
 
 _ERRORS: dict[str, type[MalleableError]] = {
     "UnknownJob": UnknownJob,
@@ -30,6 +35,14 @@ _ERRORS: dict[str, type[MalleableError]] = {
     "ReplayError": ReplayError,
     "ProtocolError": ProtocolError,
 }
+
+def _local_wanted(address: str | None, info: dict[str, Any]) -> bool:
+    """Whether to speak on the daemon's local socket (the kernel proves who we are, no key needed): the address
+    file names one that exists here, and no address, ``MALLEABLE_KEY`` or ``MALLEABLE_TOKEN`` was given."""
+    path = str(info.get("local") or "").removeprefix("ipc://")
+    return (not address and bool(path) and not os.environ.get(KEY_ENV) and not os.environ.get("MALLEABLE_TOKEN")
+            and os.path.exists(path))
+
 
 class ControllerUnavailable(MalleableError):
     """No controller answered (not started, wrong address, or stopped)."""
@@ -78,24 +91,36 @@ class Client:
         state: the daemon's state file, to find its address.
         token: the operator's shared secret (speak as the operator).
         timeout: seconds to wait for each reply.
-        key: a user's or job's key (default: ``token`` if given, else :func:`~malleable._secret.load_credential`:
-            ``MALLEABLE_KEY``, ``MALLEABLE_TOKEN``, the user's key file, the shared secret's key file).
+        munge: prove our Unix user with a MUNGE credential (:mod:`._munge`; default: ``MALLEABLE_AUTH=munge``
+            when no key, token or local socket is used).
+        key: a user's or job's key (default: ``token`` if given; else, on the daemon's host, its local socket,
+            where the kernel proves our Unix user (see :mod:`._local`), unless ``MALLEABLE_KEY`` or
+            ``MALLEABLE_TOKEN`` is set; else :func:`~malleable._secret.load_credential`: ``MALLEABLE_KEY``,
+            ``MALLEABLE_TOKEN``, the user's key file, the shared secret's key file). An ``ipc://`` address is a
+            local socket.
     """
 
     def __init__(self, address: str | None = None, state: str | None = None, token: bytes | None = None,
-                 timeout: float = 10.0, key: Credential | None = None) -> None:
+                 timeout: float = 10.0, key: Credential | None = None, munge: bool | None = None) -> None:
         if not 0 < timeout <= 86400:          # nan included
             raise ConfigError(f"--timeout must be a number of seconds between 0 and 86400, got {timeout}")
         self.address, info = _locate(address, state)
-        if key is None:
-            key = Credential("", token) if token is not None else load_credential()
+        local = self.address.startswith("ipc://")
+        if key is None and token is None and not local and _local_wanted(address, info):
+            self.address, local = info["local"], True
+        if munge is None:
+            munge = key is None and token is None and not local and os.environ.get(AUTH_ENV, "") == "munge"
+        if munge:
+            cred, key = new_session()
+        elif key is None:
+            key = PEER_KEY if local else Credential("", token) if token is not None else load_credential()
         self.key = key
         self.timeout = timeout
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
         try:
             self.sock.setsockopt(zmq.LINGER, 0)
-            prepare_socket(self.sock, key, info.get("curve") or None)
+            prepare_socket(self.sock, key, None if local else info.get("curve") or None)
             self.sock.connect(self.address)
         except zmq.ZMQError as e:
             self.close()
@@ -104,6 +129,19 @@ class Client:
             self.close()
             raise
         self._ids = itertools.count(1)
+        if munge:
+            self._open_munge(cred)
+
+    def _open_munge(self, cred: str) -> None:
+        """Send the MUNGE credential that opens this client's session (answered under the public hello seal)."""
+        key, self.key = self.key, HELLO_KEY
+        try:
+            self.call(MungeHello(cred))
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            self.key = key
 
     def close(self) -> None:
         """Close the socket."""

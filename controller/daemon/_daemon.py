@@ -12,6 +12,7 @@ included, is logged and answered, and the loop goes on with the next message.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -21,7 +22,6 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +29,7 @@ import psutil
 import zmq
 
 from malleable._secret import load_token
-from malleable._wire import (
-    Keyring,
-    encryption_wanted,
-    key_id_of,
-    limit_frames,
-    peek_id,
-    secure_socket,
-    server_public_key,
-)
+from malleable._sockets import encryption_wanted, limit_frames, secure_socket, server_public_key
 from malleable.controller.sched._registry import make_policy
 from malleable.errors import (
     AuthError,
@@ -51,10 +43,11 @@ from malleable.errors import (
 )
 
 from . import _protocol as P
-from ._access import authorize, principal_of
+from ._access import authorize
 from ._backlog import Backlog
 from ._cgroup import JobCgroups
-from ._core import Core, CoreConfig
+from ._config import DaemonConfig
+from ._core import Core
 from ._events import (
     AbortFs,
     AttachFs,
@@ -77,8 +70,10 @@ from ._events import (
     Tick,
 )
 from ._fsshell import FsShell
-from ._hostpool import HeldExits, HostPool, Prober, application, proc_info, scan_tagged
-from ._keys import KeyBook, job_credential
+from ._gate import Gate
+from ._hostpool import HeldExits, Prober, application, proc_info, scan_tagged
+from ._identity import run_as
+from ._keys import job_credential
 from ._launch import job_argv, job_env, read_rc, start_job, stop_job
 from ._parts import encode_reply
 from ._paths import addr_file, jobs_dir
@@ -91,33 +86,6 @@ __all__ = ["Daemon", "DaemonConfig", "make_policy", "run_foreground"]
 log = logging.getLogger(__name__)
 
 CHECK_EVERY = 0.2     # seconds between checks of draining hosts
-
-
-@dataclass
-class DaemonConfig:
-    """What ``malleable controller start`` was asked for.
-
-    Attributes:
-        state: the SQLite state file.
-        pool: the hosts.
-        policy: a registered policy name.
-        params: keyword parameters for the policy (only those its signature accepts).
-        bind: address to listen on (default: the pool's advertised address for namespace pools, else 127.0.0.1).
-        port: TCP port (0: a free one; default: the port of the previous run of this state, else 0).
-        tick: seconds between periodic scheduling passes.
-        core: settings of the core.
-        host_check: seconds between checks that every host answers (0: never).
-    """
-
-    state: str
-    pool: HostPool
-    policy: str = "easy"
-    params: dict[str, Any] = field(default_factory=dict)
-    bind: str | None = None
-    port: int | None = None
-    tick: float = 1.0
-    core: CoreConfig = field(default_factory=CoreConfig)
-    host_check: float = 5.0
 
 
 class Daemon(DaemonViews):
@@ -153,7 +121,7 @@ class Daemon(DaemonViews):
             self.store.set_meta("controller_id", cid)
         self.cid = cid
         self.users = {n: nonce for n, (nonce, _) in self.store.load_users().items()}
-        self.keyring = Keyring(KeyBook(self.token, cid, self.users, lambda jid: jid in self.core.jobs).secret)
+        self.gate = Gate(self.token, cid, self.users, lambda jid: jid in self.core.jobs)
         self.cgroups = JobCgroups(cid)
         self.prober = Prober(self.pool)
         self.held_exits = HeldExits()
@@ -211,6 +179,7 @@ class Daemon(DaemonViews):
             raise ConfigError(f"cannot listen on {bind}:{port}: {e}") from None
         self.sock = s
         self.address = f"tcp://{bind}:{port}"
+        self.gate.bind_local(self.ctx, self.config.state)
         advertise = bind if bind not in ("0.0.0.0", "*") else self.pool.advertise  # noqa: S104 - a comparison
         self.job_address = f"tcp://{advertise}:{port}"
         with self.store.tx():
@@ -224,7 +193,7 @@ class Daemon(DaemonViews):
         af = addr_file(self.config.state)
         tmp = af.with_name(af.name + ".tmp")
         tmp.write_text(json.dumps({"address": self.address, "pid": os.getpid(), "jobs": self.job_address,
-                                   "curve": self.curve_public}))
+                                   "curve": self.curve_public, "local": self.gate.local_address}))
         tmp.replace(af)
         log.info("controller listening on %s (jobs use %s)", self.address, self.job_address)
         return self.address
@@ -237,6 +206,7 @@ class Daemon(DaemonViews):
         if self.sock is not None:
             self.sock.close(0)
             self.sock = None
+        self.gate.close_local(self.config.state)
         if self.ctx is not None:
             self.ctx.term()
             self.ctx = None
@@ -257,6 +227,8 @@ class Daemon(DaemonViews):
         assert self.sock is not None, "start() first"
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
+        if self.gate.local is not None:
+            poller.register(self.gate.local, zmq.POLLIN)
         tick = self.config.tick
         while True:
             if stop is not None and stop.is_set():
@@ -272,6 +244,8 @@ class Daemon(DaemonViews):
                 wait = 0.0
             if poller.poll(int(wait * 1000)):
                 self._drain_socket()
+                for frames, uid in self.gate.drain_local():
+                    self._handle_frames(frames, self.gate.local, uid)
             self._housekeeping()
 
     # -- carrying out the core's actions ---------------------------------------------------------------------
@@ -317,7 +291,7 @@ class Daemon(DaemonViews):
                 self.dirty = True
             self.handle(Tick(now))
             self.dirty = True
-            self.keyring.prune()
+            self.gate.keyring.prune()
             self.cgroups.sweep(self.core.jobs)
         if self.dirty and not self.shutdown and not self.backlog.held:     # no new starts while changes wait
             self.dirty = False
@@ -486,8 +460,11 @@ class Daemon(DaemonViews):
         self.dirty = True
 
     # -- messages --------------------------------------------------------------------------------------------
-    def _handle_frames(self, frames: list[bytes]) -> None:
-        """Authenticate, authorize and answer one message; nothing it contains can stop the loop."""
+    def _handle_frames(self, frames: list[bytes], sock: zmq.Socket[Any] | None = None,
+                       peer: int | None = -1) -> None:
+        """Authenticate, authorize and answer one message; nothing it contains can stop the loop. On the local
+        socket (``sock``) the requester is the Unix user ``peer`` (None: its credentials were missing)."""
+        local = sock is not None
         if len(frames) < 2:
             self.rejected += 1
             return  # nothing to answer to
@@ -499,16 +476,15 @@ class Daemon(DaemonViews):
         rid, wire = 0, None
         try:
             try:
-                msg, rid, kid = P.decode_keyed(body, self.keyring)
+                msg, rid, wire, kid = self.gate.open(body, local)
             except ReplayError:
-                kid = key_id_of(body)                  # authentic (the MAC passed): answer under its key
-                wire, rid = self.keyring.wire(kid), peek_id(body)
+                wire, rid = self.gate.replayed(body, local)   # authentic (the MAC passed): answer under its key
                 raise
             except Rejected as e:                    # authentic, refused by a field check: the reason goes back
-                wire, rid = self.keyring.wire(e.key_id), e.request_id
+                wire, rid = self.gate.ring(local).wire(e.key_id), e.request_id
                 raise
-            wire = self.keyring.wire(kid)              # held now: a job that ends meanwhile still gets its answer
-            reply = self._dispatch(msg, principal_of(kid))
+            who = self.gate.requester(msg, kid, local, peer)
+            reply = self._dispatch(msg, who) if who is not None else P.Ok()   # None: a MUNGE session opened
             self.handled += 1
         except ReplayError as e:
             self.rejected += 1
@@ -533,11 +509,12 @@ class Daemon(DaemonViews):
             log.exception("internal error handling a message")
             reply = P.Error("InternalError", f"{type(e).__name__}: {str(e)[:300]} (logged by the controller)")
         try:
-            assert self.sock is not None
             if wire is None:              # not authenticated: no request id either
-                wire, rid = self.keyring.wire(""), 0
+                wire, rid = self.gate.ring(local).wire(""), 0
+            to = sock if sock is not None else self.sock
+            assert to is not None
             for out in encode_reply(reply, wire, rid):
-                self.sock.send_multipart([ident, *env, *out], zmq.NOBLOCK)
+                to.send_multipart([ident, *env, *out], zmq.NOBLOCK)
         except zmq.ZMQError as e:
             log.debug("reply dropped: %s", e)
         except Exception:
@@ -550,8 +527,9 @@ class Daemon(DaemonViews):
             return view(self, m)
         if type(m) not in self.core.requests:
             raise ProtocolError(f"{m.TYPE} is a reply, not a request")
-        if type(m) is P.Submit:
-            return self._submit(m, who)
+        if type(m) is P.Submit:      # the Unix user it runs as, from the proven requester (never the client's word)
+            uid, gid = run_as(who.kind, who.name, m.user)  # type: ignore[attr-defined]
+            return self._submit(dataclasses.replace(m, uid=uid, gid=gid), who)
         reply = self.handle(Request(time.time(), m, who))
         if type(m) is not P.Poll:
             self.dirty = True

@@ -78,7 +78,7 @@ class Jobs(Part):
         st.next_id += 1
         j = JobRec(jid, m.name or m.cmd[0].rsplit("/", 1)[-1], list(m.cmd), pref, lo, hi, m.malleable, limit,
                    m.out.replace("%j", str(jid)), m.err.replace("%j", str(jid)), m.cwd, env, now,
-                   reason="Priority", speedup=speedup, constraint=constraint, user=m.user,
+                   reason="Priority", speedup=speedup, constraint=constraint, user=m.user, uid=m.uid, gid=m.gid,
                    io_intensity=m.io_intensity, dependency=dependency, **submitted(m))
         if dependency and dependency_status(parse_dependency(dependency), st.ended)[0] is DepStatus.WAITING:
             j.reason = DepStatus.WAITING.value          # out of the queue the policies see until they end

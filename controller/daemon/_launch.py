@@ -27,7 +27,7 @@ from ._hostpool import TAG_VAR, HostPool
 from ._protocol import SERVER_KEY_ENV
 from ._records import JobRec
 
-__all__ = ["SHEPHERD", "job_argv", "job_env", "rc_path", "read_rc", "start_job", "stop_job"]
+__all__ = ["AS_USER", "SHEPHERD", "as_user_argv", "job_argv", "job_env", "rc_path", "read_rc", "runs_as_other", "start_job", "stop_job"]
 
 DEFAULT_NETMOD = "ofi"  # MPICH's UCX netmod cannot spawn onto another host from a one-process job
 
@@ -90,6 +90,27 @@ def read_rc(state_dir: Path, job_id: int) -> tuple[int | None, bool]:
         return None, started
 
 
+AS_USER = ('cd "$1" || exit 126; o=$2; e=$3; shift 3; true >>"$o" || exit 126; exec >>"$o"; '
+           'if [ -n "$e" ]; then true >>"$e" || exit 126; exec 2>>"$e"; else exec 2>&1; fi; exec "$@"')
+"""What runs as the job's user (after ``setpriv`` dropped root): enter the working folder and open the output
+files with that user's rights (a path the user may not write is refused as it would be to them), then run the
+job. A folder or output file it cannot use ends the job with exit code 126."""
+
+
+def runs_as_other(job: JobRec) -> bool:
+    """Whether ``job`` runs as another Unix user than the daemon (the daemon is root, the job's is not)."""
+    return job.uid >= 0 and os.geteuid() == 0 and job.uid != 0
+
+
+def as_user_argv(job: JobRec, argv: list[str]) -> list[str]:
+    """``argv`` run as the job's user and groups (``setpriv``: real and effective ids, the user's supplementary
+    groups, no capabilities left), with its working folder and output files opened as that user."""
+    out = job.out or f"malleable-{job.id}.out"
+    err = job.err if job.err and job.err != job.out else ""
+    return ["setpriv", f"--reuid={job.uid}", f"--regid={job.gid}", "--init-groups", "--inh-caps=-all", "--",
+            "sh", "-c", AS_USER, "job", job.cwd, out, err, *argv]
+
+
 def _open_out(path: str, cwd: str) -> int:
     p = Path(cwd, path) if not os.path.isabs(path) else Path(path)
     return os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -97,7 +118,8 @@ def _open_out(path: str, cwd: str) -> int:
 
 def start_job(job: JobRec, argv: list[str], env: dict[str, str], state_dir: Path, cgroup: str = "") -> subprocess.Popen:
     """Start the shepherd running ``argv`` with the job's output files and working directory, in the cgroup whose
-    ``cgroup.procs`` file is ``cgroup`` ("": none).
+    ``cgroup.procs`` file is ``cgroup`` ("": none). A job of another Unix user (the daemon is root) runs as that
+    user, who opens its folder and files (:func:`as_user_argv`); the daemon opens them only for its own jobs.
 
     Raises:
         OSError: the working directory or an output file cannot be used, or sh is missing.
@@ -106,6 +128,10 @@ def start_job(job: JobRec, argv: list[str], env: dict[str, str], state_dir: Path
     rc.parent.mkdir(parents=True, exist_ok=True)
     for p in (rc, rc.with_name(rc.name + ".started")):
         p.unlink(missing_ok=True)
+    if runs_as_other(job):       # the shepherd stays root (it writes the exit code); the job drops to its user
+        return subprocess.Popen(["sh", "-c", SHEPHERD, "shepherd", str(rc), cgroup, *as_user_argv(job, argv)],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                cwd="/", env=env, start_new_session=True, close_fds=True)
     out_fd = _open_out(job.out or f"malleable-{job.id}.out", job.cwd)
     err_fd = _open_out(job.err, job.cwd) if job.err and job.err != job.out else None
     try:

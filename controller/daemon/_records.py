@@ -113,6 +113,8 @@ class JobRec:
     speedup: str = ""                        # declared speedup model ("", linear, amdahl:F, rho:R)
     constraint: str = ""                     # node-count constraint ("", pof2, even, odd)
     user: str = ""                           # who submitted it
+    uid: int = -1                            # the Unix user and group its processes run as (-1: the daemon's,
+    gid: int = -1                            # in records of before they existed)
     view: list[Any] | None = None            # the scheduler's view: start, since, progress, est. end, resizes
     paused: str = ""                         # "" running, "pause" asked, "paused" told, "resume" asked
     bb: float = 0.0                          # burst buffer (bytes) held for the whole run: a job file system

@@ -18,6 +18,7 @@ from ._cgroup import JobCgroups
 from ._core import Core
 from ._events import Request
 from ._hostpool import HostPool
+from ._identity import refuse_name
 from ._store import Store
 
 __all__ = ["VIEWS", "DaemonViews"]
@@ -109,7 +110,11 @@ class DaemonViews:
         return P.Ok()
 
     def add_user(self, m: P.AddUser) -> P.Message:
-        """Accept user ``m.name``'s key (made from ``m.nonce``); a key they had before stops working."""
+        """Accept user ``m.name``'s key (made from ``m.nonce``); a key they had before stops working. Root and the
+        daemon's own account are refused: their key would speak for the operator's jobs."""
+        why = refuse_name(m.name)
+        if why:
+            raise Refusal(f"add_user: {why}")
         now = time.time()
         again = m.name in self.users
         with self.store.tx():

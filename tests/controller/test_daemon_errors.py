@@ -71,7 +71,7 @@ def test_command_failures_are_one_line(env):
     one_line(cli("queue", "--controller", "tcp://no such host:1"), "queue", "cannot connect to tcp://no such host:1")
     one_line(cli("nodes", "--state", state, "--timeout", "0.5"), "nodes", "no controller running for state")
     one_line(cli("history", "--state", str(env / "missing" / "x.sqlite")), "history", "no controller state file")
-    one_line(cli("controller", "add-user", "ann", "--state", state, "--key-file", str(env)), "controller",
+    one_line(cli("controller", "add-user", "nobody", "--state", state, "--key-file", str(env)), "controller",
              "is a directory")
 
 

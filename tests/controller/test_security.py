@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 import zmq
@@ -24,6 +27,7 @@ from malleable.controller.daemon._hostpool import HostPool
 from malleable.controller.daemon._keys import job_credential, user_credential
 from malleable.errors import AuthError, Refusal, ReplayError
 from tests.controller._daemon_util import HEAT, TOKEN, cli, daemon_thread, isolate, wait_final, wait_for
+from tests.controller._users import unix_users
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -188,20 +192,23 @@ def test_job_keys_users_and_the_state_file(env, monkeypatch):
     state = env / "ctl.sqlite"
     monkeypatch.setenv("SUBMITTER_TOKEN", "tok-value-123")
     monkeypatch.setenv("PLAIN_SETTING", "kept")
-    with daemon_thread(state, HostPool.local(3)) as (d, c):
-        ann = c.add_user("ann")
-        bob = c.add_user("bob")
+    shared = Path(tempfile.mkdtemp(prefix="mlb-sec-", dir="/tmp"))          # both users may write here
+    os.chmod(shared, 0o1777)
+    with unix_users(2) as (ua, ub), daemon_thread(state, HostPool.local(3)) as (d, c):
+        ann = c.add_user(ua.name)
+        bob = c.add_user(ub.name)
         with Client(c.address, key=ann) as a:
-            mine = a.submit(["sh", "-c", "env > env.txt; sleep 60"], 1, out=str(env / "a.out"))
+            mine = a.submit(["sh", "-c", "env > env.txt; sleep 60"], 1, out="a.out", cwd=str(shared))
         with Client(c.address, key=bob) as b:
-            other = b.submit(["sleep", "60"], 1, out=str(env / "b.out"), user="ann")   # the key decides: bob
-        jenv = job_env_of(env / "env.txt")
-        assert "MALLEABLE_TOKEN" not in jenv and TOKEN not in (env / "env.txt").read_text()
+            other = b.submit(["sleep", "60"], 1, out="b.out", cwd=str(shared), user=ua.name)  # the key decides
+        jenv = job_env_of(shared / "env.txt")
+        assert "MALLEABLE_TOKEN" not in jenv and TOKEN not in (shared / "env.txt").read_text()
         assert "SUBMITTER_TOKEN" not in jenv and jenv["PLAIN_SETTING"] == "kept"
         key = parse_credential(jenv["MALLEABLE_KEY"])
         assert key.key_id == f"job:{mine}"
         rows = {r["id"]: r for r in c.rows(P.Queue())}
-        assert (rows[mine]["user"], rows[other]["user"]) == ("ann", "bob")
+        assert (rows[mine]["user"], rows[other]["user"]) == (ua.name, ub.name)
+        assert (rows[mine]["uid"], rows[other]["uid"]) == (ua.uid, ub.uid)
         wait_for(lambda: all(r["state"] == "RUNNING" for r in c.rows(P.Queue())), 20, "both jobs running")
         with Client(c.address, key=key) as jc:
             assert {r["id"] for r in jc.rows(P.Queue())} == {mine, other}       # a job reads the queue
@@ -213,7 +220,7 @@ def test_job_keys_users_and_the_state_file(env, monkeypatch):
                 with pytest.raises(Refusal, match=why):
                     jc.call(m)
         with Client(c.address, key=ann) as a:
-            with pytest.raises(Refusal, match="belongs to bob"):
+            with pytest.raises(Refusal, match=f"belongs to {ub.name}"):
                 a.call(P.Cancel(other))
             with pytest.raises(Refusal, match="only the operator"):
                 a.users()
@@ -224,18 +231,20 @@ def test_job_keys_users_and_the_state_file(env, monkeypatch):
         with Client(c.address, key=key, timeout=3) as jc:                      # the job ended: its key is void
             with pytest.raises(AuthError, match=f"did not accept the key job:{mine}"):
                 jc.rows(P.Queue())
-        assert [u["name"] for u in c.users()] == ["ann", "bob"]
-        c.remove_user("ann")
+        assert [u["name"] for u in c.users()] == sorted([ua.name, ub.name])
+        c.remove_user(ua.name)
         with Client(c.address, key=ann, timeout=3) as a:
-            with pytest.raises(AuthError, match="did not accept the key user:ann"):
+            with pytest.raises(AuthError, match=f"did not accept the key user:{ua.name}"):
                 a.rows(P.Queue())
-        again = c.add_user("bob")                                               # a new key: the old one is void
+        again = c.add_user(ub.name)                                               # a new key: the old one is void
         with Client(c.address, key=bob, timeout=3) as b:
             with pytest.raises(AuthError):
                 b.rows(P.Queue())
         with Client(c.address, key=again) as b:
             b.call(P.Cancel(other))
         wait_final(c, [other], 60)
+    assert (shared / "env.txt").stat().st_uid == ua.uid                         # the job ran as its submitter
+    shutil.rmtree(shared, ignore_errors=True)
     for f in (state, state.with_name(state.name + "-wal")):
         if f.exists():
             assert stat.S_IMODE(f.stat().st_mode) == 0o600, f
@@ -245,7 +254,7 @@ def test_job_keys_users_and_the_state_file(env, monkeypatch):
 
 
 def test_replays_and_clock_skew_are_told_apart_from_a_wrong_secret(env, monkeypatch):
-    with daemon_thread(env / "ctl.sqlite", HostPool.local(1)) as (d, c):
+    with unix_users(1) as (user,), daemon_thread(env / "ctl.sqlite", HostPool.local(1)) as (d, c):
         with Client(c.address, token=b"not-the-secret", timeout=5) as bad:
             with pytest.raises(AuthError, match="did not accept the shared secret") as e:
                 bad.rows(P.Queue())
@@ -256,7 +265,7 @@ def test_replays_and_clock_skew_are_told_apart_from_a_wrong_secret(env, monkeypa
         s.setsockopt(zmq.LINGER, 0)
         s.connect(c.address)
         try:
-            ann = c.add_user("ann")
+            ann = c.add_user(user.name)
             frames = P.encode(P.Submit("x", ["true"], 1, 1, 1, False, 0.0, "", "", "/", {}), ann, 41)
             for expect in (P.Submitted, P.Error):
                 s.send_multipart([b"", *frames])
@@ -290,7 +299,8 @@ def test_encryption_with_personal_keys_and_a_malleable_job(env, monkeypatch):
         ann = c.add_user("ann")
         job_env = dict(os.environ, PROG_ITERS="60", PROG_SLEEP="0.05", MALLEABLE_ADAPT_TIMEOUT="30")
         with Client(state=str(state), key=ann) as a:                          # public key from the address file
-            jid = a.submit([sys.executable, HEAT], 1, 1, 2, True, 120.0, out=str(env / "heat.out"), env=job_env)
+            assert a.rows(P.Queue()) == []
+        jid = c.submit([sys.executable, HEAT], 1, 1, 2, True, 120.0, out=str(env / "heat.out"), env=job_env)
         assert wait_final(c, [jid], 90) == {jid: "COMPLETED"}
         assert [s["kind"] for s in c.info(jid).steps] == ["start", "expand"]   # the job's link spoke, encrypted
         done = [json.loads(x) for x in (env / "heat.out").read_text().splitlines() if '"done"' in x]
@@ -308,29 +318,32 @@ def test_encryption_with_personal_keys_and_a_malleable_job(env, monkeypatch):
 
 def test_user_commands(env):
     state = str(env / "ctl.sqlite")
-    with daemon_thread(env / "ctl.sqlite", HostPool.local(1)) as (d, c):
-        code, out, err = cli("controller", "add-user", "ann", "--state", state)
-        assert code == 0 and "give this key to ann" in err
+    with unix_users(2) as (ann, bob), daemon_thread(env / "ctl.sqlite", HostPool.local(1)) as (d, c):
+        code, out, err = cli("controller", "add-user", ann.name, "--state", state)
+        assert code == 0 and f"give this key to {ann.name}" in err
         key = parse_credential(out.strip())
-        assert key.key_id == "user:ann"
-        kf = env / "keys" / "bob.key"
-        code, out, _ = cli("controller", "add-user", "bob", "--state", state, "--key-file", str(kf))
-        assert code == 0 and out.startswith(f"wrote the key of bob to {kf} (mode 0600")
-        assert stat.S_IMODE(kf.stat().st_mode) == 0o600 and parse_credential(kf.read_text()).key_id == "user:bob"
+        assert key.key_id == f"user:{ann.name}"
+        kf = env / "bob.key"
+        code, out, _ = cli("controller", "add-user", bob.name, "--state", state, "--key-file", str(kf))
+        assert code == 0 and out.startswith(f"wrote the key of {bob.name} to {kf} (mode 0600")
+        assert stat.S_IMODE(kf.stat().st_mode) == 0o600 and parse_credential(kf.read_text()).key_id == f"user:{bob.name}"
         code, out, _ = cli("controller", "users", "--state", state)
-        assert code == 0 and [ln.split()[0] for ln in out.splitlines()] == ["USER", "ann", "bob"]
+        assert code == 0 and [ln.split()[0] for ln in out.splitlines()] == ["USER", *sorted([ann.name, bob.name])]
         assert cli("controller", "add-user", "9lives", "--state", state)[0:2] == (1, "")
-        assert cli("controller", "remove-user", "ann", "--state", state) == (
-            0, "removed user ann: their key no longer works\n", "")
-        assert cli("controller", "remove-user", "ann", "--state", state) == (
-            1, "", "malleable controller: error: no user ann\n")
+        assert cli("controller", "remove-user", ann.name, "--state", state) == (
+            0, f"removed user {ann.name}: their key no longer works\n", "")
+        assert cli("controller", "remove-user", ann.name, "--state", state) == (
+            1, "", f"malleable controller: error: no user {ann.name}\n")
         code, out, _ = cli("controller", "users", "--state", state, "--json")
-        assert [u["name"] for u in json.loads(out)["users"]] == ["bob"]
+        assert [u["name"] for u in json.loads(out)["users"]] == [bob.name]
 
 
 def test_users_session_in_the_docs_runs(env):
     """The console session of docs/controller.md's "Users and keys", command by command, output compared (times,
-    addresses, the login name and the key file's home folder normalised); it starts and stops its controller."""
+    addresses, the login name and the key file's home folder normalised); it starts and stops its controller, and
+    creates and removes the Unix user ann (root only)."""
+    if os.geteuid() != 0:
+        pytest.skip("the session creates a Unix user: needs root")
     import getpass
     import re
     import subprocess
@@ -361,7 +374,7 @@ def test_users_session_in_the_docs_runs(env):
     e = dict(os.environ, MALLEABLE_CONTROLLER_STATE=str(env / "ctl.sqlite"),
              PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     assert steps[0][0] == "malleable controller start --local 2"
-    assert steps[-1][0] == "malleable controller stop --cancel-jobs"
+    assert steps[-2][0] == "malleable controller stop --cancel-jobs" and steps[-1][0] == "userdel ann"
     try:
         for cmd, want in steps:
             p = subprocess.run(["sh", "-c", cmd], cwd=env, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -370,3 +383,4 @@ def test_users_session_in_the_docs_runs(env):
     finally:
         subprocess.run([sys.executable, "-m", "malleable", "controller", "stop", "--cancel-jobs"], env=e,
                        capture_output=True, timeout=60)
+        subprocess.run(["userdel", "ann"], capture_output=True, timeout=60)   # if the session stopped early
