@@ -51,10 +51,11 @@ HELD_REASON = "StageOutFailed"
 
 
 def _who(j: JobRec) -> dict[str, Any]:
-    """The identity and time bound of a job's staging: its submitting user's uid and gid when the record has them
-    (else the daemon's own), its time limit (0: none)."""
+    """The identity and time bound of a job's staging: its submitting user's uid and gid (the daemon's own for a
+    record from before jobs had a user), its time limit (0: none)."""
     limit = j.time_limit if j.time_limit and math.isfinite(j.time_limit) and j.time_limit > 0 else 0.0
-    return {"uid": getattr(j, "uid", None), "gid": getattr(j, "gid", None), "limit": float(limit)}
+    uid, gid = (j.uid, j.gid) if j.uid >= 0 else (None, None)    # -1: a record from before jobs had a user
+    return {"uid": uid, "gid": gid if gid >= 0 else None, "limit": float(limit)}
 
 
 def submitted(m: P.Submit) -> dict[str, Any]:
