@@ -162,6 +162,39 @@ def test_jobs_run_as_their_submitter(env, workdir):
         assert wait_final(c, [jid], 60) == {jid: "CANCELLED"}
 
 
+
+def test_a_users_staging_reads_and_writes_as_that_user(env, workdir):
+    """A daemon running as root stages a user's job as that Unix user: the user's own file goes in and comes back
+    out owned by the user; a file only root may read is refused (the job fails at its stage-in, nothing copied)."""
+    from tests.controller._daemon_util import kill_tagged
+
+    with unix_users(1) as (ann,), daemon_thread(env / "ctl.sqlite", HostPool.local(2), "fcfs-bb",
+                                                bb_capacity=64 << 20) as (d, c):
+        try:
+            key = c.add_user(ann.name)
+            home = _home(workdir, ann)
+            mine = home / "in.txt"
+            mine.write_text("ann's data\n")
+            os.chown(mine, ann.uid, ann.gid)
+            secret = workdir / "root-only.txt"
+            secret.write_text("root's data\n")
+            os.chmod(secret, 0o600)
+            job = {"cwd": str(home), "env": {"PATH": os.environ["PATH"]}, "bb": float(16 << 20)}
+            with Client(c.address, key=key) as a:
+                ok = a.submit(["true"], 1, out="ok.out", stage_in=[f"{mine}:/in.txt"],
+                              stage_out=[f"/in.txt:{home}/out.txt"], **job)
+                bad = a.submit(["true"], 1, out="bad.out", stage_in=[f"{secret}:/x.txt"], **job)
+            final = wait_final(c, [ok, bad], 120)
+            assert final == {ok: "COMPLETED", bad: "FAILED"}, [c.info(j).events for j in (ok, bad)]
+            wait_for(lambda: (c.info(ok).job.get("fs") or {}).get("phase") == "stopped", 60, "the stage-out")
+            assert "Permission denied" in c.info(bad).job["reason"], c.info(bad).job["reason"]
+            out = home / "out.txt"
+            assert out.read_text() == "ann's data\n"
+            st = out.lstat()
+            assert (st.st_uid, st.st_gid) == (ann.uid, ann.gid)
+        finally:
+            kill_tagged(d.fs.cid)
+
 def test_a_user_job_cannot_write_where_its_user_cannot(env, workdir):
     """Output paths are opened by the job's user: a path only root may write is refused to the job (exit code
     126, nothing created), as it would be to the user; the operator's key with a name that is no Unix user runs
