@@ -9,7 +9,6 @@ thread is done. ``finish`` merges and returns the new world.
 from __future__ import annotations
 
 import functools
-import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from malleable.runtime._layout import ExpandPlan, GroupLayout, apply_expand, pla
 from malleable.runtime._sources import choose_hosts
 from malleable.runtime._types import Resize
 
-__all__ = ["Background", "Prepared", "finish", "gather_members", "prepare"]
+__all__ = ["Background", "Prepared", "finish", "prepare"]
 
 
 @dataclass
@@ -37,6 +36,7 @@ class Prepared:
     t0: float
     overlap: bool = False
     seconds: float = 0.0   # time the preparation took
+    member_hosts: list[list[str]] = field(default_factory=list)   # rank 0: each joiner's host, per group
 
 
 def prepare(rt: Any, world: Any, d: Resize, kind: str, overlap: bool = False) -> Prepared:
@@ -60,42 +60,34 @@ def prepare(rt: Any, world: Any, d: Resize, kind: str, overlap: bool = False) ->
         "slots": [rt.slots.cores, rt.slots.per_host, [list(x) for x in rt.slots.hostfile]],
         "stale": rt.leftovers.stale, "overlap": overlap, "job_overlap": rt.overlap,
     }
-    _spawn.parent_send_context(world, inters, [dict(base_ctx, index=i) for i in range(len(inters))])
+    sent = _spawn.parent_send_context(world, inters, [dict(base_ctx, index=i) for i in range(len(inters))])
     accept = None
     if world.rank == 0:
         expected = [(g, m) for g, c in zip(gids, plan.counts, strict=True) for m in range(c)]
         accept = functools.partial(rt.listener.accept, expected)
     try:
-        _spawn.parent_ready(world, inters, rt.timeout, rt.leftovers, first=accept, go=not overlap)
+        _spawn.parent_ready(world, inters, rt.timeout, rt.leftovers, first=accept, go=not overlap, sent=sent)
     except AdaptError:
         if rt.listener is not None:
             rt.listener.forget(gids)
         raise
-    return Prepared(d, kind, plan, inters, gids, world.size, t0, overlap, time.perf_counter() - t0)
+    hosts = rt.listener.hosts(gids, plan.counts) if world.rank == 0 else []
+    return Prepared(d, kind, plan, inters, gids, world.size, t0, overlap, time.perf_counter() - t0, hosts)
 
 
-def gather_members(merged: Any, n_old: int, my_index: int, n_groups: int) -> list[list[str]]:
-    """Hosts of each new group's members, in rank order (one allgather over the merged world)."""
-    rows = merged.allgather((my_index, socket.gethostname()))[n_old:]
-    out: list[list[str]] = [[] for _ in range(n_groups)]
-    for index, host in rows:
-        out[index].append(host)
-    return out
+def finish(world: Any, layout: GroupLayout, p: Prepared, probes: int,
+           registered: dict | None = None) -> tuple[_spawn.Merged, GroupLayout, dict]:
+    """Merge the prepared groups into ``world``; returns the merged communicators, the layout after it and the
+    registered arrays' metadata (see ``_registered.metadata``).
 
-
-def finish(world: Any, layout: GroupLayout, p: Prepared, probes: int) -> tuple[_spawn.Merged, GroupLayout]:
-    """Merge the prepared groups into ``world``; returns the merged communicators and the layout after it.
-
-    The joiners learn the job's probe count here (it moved on while an overlapped expansion was prepared).
+    One broadcast from rank 0 tells everybody the job's probe count (it moved on while an overlapped expansion
+    was prepared), where each joiner runs (from its liveness report) and which arrays to move at the commit.
     """
     if p.overlap:
         _spawn.parent_go(world, p.inters, True)
     merged = _spawn.parent_merge(world, p.inters)
-    for inter in p.inters:
-        inter.Disconnect()
-    merged.world.bcast(probes, root=0)
-    member_hosts = gather_members(merged.world, p.n_old, -1, len(p.inters))
-    return merged, apply_expand(layout, p.plan, member_hosts)
+    _, member_hosts, metas = merged.world.bcast((probes, p.member_hosts, registered or {}), root=0)
+    return merged, apply_expand(layout, p.plan, member_hosts), metas
 
 
 @dataclass

@@ -29,9 +29,13 @@ __all__ = ["at_exit", "exit_status", "group_exit_barrier", "install_hooks", "lea
 log = logging.getLogger(__name__)
 
 
-def progress() -> None:
-    """Let the MPI library move pending traffic (a nonblocking probe runs its progress engine)."""
+def progress(comm: Any = None) -> None:
+    """Let the MPI library move pending traffic: a nonblocking probe on this process's ``MPI_COMM_WORLD`` and on
+    ``comm``, the job's world. Both are needed: MPICH over OFI moves a message to a process of another spawn group
+    (the last message of a barrier, say) only when the sender probes a communicator that reaches it."""
     MPI.COMM_WORLD.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)
+    if comm is not None and comm != MPI.COMM_NULL:
+        comm.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)
 
 
 def leave() -> None:
@@ -40,9 +44,21 @@ def leave() -> None:
     MPI.Finalize()
 
 
-def group_exit_barrier(timeout: float | None) -> None:
-    """All members of this process's spawn group (its MPI_COMM_WORLD) meet here before finalizing."""
-    wait_request(MPI.COMM_WORLD.Ibarrier(), timeout, "rest of the spawn group to leave", cap=0.05)
+def group_exit_barrier(timeout: float | None, comm: Any = None) -> None:
+    """All members of this process's spawn group (its MPI_COMM_WORLD) meet here before finalizing.
+
+    A group that leaves whole meets within moments: polled closely for the first second, then every 50 ms (the
+    members of a split group wait here, idle, until the rest of their group leaves). ``comm`` (the job's world)
+    is probed meanwhile, so that this process's last messages to other groups go out.
+    """
+    req = MPI.COMM_WORLD.Ibarrier()
+    poke = functools.partial(progress, comm) if comm is not None else None
+    try:
+        wait_request(req, 1.0 if timeout is None else min(1.0, timeout), "rest of the spawn group", cap=0.001,
+                     poke=poke)
+    except AdaptTimeout:
+        wait_request(req, None if timeout is None else max(0.0, timeout - 1.0), "rest of the spawn group to leave",
+                     cap=0.05, poke=poke)
 
 
 def _flush() -> None:
@@ -76,11 +92,12 @@ def at_exit(rt: Any) -> None:
         except OSError:
             pass
     try:
-        group_exit_barrier(timeout=rt.timeout * 10)
+        group_exit_barrier(timeout=rt.timeout * 10, comm=rt.world)
     except AdaptTimeout:
         log.warning("members of this process's spawn group never reached the end; finalizing anyway")
     if rt.listener is not None:
-        bad = [c for c in rt.listener.collect_exits(rt.timeout, progress=progress) if c]
+        bad = [c for c in rt.listener.collect_exits(rt.timeout, progress=functools.partial(progress, rt.world))
+               if c]
         if bad and not code:
             log.error("a spawned process of the job exited with status %d; so does the job", bad[0])
             code = bad[0]

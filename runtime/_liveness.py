@@ -17,8 +17,6 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import psutil
-
 from malleable.errors import AdaptTimeout
 
 __all__ = ["Listener", "connect_back", "local_addresses"]
@@ -28,6 +26,8 @@ log = logging.getLogger(__name__)
 
 def local_addresses() -> list[str]:
     """IPv4 addresses of this host (network namespace), non-loopback first."""
+    import psutil  # rank 0 only: a joiner reports in without loading it
+
     addrs: list[str] = []
     for entries in psutil.net_if_addrs().values():
         for a in entries:
@@ -107,6 +107,10 @@ class Listener:
         self._conns[key] = conn
         self._pids[key] = (host, int(pid))
         self._ctimes[key] = started
+
+    def hosts(self, gids: Iterable[int], counts: Iterable[int]) -> list[list[str]]:
+        """The host each member of the groups ``gids`` (of ``counts`` members) reported from, in member order."""
+        return [[self._pids[(g, m)][0] for m in range(c)] for g, c in zip(gids, counts, strict=True)]
 
     def gids(self) -> list[int]:
         """Groups with at least one connected process."""
@@ -209,6 +213,8 @@ def _reap_wait(pid: int, started: float, deadline: float) -> None:
     Only possible where rank 0 sees the process (same host, or hosts sharing a PID namespace); the
     process is recognised by its pid *and* start time, so an unrelated local pid never matches.
     """
+    import psutil
+
     while time.monotonic() < deadline:
         try:
             p = psutil.Process(pid)
@@ -238,7 +244,22 @@ def connect_back(endpoint: dict, gid: int, member: int, timeout: float) -> int:
             errors.append(f"{addr}: {e}")
             continue
         s.settimeout(None)
-        started = psutil.Process().create_time()
+        started = _own_start_time()
         s.sendall(f"{gid} {member} {os.getpid()} {socket.gethostname()} {started:.3f}\n".encode())
         return s.detach()
     raise AdaptTimeout(f"cannot reach rank 0 of the job to report in: {'; '.join(errors)}")
+
+
+def _own_start_time() -> float:
+    """When this process started, as ``psutil.Process().create_time()`` gives it (boot time + start ticks), read
+    from /proc without loading psutil (a joiner reports in before it can answer its parents)."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
+        with open("/proc/stat", "rb") as f:
+            btime = next(float(line.split()[1]) for line in f if line.startswith(b"btime"))
+        return ticks / os.sysconf("SC_CLK_TCK") + btime
+    except (OSError, ValueError, IndexError, StopIteration):
+        import psutil
+
+        return float(psutil.Process().create_time())

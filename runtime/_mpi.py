@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import os
-import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -157,6 +156,8 @@ def for_mpiexec(mpiexec: str) -> Backend:
 
 @functools.cache
 def _banner(mpiexec: str) -> str:
+    import subprocess  # launchers only: a job's processes never run it
+
     try:
         out = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as e:

@@ -1,9 +1,13 @@
-"""Expansion over MPI: spawn one group per host (concurrently), handshake with deadlines, merge in rank order.
+"""Expansion over MPI: spawn one group per host (concurrently), handshake and readiness with deadlines, merge.
 
 Roles and phases are named ``parent_*`` (processes already in the world) and ``child_*`` (spawned).
 All spawns of one expansion are issued at once from threads, each on its own duplicate of the
-world, so k hosts cost about one spawn. Every wait has a deadline; nothing is merged until every
-group has answered, so a failed expansion leaves the old world untouched.
+world, so k hosts cost about one spawn. Each group answers a handshake (a barrier, polled with a
+deadline) before anything is sent to it; rank 0 then sends the context, the joiners report in and
+meet the parents in a last barrier right before the merge; the parents agree on each outcome and
+rank 0 says go or abort. Nothing is merged before that, so a failed expansion leaves the old world
+untouched. Beyond ``MPI_Comm_spawn`` + ``MPI_Intercomm_merge`` an expansion costs two barriers, a
+few small messages, one broadcast and (on rank 0) the liveness reports.
 """
 
 from __future__ import annotations
@@ -32,7 +36,6 @@ log = logging.getLogger(__name__)
 _TAG = 4711
 _POLL = 0.0005  # longest sleep between polls during an adaptation: these waits are short, latency matters
 
-
 @dataclass
 class Leftovers:
     """What failed expansions left behind; owned by the runtime, which must settle it before MPI_Finalize.
@@ -44,6 +47,7 @@ class Leftovers:
 
     threads: list[threading.Thread] = field(default_factory=list)
     stale: bool = False
+    pending: list[Any] = field(default_factory=list)   # sends to abandoned joiners, never completed
 
     def settle(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s for the straggling threads; True if none is left inside MPI."""
@@ -53,12 +57,10 @@ class Leftovers:
         self.threads = [t for t in self.threads if t.is_alive()]
         return not self.threads
 
-
 def spawn_command() -> tuple[str, list[str]]:
     """The command that re-runs this program for joiners (``python -m pkg.mod ...`` is kept as ``-m``)."""
     argv = list(getattr(sys, "orig_argv", []) or [sys.executable, *sys.argv])
     return sys.executable, argv[1:]
-
 
 def _spawn_one(comm: Any, cmd: str, args: list[str], n: int, host: str | None, out: list, i: int,
                abandoned: threading.Event, timeout: float) -> None:
@@ -69,21 +71,35 @@ def _spawn_one(comm: Any, cmd: str, args: list[str], n: int, host: str | None, o
             _late_cleanup(out[i], timeout)
             comm.Free()
 
-
 def _late_cleanup(inter: Any, timeout: float) -> None:
     """Tell a group that started after its expansion was given up to exit, and drop it."""
     if inter is None or isinstance(inter, Exception):
         return
     try:
         wait_request(inter.Ibarrier(), timeout, "late joiners", cap=0.01)
-        if inter.Get_rank() == 0:
-            for r in range(inter.remote_size):
-                inter.send({"kind": "abort"}, dest=r, tag=_TAG)
-        inter.Disconnect()
-    except AdaptTimeout:
+    except (AdaptTimeout, MPI.Exception):
         inter.Free()
+        return
+    abort_group(inter, timeout, Leftovers())
     log.info("a group spawned after its expansion was given up has been told to exit")
 
+def abort_group(inter: Any, timeout: float, leftovers: Leftovers) -> None:
+    """Tell a spawned group that answered the handshake that its expansion is given up (collective over the
+    parents of ``inter``).
+
+    Rank 0 sends every joiner ``abort`` instead of its context; then both sides meet in a barrier, polled with a
+    deadline, and disconnect. A group that does not meet in time (a member dead or stopped) is only freed, and
+    ``leftovers`` marks the job stale.
+    """
+    sends = _try_sends([inter], {"kind": "abort"}, _TAG) if inter.Get_rank() == 0 else []
+    try:
+        wait_request(inter.Ibarrier(), timeout, "joiners told to exit", cap=_POLL)
+        MPI.Request.waitall(sends)
+        inter.Disconnect()
+    except (AdaptTimeout, MPI.Exception):
+        leftovers.pending += sends    # their buffers stay alive for as long as MPI may read them
+        inter.Free()                  # a member may be dead: no Disconnect handshake with it
+        leftovers.stale = True
 
 def _spawn_call(comm: Any, cmd: str, args: list[str], n: int, host: str | None, out: list, i: int) -> None:
     info = MPI.Info.Create()
@@ -92,6 +108,7 @@ def _spawn_call(comm: Any, cmd: str, args: list[str], n: int, host: str | None, 
             info.Set(key, value)
         errcodes: list[int] = []
         out[i] = comm.Spawn(cmd, args, maxprocs=n, info=info, root=0, errcodes=errcodes)
+        out[i].Set_errhandler(MPI.ERRORS_RETURN)   # a joiner that died is an error returned here, not an abort
         bad = [e for e in errcodes if e != MPI.SUCCESS]
         if bad:
             out[i] = AdaptError(f"spawn of {n} process(es) on {host or 'the default host'} failed: {bad}")
@@ -100,19 +117,20 @@ def _spawn_call(comm: Any, cmd: str, args: list[str], n: int, host: str | None, 
     finally:
         info.Free()
 
-
 def parent_spawn(world: Any, plan: ExpandPlan, timeout: float, leftovers: Leftovers) -> list[Any]:
     """Spawn the plan's groups concurrently and handshake with each; collective over ``world``.
 
-    A spawn still inside MPI at the deadline is left to its thread (recorded in ``leftovers``), which tells
-    the group to exit once the call returns; the expansion fails at once.
+    Nothing is sent to a joiner before it answered the handshake (a barrier on its intercommunicator, polled
+    with a deadline): with MPICH over OFI a message to a process that died poisons the sender's progress. A
+    spawn still inside MPI at the deadline is left to its thread (recorded in ``leftovers``), which tells the
+    group to exit once the call returns; the expansion fails at once.
 
     Returns:
         One intercommunicator per group, in plan order.
 
     Raises:
-        AdaptError: on every rank of ``world`` when any group failed to spawn or to answer in time;
-            groups that did start are told to exit and their intercommunicators are released.
+        AdaptError: on every rank of ``world`` when any group failed to spawn or to answer in time; groups
+            that did start are told to exit and their intercommunicators are released.
     """
     cmd, args = spawn_command()
     k = len(plan.counts)
@@ -139,8 +157,8 @@ def parent_spawn(world: Any, plan: ExpandPlan, timeout: float, leftovers: Leftov
     if not problems:
         for i in range(k):
             try:
-                wait_request(out[i].Ibarrier(), timeout, f"joiners on {plan.hosts[i] or 'the default host'}",
-                             cap=_POLL)
+                wait_request(out[i].Ibarrier(), max(0.0, deadline - time.monotonic()),
+                             f"joiners on {plan.hosts[i] or 'the default host'}", cap=_POLL)
                 answered[i] = True
             except AdaptTimeout as e:
                 problems.append(str(e))
@@ -159,81 +177,94 @@ def parent_spawn(world: Any, plan: ExpandPlan, timeout: float, leftovers: Leftov
     if ok:
         return list(out)
     for i in range(k):
-        inter = out[i]
-        if i in late:
-            continue
         if answered[i]:
-            if world.rank == 0:
-                for r in range(inter.remote_size):
-                    inter.send({"kind": "abort"}, dest=r, tag=_TAG)
-            inter.Disconnect()
-        elif inter is not None and not isinstance(inter, Exception):
-            inter.Free()  # a member may be dead: no Disconnect handshake with it
+            abort_group(out[i], timeout, leftovers)
+        elif i not in late and out[i] is not None and not isinstance(out[i], Exception):
+            out[i].Free()  # a member may be dead: nothing is sent to it, no Disconnect handshake with it
             leftovers.stale = True
     raise AdaptError("expansion failed: " + ("; ".join(problems) if problems else "a peer rank failed"))
 
+def parent_send_context(world: Any, inters: list[Any], contexts: list[dict]) -> list[Any]:
+    """Rank 0 starts sending each group its context (kind, index, layout, ...); the others do nothing.
 
-def parent_send_context(world: Any, inters: list[Any], contexts: list[dict]) -> None:
-    """Rank 0 sends each group its context (kind, index, layout, ...); the others do nothing."""
+    Returns the send requests (completed in :func:`parent_ready`, once the joiners have received them).
+    """
     if world.rank != 0:
-        return
-    reqs = []
-    for inter, ctx in zip(inters, contexts, strict=True):
-        for r in range(inter.remote_size):
-            reqs.append(inter.isend(dict(ctx, member=r), dest=r, tag=_TAG))
-    for req in reqs:
-        req.wait()
-
+        return []
+    return [inter.isend(dict(ctx, member=r), dest=r, tag=_TAG)
+            for inter, ctx in zip(inters, contexts, strict=True) for r in range(inter.remote_size)]
 
 def parent_ready(world: Any, inters: list[Any], timeout: float, leftovers: Leftovers,
-                 first: Callable[[float], None] | None = None, go: bool = True) -> None:
+                 first: Callable[[float], None] | None = None, go: bool = True, sent: list[Any] | None = None) -> None:
     """Last check before the blocking merge: every joiner is alive and waiting; collective over ``world``.
 
-    Every group must reach a barrier on its intercommunicator within ``timeout`` (a joiner stopped or killed
-    after the handshake never does); the ranks agree on the outcome and rank 0 tells each joiner ``go`` or
-    ``abort``. ``first`` (on rank 0) is another wait that must succeed (the joiners' liveness reports).
-    With ``go`` False a success is not announced yet: :func:`parent_go` does it later (an expansion prepared
-    in the background merges at the application's next safe point).
+    Every group must reach a barrier on its intercommunicator within ``timeout``: a joiner that died, never got
+    its context or was stopped before it asked to merge never does. The ranks agree on the outcome and rank 0
+    tells each joiner ``go`` or ``abort``. ``first`` (on rank 0) is another wait that must succeed (the joiners'
+    liveness reports); ``sent`` are rank 0's context sends, complete once the groups are ready. With ``go``
+    False a success is not announced yet: :func:`parent_go` does it later (an expansion prepared in the
+    background merges at the application's next safe point).
 
     Raises:
         AdaptError: on every rank of ``world`` when a group is not ready; the groups are dropped.
     """
     deadline = time.monotonic() + timeout
     problem = ""
-    if first is not None:
-        try:
-            first(timeout)
-        except AdaptTimeout as e:
-            problem = str(e)
+    try:
+        for req in sent or []:   # a large context goes out only as the joiners receive it (rank 0 drives it)
+            wait_request(req, max(0.0, deadline - time.monotonic()), "joiners receiving their context", cap=_POLL)
+        if first is not None:
+            first(max(0.0, deadline - time.monotonic()))
+    except AdaptTimeout as e:
+        problem = str(e)
+    except MPI.Exception as e:   # a joiner died before it got its context
+        problem = f"joiners: {e.Get_error_string()}"
     reqs = [inter.Ibarrier() for inter in inters]
     if not problem:
-        for req in reqs:
+        for req, inter in zip(reqs, inters, strict=True):
             try:
                 wait_request(req, max(0.0, deadline - time.monotonic()), "joiners ready to merge", cap=_POLL)
             except AdaptTimeout as e:
                 problem = str(e)
                 break
+            except MPI.Exception as e:       # a joiner died (Open MPI reports it here)
+                problem = f"joiners: {e.Get_error_string()}"
+                break
     ok = world.allreduce(0 if problem else 1, op=MPI.MIN)
-    if ok and not go:
-        return
-    parent_go(world, inters, bool(ok))
     if ok:
+        if go:
+            parent_go(world, inters, True)
         return
+    leftovers.pending += sent or []
+    parent_go(world, inters, False, leftovers)
     for inter in inters:
         inter.Free()  # a stopped or dead member cannot take part in a Disconnect
     leftovers.stale = True
     raise AdaptError(f"expansion failed: {problem or 'joiners not ready on another rank'}")
 
-
-def parent_go(world: Any, inters: list[Any], ok: bool) -> None:
+def parent_go(world: Any, inters: list[Any], ok: bool, leftovers: Leftovers | None = None) -> None:
     """Rank 0 tells every joiner to merge (``ok``) or to exit; an abort is not waited for (a stopped joiner
-    may never receive it)."""
+    may never receive it: its send is kept in ``leftovers``)."""
     if world.rank != 0:
         return
-    sends = [inter.isend(ok, dest=r, tag=_TAG + 1) for inter in inters for r in range(inter.remote_size)]
     if ok:
-        MPI.Request.waitall(sends)
+        MPI.Request.waitall([inter.isend(True, dest=r, tag=_TAG + 1) for inter in inters
+                             for r in range(inter.remote_size)])
+        return
+    sends = _try_sends(inters, False, _TAG + 1)
+    if leftovers is not None:
+        leftovers.pending += sends
 
+def _try_sends(inters: list[Any], msg: Any, tag: int) -> list[Any]:
+    """Send ``msg`` to every joiner that can still be reached (a dead one makes its send fail at once)."""
+    sends = []
+    for inter in inters:
+        for r in range(inter.remote_size):
+            try:
+                sends.append(inter.isend(msg, dest=r, tag=tag))
+            except MPI.Exception as e:
+                log.info("joiner %d of a given-up group is unreachable: %s", r, e.Get_error_string().splitlines()[0])
+    return sends
 
 def child_ready(parent: Any, timeout: float, go_timeout: float | None) -> None:
     """Joiner side of :func:`parent_ready`; a joiner told to abort (or left without an answer) exits here.
@@ -242,14 +273,15 @@ def child_ready(parent: Any, timeout: float, go_timeout: float | None) -> None:
     """
     try:
         wait_request(parent.Ibarrier(), timeout, "parents ready to merge", cap=_POLL)
-        go = wait_request(parent.irecv(source=0, tag=_TAG + 1), go_timeout, "go from rank 0", cap=0.005)
-    except AdaptTimeout as e:
+        # a synchronous expansion answers at once; an overlapped one at the parents' next safe point
+        go = wait_request(parent.irecv(source=0, tag=_TAG + 1), go_timeout, "go from rank 0",
+                          cap=_POLL if go_timeout is not None else 0.005)
+    except (AdaptTimeout, MPI.Exception) as e:
         log.error("joiner gives up: %s", e)  # noqa: TRY400 - the timeout is the whole story
         go = False
     if not go:
         log.warning("the expansion was given up by the parents; joiner exits")
         child_give_up(parent)
-
 
 def child_give_up(parent: Any) -> None:
     """End a joiner whose expansion failed: finalize (where the MPI allows it), then exit 0; the launchers take a
@@ -257,10 +289,21 @@ def child_give_up(parent: Any) -> None:
     parent.Free()
     if current().finalize_on_give_up:
         MPI.Finalize()
+        _exit_finalized()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
 
+
+def _exit_finalized() -> None:
+    """End a joiner that finalized MPI with status 0: the C library's ``exit``, which runs the MPI library's exit
+    handlers (after ``os._exit`` hydra takes the process for a crashed one and, unless told to keep going, ends
+    the whole job), but not the interpreter's teardown."""
+    import ctypes
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    ctypes.CDLL(None).exit(0)
 
 @dataclass
 class Merged:
@@ -269,46 +312,63 @@ class Merged:
     world: Any
     intercomm: Any
 
-
 def parent_merge(world: Any, inters: list[Any]) -> Merged:
-    """Merge the old world with the spawned groups (old ranks first, then groups in order)."""
+    """Merge the old world with the spawned groups (old ranks first, then groups in order).
+
+    With one group, its spawn intercommunicator already joins exactly the old and the new processes and becomes
+    the window's; with several, the window gets a new one and the spawn intercommunicators are released.
+    """
     n_old = world.size
     parts = [inter.Merge(high=False) for inter in inters]
+    if len(inters) == 1:
+        return Merged(parts[0], inters[0])
     merged = _chain(parts[0], parts[1:], n_old, 1)
-    return Merged(merged, _old_new_intercomm(merged, n_old))
-
+    inter = _old_new_intercomm(merged, n_old)
+    for x in inters:
+        current().release(x)
+    return Merged(merged, inter)
 
 def child_connect(timeout: float) -> tuple[Any, dict]:
     """Joiner side of the handshake: answer the parents, then receive the context.
 
-    Raises:
-        AdaptTimeout: the parents did not complete the handshake or send the context in time.
+    A joiner whose handshake is not answered in time gives up (before its parents do: a failed group is then gone
+    before they spawn anything else); one told to ``abort`` meets its parents once more and exits. Neither returns.
     """
     parent = MPI.Comm.Get_parent()
-    # give up before the parents do: a failed group is then gone before they spawn anything else
     try:
         wait_request(parent.Ibarrier(), 0.75 * timeout, "handshake with the spawning processes", cap=_POLL)
+        ctx = wait_request(parent.irecv(source=0, tag=_TAG), timeout, "adaptation context from rank 0", cap=_POLL)
     except (AdaptTimeout, MPI.Exception) as e:   # no answer in time, or a sibling died (Open MPI reports it)
         log.error("joiner gives up: %s", e)  # noqa: TRY400 - the timeout is the whole story
         child_give_up(parent)
-    ctx = wait_request(parent.irecv(source=0, tag=_TAG), timeout, "adaptation context from rank 0", cap=_POLL)
+    if ctx.get("kind") == "abort":
+        log.warning("expansion was cancelled by the parents; joiner exits")
+        try:
+            wait_request(parent.Ibarrier(), timeout, "parents giving up the expansion", cap=_POLL)
+        except (AdaptTimeout, MPI.Exception):
+            child_give_up(parent)
+        parent.Disconnect()
+        MPI.Finalize()
+        _exit_finalized()
     return parent, ctx
-
 
 def child_merge(parent: Any, index: int, n_groups: int, n_old: int) -> Merged:
     """Joiner side of :func:`parent_merge` for group ``index`` of ``n_groups``."""
     mine = parent.Merge(high=True)
+    if n_groups == 1:
+        return Merged(mine, parent)
+    release = current().release
     if index == 0:
         merged = mine
     else:
         x = MPI.COMM_WORLD.Create_intercomm(0, mine, 0, _TAG + index)
         merged = x.Merge(high=True)
-        release = current().release
         release(x)
         release(mine)
     merged = _chain(merged, [None] * (n_groups - index - 1), n_old, index + 1)
-    return Merged(merged, _old_new_intercomm(merged, n_old))
-
+    inter = _old_new_intercomm(merged, n_old)
+    release(parent)
+    return Merged(merged, inter)
 
 def _chain(merged: Any, parts: list[Any], n_old: int, first_index: int) -> Any:
     """Fold groups ``first_index``.. into ``merged``: an intercomm through each (old ∪ group) comm, then Merge.
@@ -328,7 +388,6 @@ def _chain(merged: Any, parts: list[Any], n_old: int, first_index: int) -> Any:
             release(part)
         merged = nxt
     return merged
-
 
 def _old_new_intercomm(merged: Any, n_old: int) -> Any:
     old = merged.rank < n_old

@@ -11,6 +11,7 @@ if it is split, and finalizes MPI) must return from the application.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -22,6 +23,7 @@ from mpi4py import MPI
 
 from malleable.errors import AdaptError, AdaptTimeout, ConfigError
 from malleable.runtime import _expand, _lifecycle, _mpi, _registered, _requests, _spawn
+from malleable.runtime._bytecode import cache_bytecode
 from malleable.runtime._bounds import Slots, check_expand, check_plan, host_resolves, initial_layout, slots_from_env
 from malleable.runtime._layout import (
     ExpandPlan,
@@ -85,6 +87,7 @@ class _Window:
     gone: tuple[int, ...] = ()
     freed: tuple[str, ...] = ()
     background: float = 0.0
+    metas: dict | None = None     # registered arrays to move (an expansion's, from rank 0); None: ask rank 0
 
 
 @dataclass
@@ -210,6 +213,7 @@ def init_adapt(timeout: float | None = None, plan: str | None = None, overlap: b
     rt.req_comm = rt.world.Dup()
     if comm.rank == 0:
         rt.listener = Listener()
+        cache_bytecode()   # before anything is spawned: joiners then load it instead of compiling the runtime
     _STATE = rt
     _lifecycle.install_hooks(lambda: _STATE)
     marker = os.environ.get("MALLEABLE_RUN_MARKER")
@@ -249,12 +253,7 @@ def _initial_hosts(job_hosts: tuple[str, ...], n: int, base: int) -> tuple[str, 
 
 def _joiner_init(timeout: float) -> Status:
     global _STATE
-    parent, ctx = _spawn.child_connect(timeout)  # gives up (exits) if the parents do not answer in time
-    if ctx.get("kind") == "abort":
-        log.warning("expansion was cancelled by the parents; joiner exits")
-        parent.Disconnect()
-        MPI.Finalize()
-        os._exit(0)
+    parent, ctx = _spawn.child_connect(timeout)  # exits if the parents do not answer in time or give up
     lay = GroupLayout.from_json(ctx["layout"])
     steps = parse_plan(ctx["plan"])
     cores, per_host, hostfile = ctx["slots"]
@@ -439,9 +438,10 @@ def _parent_expand(rt: _Runtime, d: Resize, kind: str) -> None:
     prepared, rt.prepared = rt.prepared, None
     if prepared is None:
         prepared = _expand.prepare(rt, rt.world, d, kind)
-    merged, after = _expand.finish(rt.world, rt.layout, prepared, rt.probes)
+    registered = _registered.metadata(rt.registry) if rt.world.rank == 0 else None
+    merged, after, metas = _expand.finish(rt.world, rt.layout, prepared, rt.probes, registered)
     rt.window = _Window(kind, d, rt.world, merged.world, merged.intercomm, Status.STAYING, t0, after,
-                        background=prepared.seconds if prepared.overlap else 0.0)
+                        background=prepared.seconds if prepared.overlap else 0.0, metas=metas)
     if kind == "initial":
         _commit(rt)
 
@@ -452,17 +452,17 @@ def _joiner_merge(rt: _Runtime) -> None:
     t0 = time.perf_counter()
     _spawn.child_ready(ctx["parent"], rt.timeout, None if ctx.get("overlap") else rt.timeout)
     merged = _spawn.child_merge(ctx["parent"], ctx["index"], ctx["n_groups"], ctx["n_old"])
-    ctx["parent"].Disconnect()
-    rt.probes = merged.world.bcast(None, root=0)  # the job's count at the merge (see _expand.finish)
+    # the job's probe count at the merge, every joiner's host and the registered arrays (see _expand.finish)
+    rt.probes, member_hosts, metas = merged.world.bcast(None, root=0)
     if isinstance(rt.source, PlanSource):
         rt.source = PlanSource(rt.plan, start=rt.probes)
-    member_hosts = _expand.gather_members(merged.world, ctx["n_old"], ctx["index"], ctx["n_groups"])
     before = GroupLayout.from_json(ctx["layout"])
     plan = ExpandPlan(tuple([None] * ctx["n_groups"]), tuple(len(h) for h in member_hosts), ctx["gids"][0])
     after = apply_expand(before, plan, member_hosts)
     d = Resize(ctx["decision"][0], tuple(ctx["decision"][1]))
     rt.layout = before
-    rt.window = _Window(ctx["kind"], d, None, merged.world, merged.intercomm, Status.JOINING, t0, after)
+    rt.window = _Window(ctx["kind"], d, None, merged.world, merged.intercomm, Status.JOINING, t0, after,
+                        metas=metas)
     if ctx["kind"] == "initial":
         _commit(rt)
 
@@ -480,10 +480,13 @@ def _begin_shrink(rt: _Runtime, d: Resize) -> None:
     sp = plan_shrink(rt.layout, d.procs)
     comm = rt.world
     leaving = comm.rank >= sp.target
-    new_world = comm.Split(MPI.UNDEFINED if leaving else 0, comm.rank)
-    local = comm.Split(1 if leaving else 0, comm.rank)
+    local = comm.Split(1 if leaving else 0, comm.rank)   # the stayers' side is their new world
     inter = local.Create_intercomm(0, comm, 0 if leaving else sp.target, 4710)
-    _mpi.current().release(local)  # the leavers' side may span several spawn groups
+    new_world = MPI.COMM_NULL
+    if leaving:
+        _mpi.current().release(local)  # the leavers' side may span several spawn groups
+    else:
+        new_world = local
     status = Status.LEAVING if leaving else Status.STAYING
     rt.window = _Window("shrink", d, comm, new_world, inter, status, t0, sp.after, sp.gone, sp.freed_hosts)
 
@@ -512,9 +515,9 @@ def _commit(rt: _Runtime) -> AdaptReport:
     assert w is not None
     old_size = rt.layout.world_size
     if w.kind != "initial":  # registered arrays move over the communicator spanning old and new owners
-        span, new_size = (w.new_world, w.after.world_size) if w.kind == "expand" else (w.old_world, w.after.world_size)
-        _registered.move_all(rt.registry, old_size, new_size, span)
-    w.intercomm.Disconnect()
+        span = w.new_world if w.kind == "expand" else w.old_world
+        _registered.move_all(rt.registry, old_size, w.after.world_size, span, w.metas)
+    _mpi.current().release(w.intercomm)
     if w.kind != "shrink":
         if w.old_world is not None:
             _mpi.current().release(w.old_world)
@@ -535,7 +538,7 @@ def _commit(rt: _Runtime) -> AdaptReport:
     freed: tuple[str, ...] = ()
     if rt.world.rank == 0 and rt.listener is not None:
         try:
-            rt.listener.wait_gone(w.gone, rt.timeout, progress=_lifecycle.progress)
+            rt.listener.wait_gone(w.gone, rt.timeout, progress=functools.partial(_lifecycle.progress, rt.world))
             freed = w.freed
         except AdaptTimeout as e:
             log.warning("%s; their hosts are not reported free", e)
