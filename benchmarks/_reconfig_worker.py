@@ -133,7 +133,9 @@ class _Profile:
         "context": [("_spawn", "parent_send_context")],
         "liveness": [("_liveness", "Listener.accept")],
         "ready": [("_spawn", "parent_ready")],
+        "go": [("_spawn", "parent_go")],
         "merge": [("_spawn", "parent_merge")],
+        "finish": [("_expand", "finish")],
         "members": [("_expand", "gather_members"), ("_world", "_gather_members")],
         "adapt_begin": [("_world", "adapt_begin")],
         "adapt_commit": [("_world", "adapt_commit")],
@@ -147,12 +149,6 @@ class _Profile:
         "child ready": [("_spawn", "child_ready")],
         "child merge": [("_spawn", "child_merge")],
     }
-
-    def __init__(self, where):
-        self.where = where
-        self.spans = []
-        self.marks = {"main": T_MAIN, "mpi4py": T_MPI, "import0": T_IMPORT0, "imported": T_IMPORTED,
-                      "exec": _exec_time()}
 
     ALTERNATIVES = frozenset({"MPI_Comm_spawn", "members"})   # names of one function in different commits
 

@@ -213,15 +213,16 @@ def steps_section(name, trees, args):
 PROFILE_ROWS = (
     ("probe_adapt", "probe: decision, plan checks"), ("plan checks", "probe: slot checks"),
     ("host resolution", "probe: host choice/resolution"), ("MPI_Comm_spawn", "spawn (MPI_Comm_spawn)"),
-    ("spawn+handshake", "handshake (Ibarrier)"), ("context", "context to joiners"),
-    ("liveness", "liveness reports"), ("ready", "ready barrier + go"), ("merge", "merge (Intercomm_merge...)"),
+    ("spawn+handshake", "spawn (other: handshake)"), ("context", "context to joiners"),
+    ("liveness", "liveness reports"), ("ready", "ready barrier (joiners' start)"), ("go", "go to joiners"),
+    ("merge", "merge (Intercomm_merge...)"), ("finish", "context + hosts (collective)"),
     ("members", "member hosts (allgather)"), ("prepare", "prepare (other)"), ("adapt_begin", "begin (other)"),
     ("registered data", "registered data"), ("request channel", "request channel (Dup)"),
     ("adapt_commit", "commit (disconnect, release)"),
 )
 JOINER_ROWS = (("launch", "joiner: launch (spawn start -> exec)"), ("python", "joiner: Python start (exec -> main)"),
                ("mpi", "joiner: import mpi4py + MPI_Init"), ("runtime", "joiner: import malleable.runtime"),
-               ("init", "joiner: init_adapt (handshake, context, liveness)"))
+               ("init", "joiner: init_adapt"))
 
 
 def _exclusive(spans):

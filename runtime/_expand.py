@@ -1,14 +1,13 @@
-"""The parents' side of an expansion, up to the merge: synchronous, or prepared in a thread while the job computes.
+"""The parents' side of an expansion: synchronous, or prepared in a thread while the job computes.
 
-``prepare`` spawns the groups, sends them their context, waits for their liveness reports and for every joiner to
-be ready, so that only the merge is left; ``Background`` runs it on a duplicate of the world in a thread (MaM's
-threaded spawn, Invasive MPI's latency hiding), and the runtime merges at the first probe at which every rank's
-thread is done. ``finish`` merges and returns the new world.
+``prepare`` spawns the groups and waits until every joiner asks to merge, so that only the merge is left;
+``Background`` runs it on a duplicate of the world in a thread (MaM's threaded spawn, Invasive MPI's latency
+hiding), and the runtime merges at the first probe at which every rank's thread is done. ``finish`` merges, tells
+the joiners the job's state in the same step and returns the new world.
 """
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ __all__ = ["Background", "Prepared", "finish", "prepare"]
 
 @dataclass
 class Prepared:
-    """Spawned, informed and ready groups waiting for the merge."""
+    """Spawned and ready groups waiting for the merge."""
 
     decision: Resize
     kind: str
@@ -36,11 +35,11 @@ class Prepared:
     t0: float
     overlap: bool = False
     seconds: float = 0.0   # time the preparation took
-    member_hosts: list[list[str]] = field(default_factory=list)   # rank 0: each joiner's host, per group
 
 
 def prepare(rt: Any, world: Any, d: Resize, kind: str, overlap: bool = False) -> Prepared:
-    """Spawn and make ready the processes of decision ``d``; collective over ``world`` (the job's world or a dup).
+    """Spawn the processes of decision ``d`` and wait until they ask to merge; collective over ``world`` (the job's
+    world or a dup).
 
     Raises:
         AdaptError: on every rank of ``world`` when a group could not be started or is not ready in time.
@@ -50,44 +49,46 @@ def prepare(rt: Any, world: Any, d: Resize, kind: str, overlap: bool = False) ->
     plan = plan_expand(rt.layout, d.procs, hosts)
     if world.rank == 0 and rt.listener is None:
         raise AdaptError("internal: rank 0 has no liveness listener")
-    inters = _spawn.parent_spawn(world, plan, rt.timeout, rt.leftovers)
+    inters = _spawn.parent_spawn(world, plan, rt.timeout, rt.leftovers, initial=kind == "initial")
     gids = [plan.first_gid + i for i in range(len(inters))]
-    base_ctx = {
-        "kind": kind, "n_old": world.size, "n_groups": len(inters), "gids": gids, "layout": rt.layout.to_json(),
-        "probes": rt.probes, "plan": rt.plan_text, "timeout": rt.timeout, "job_hosts": list(rt.job_hosts),
-        "liveness": rt.listener.endpoint() if rt.listener else None, "decision": [d.procs, list(d.hosts)],
-        "local_source": bool(getattr(rt.source, "local", True)),
+    _spawn.parent_ready(world, inters, rt.timeout, rt.leftovers, go=not overlap)
+    return Prepared(d, kind, plan, inters, gids, world.size, t0, overlap, time.perf_counter() - t0)
+
+
+def joiner_context(rt: Any, p: Prepared, registered: dict) -> dict:
+    """Everything a joiner learns at the merge (rank 0's view of the job, now)."""
+    return {
+        "kind": p.kind, "gids": p.gids, "counts": list(p.plan.counts), "layout": rt.layout.to_json(), "probes": rt.probes, "plan": rt.plan_text,
+        "timeout": rt.timeout, "job_hosts": list(rt.job_hosts), "liveness": rt.listener.endpoint(),
+        "decision": [p.decision.procs, list(p.decision.hosts)], "local_source": bool(getattr(rt.source, "local", True)),
         "slots": [rt.slots.cores, rt.slots.per_host, [list(x) for x in rt.slots.hostfile]],
-        "stale": rt.leftovers.stale, "overlap": overlap, "job_overlap": rt.overlap,
+        "stale": rt.leftovers.stale, "registered": registered,
     }
-    sent = _spawn.parent_send_context(world, inters, [dict(base_ctx, index=i) for i in range(len(inters))])
-    accept = None
-    if world.rank == 0:
-        expected = [(g, m) for g, c in zip(gids, plan.counts, strict=True) for m in range(c)]
-        accept = functools.partial(rt.listener.accept, expected)
-    try:
-        _spawn.parent_ready(world, inters, rt.timeout, rt.leftovers, first=accept, go=not overlap, sent=sent)
-    except AdaptError:
-        if rt.listener is not None:
-            rt.listener.forget(gids)
-        raise
-    hosts = rt.listener.hosts(gids, plan.counts) if world.rank == 0 else []
-    return Prepared(d, kind, plan, inters, gids, world.size, t0, overlap, time.perf_counter() - t0, hosts)
 
 
-def finish(world: Any, layout: GroupLayout, p: Prepared, probes: int,
-           registered: dict | None = None) -> tuple[_spawn.Merged, GroupLayout, dict]:
-    """Merge the prepared groups into ``world``; returns the merged communicators, the layout after it and the
-    registered arrays' metadata (see ``_registered.metadata``).
+def finish(world: Any, layout: GroupLayout, p: Prepared, ctx: dict | None) -> tuple[_spawn.Merged, GroupLayout, dict]:
+    """Merge the prepared groups into ``world``; returns the merged communicators, the layout after it and rank
+    0's ``ctx``.
 
-    One broadcast from rank 0 tells everybody the job's probe count (it moved on while an overlapped expansion
-    was prepared), where each joiner runs (from its liveness report) and which arrays to move at the commit.
+    One ``allgather`` over the new world completes the expansion: rank 0 gives the joiners ``ctx``
+    (:func:`joiner_context`: the job's probe count, which moved on while an overlapped expansion was prepared, its
+    plan, layout, the registered arrays to move at the commit, ...) and every joiner tells where it runs.
     """
     if p.overlap:
-        _spawn.parent_go(world, p.inters, True)
+        _spawn.parent_go(world, p.inters)
     merged = _spawn.parent_merge(world, p.inters)
-    _, member_hosts, metas = merged.world.bcast((probes, p.member_hosts, registered or {}), root=0)
-    return merged, apply_expand(layout, p.plan, member_hosts), metas
+    rows = merged.world.allgather(ctx)
+    return merged, apply_expand(layout, p.plan, member_hosts(rows, p.n_old, p.plan.counts)), rows[0]
+
+
+def member_hosts(rows: list, n_old: int, counts: tuple[int, ...] | list[int]) -> list[list[str]]:
+    """The joiners' hosts per group, from the merge's ``allgather`` (joiners give their host, in rank order)."""
+    hosts = [str(r) for r in rows[n_old:]]
+    out, at = [], 0
+    for c in counts:
+        out.append(hosts[at:at + c])
+        at += c
+    return out
 
 
 @dataclass
@@ -116,10 +117,8 @@ class Background:
         """Whether this rank's part of the preparation has ended (successfully or not)."""
         return not self.thread.is_alive()
 
-    def abandon(self) -> None:
+    def abandon(self, timeout: float, leftovers: _spawn.Leftovers) -> None:
         """At the job's end with an expansion prepared but never merged: tell the joiners to exit."""
         self.thread.join()
         if self.result is not None:
-            _spawn.parent_go(self.world, self.result.inters, False)
-            for inter in self.result.inters:
-                inter.Free()
+            _spawn.abandon(self.world, self.result.inters, timeout, leftovers)

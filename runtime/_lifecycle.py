@@ -83,9 +83,9 @@ def at_exit(rt: Any) -> None:
         return
     code = rt.exit_code
     if rt.background is not None:  # an expansion still being prepared: its joiners must exit
-        rt.background.abandon()
+        rt.background.abandon(rt.timeout, rt.leftovers)
     elif rt.prepared is not None:
-        _spawn.parent_go(rt.world, rt.prepared.inters, False)
+        _spawn.abandon(rt.world, rt.prepared.inters, rt.timeout, rt.leftovers)
     if rt.alive_fd is not None:  # a spawned process: rank 0 gives the job this status if it is the first error
         try:
             os.write(rt.alive_fd, f"exit {code}\n".encode())
@@ -96,6 +96,11 @@ def at_exit(rt: Any) -> None:
     except AdaptTimeout:
         log.warning("members of this process's spawn group never reached the end; finalizing anyway")
     if rt.listener is not None:
+        expected = [(g.gid, m) for g in rt.layout.groups if not g.base for m in range(g.size)]
+        try:
+            rt.listener.accept(expected, rt.timeout)   # joiners report in after their merge
+        except AdaptTimeout as e:
+            log.warning("%s", e)
         bad = [c for c in rt.listener.collect_exits(rt.timeout, progress=functools.partial(progress, rt.world))
                if c]
         if bad and not code:

@@ -19,7 +19,7 @@ from typing import Any
 
 from malleable.errors import AdaptTimeout
 
-__all__ = ["Listener", "connect_back", "local_addresses"]
+__all__ = ["Listener", "connect_back", "local_addresses", "own_start_time"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,7 @@ class Listener:
         self.port = self._sock.getsockname()[1]
         self.addresses = local_addresses()
         self._conns: dict[tuple[int, int], socket.socket] = {}  # (gid, member) -> socket
+        self._pending: list[socket.socket] = []   # accepted, report not read yet
         self._pids: dict[tuple[int, int], tuple[str, int]] = {}
         self._ctimes: dict[tuple[int, int], float] = {}
 
@@ -56,37 +57,47 @@ class Listener:
         return {"addresses": self.addresses, "port": self.port}
 
     def accept(self, expected: Iterable[tuple[int, int]], timeout: float) -> None:
-        """Accept the connections of the given (gid, member) processes.
+        """Take the reports of every process that connected so far, and wait (up to ``timeout`` s) until the given
+        (gid, member) processes have; with nothing expected, it does not wait.
+
+        Joiners report in after their merge, so an expansion never waits for this: rank 0 takes the reports when
+        it needs them (a shrink, the job's end).
 
         Raises:
-            AdaptTimeout: not all connected within ``timeout`` seconds.
+            AdaptTimeout: not all reported within ``timeout`` seconds.
         """
         want = set(expected)
         deadline = time.monotonic() + timeout
         sel = selectors.DefaultSelector()
         sel.register(self._sock, selectors.EVENT_READ)
-        pending: list[socket.socket] = []
+        for c in self._pending:
+            sel.register(c, selectors.EVENT_READ)
         try:
-            while want - set(self._conns):
+            while True:
+                missing = want - set(self._conns)
                 left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AdaptTimeout(f"{len(want - set(self._conns))} spawned process(es) did not report in time")
-                for key, _ in sel.select(min(left, 0.5)):
+                if missing and left <= 0:
+                    raise AdaptTimeout(f"{len(missing)} spawned process(es) did not report in time")
+                events = sel.select(min(left, 0.5) if missing else 0)
+                if not events and not missing:
+                    return
+                for key, _ in events:
                     if key.fileobj is self._sock:
-                        conn, _ = self._sock.accept()
+                        try:
+                            conn, _ = self._sock.accept()
+                        except BlockingIOError:
+                            continue
                         conn.setblocking(True)
                         conn.settimeout(max(0.1, left))
-                        pending.append(conn)
+                        self._pending.append(conn)
                         sel.register(conn, selectors.EVENT_READ)
                     else:
                         conn = key.fileobj  # type: ignore[assignment]
                         sel.unregister(conn)
-                        pending.remove(conn)  # type: ignore[arg-type]
+                        self._pending.remove(conn)  # type: ignore[arg-type]
                         self._register(conn)  # type: ignore[arg-type]
         finally:
             sel.close()
-            for c in pending:
-                c.close()
 
     def _register(self, conn: socket.socket) -> None:
         line = b""
@@ -201,9 +212,10 @@ class Listener:
 
     def close(self) -> None:
         """Close the listener and every connection."""
-        for c in self._conns.values():
+        for c in [*self._conns.values(), *self._pending]:
             c.close()
         self._conns.clear()
+        self._pending.clear()
         self._sock.close()
 
 
@@ -244,13 +256,13 @@ def connect_back(endpoint: dict, gid: int, member: int, timeout: float) -> int:
             errors.append(f"{addr}: {e}")
             continue
         s.settimeout(None)
-        started = _own_start_time()
+        started = own_start_time()
         s.sendall(f"{gid} {member} {os.getpid()} {socket.gethostname()} {started:.3f}\n".encode())
         return s.detach()
     raise AdaptTimeout(f"cannot reach rank 0 of the job to report in: {'; '.join(errors)}")
 
 
-def _own_start_time() -> float:
+def own_start_time() -> float:
     """When this process started, as ``psutil.Process().create_time()`` gives it (boot time + start ticks), read
     from /proc without loading psutil (a joiner reports in before it can answer its parents)."""
     try:

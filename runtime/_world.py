@@ -15,8 +15,10 @@ import functools
 import logging
 import os
 import socket
+import sys
 import time
 from dataclasses import dataclass, field
+from collections.abc import Iterable
 from typing import Any
 
 from mpi4py import MPI
@@ -109,7 +111,8 @@ class _Runtime:
     window: _Window | None = None
     listener: Listener | None = None
     alive_fd: int | None = None
-    joiner_ctx: dict | None = None
+    parent: Any = None                 # a joiner's intercommunicator to its parents, until the merge
+    joined_at: float = 0.0             # a joiner: when its init_adapt ran (time.monotonic())
     finished: bool = False
     skip_probe: bool = False
     source: Any = field(default=None)
@@ -186,9 +189,8 @@ def init_adapt(timeout: float | None = None, plan: str | None = None, overlap: b
     if _STATE is not None:
         raise AdaptError("init_adapt() was already called in this process")
     t = env_timeout(timeout)
-    parent = MPI.Comm.Get_parent()
-    if parent != MPI.COMM_NULL:
-        return _joiner_init(t)
+    if MPI.Comm.Get_parent() != MPI.COMM_NULL:
+        return _joiner_init(t, overlap)
     comm = MPI.COMM_WORLD
     hosts = comm.allgather(socket.gethostname())
     base = GroupLayout((Group(0, tuple(hosts), comm.size, base=True),))
@@ -251,27 +253,22 @@ def _initial_hosts(job_hosts: tuple[str, ...], n: int, base: int) -> tuple[str, 
     return tuple(job_hosts[i % len(job_hosts)] for i in range(base, n))
 
 
-def _joiner_init(timeout: float) -> Status:
+def _joiner_init(timeout: float, overlap: bool | None) -> Status:
+    """A joiner's ``init_adapt``: no communication (the parents learn that it is alive in its ``adapt_begin``); the
+    processes of the job's initial size join at once."""
     global _STATE
-    parent, ctx = _spawn.child_connect(timeout)  # exits if the parents do not answer in time or give up
-    lay = GroupLayout.from_json(ctx["layout"])
-    steps = parse_plan(ctx["plan"])
-    cores, per_host, hostfile = ctx["slots"]
-    rt = _Runtime(None, lay, ctx["gids"][ctx["index"]], ctx["member"], ctx["timeout"], steps, ctx["plan"],
-                  tuple(ctx["job_hosts"]), probes=ctx["probes"],
-                  slots=Slots(cores, per_host, tuple((h, n) for h, n in hostfile)))
-    rt.source = PlanSource(steps, start=ctx["probes"]) if ctx.get("local_source", True) else NullSource()
-    rt.joiner_ctx = dict(ctx, parent=parent)
-    rt.overlap = bool(ctx.get("job_overlap"))
-    rt.leftovers.stale = bool(ctx.get("stale"))  # the job's processes end alike (see _at_exit)
-    rt.alive_fd = connect_back(ctx["liveness"], rt.gid, rt.member, timeout)
+    rt = _Runtime(None, GroupLayout(()), -1, MPI.COMM_WORLD.rank, timeout, (), "", (), status=Status.JOINING)
+    rt.parent, rt.joined_at = MPI.Comm.Get_parent(), time.monotonic()
+    # the same program on the same environment: the parents' overlap setting (a joiner of an overlapped expansion
+    # waits for the word to merge until the parents' next safe point)
+    rt.overlap = overlap if overlap is not None else os.environ.get("MALLEABLE_OVERLAP", "0") == "1"
     _STATE = rt
     _lifecycle.install_hooks(lambda: _STATE)
-    if ctx["kind"] == "initial":
+    if _spawn.INITIAL_OPTION in getattr(sys, "_xoptions", {}):
         _joiner_merge(rt)
+        _commit(rt)
         rt.status = Status.NEW
         return Status.NEW
-    rt.status = Status.JOINING
     return Status.JOINING
 
 
@@ -438,33 +435,39 @@ def _parent_expand(rt: _Runtime, d: Resize, kind: str) -> None:
     prepared, rt.prepared = rt.prepared, None
     if prepared is None:
         prepared = _expand.prepare(rt, rt.world, d, kind)
-    registered = _registered.metadata(rt.registry) if rt.world.rank == 0 else None
-    merged, after, metas = _expand.finish(rt.world, rt.layout, prepared, rt.probes, registered)
+    ctx = None
+    if rt.world.rank == 0:
+        ctx = _expand.joiner_context(rt, prepared, _registered.metadata(rt.registry))
+    merged, after, ctx = _expand.finish(rt.world, rt.layout, prepared, ctx)
     rt.window = _Window(kind, d, rt.world, merged.world, merged.intercomm, Status.STAYING, t0, after,
-                        background=prepared.seconds if prepared.overlap else 0.0, metas=metas)
+                        background=prepared.seconds if prepared.overlap else 0.0, metas=ctx["registered"])
     if kind == "initial":
         _commit(rt)
 
 
 def _joiner_merge(rt: _Runtime) -> None:
-    ctx = rt.joiner_ctx
-    assert ctx is not None
+    """A joiner's side of the merge: ask to merge, merge, and learn the job's state from rank 0."""
     t0 = time.perf_counter()
-    _spawn.child_ready(ctx["parent"], rt.timeout, None if ctx.get("overlap") else rt.timeout)
-    merged = _spawn.child_merge(ctx["parent"], ctx["index"], ctx["n_groups"], ctx["n_old"])
-    # the job's probe count at the merge, every joiner's host and the registered arrays (see _expand.finish)
-    rt.probes, member_hosts, metas = merged.world.bcast(None, root=0)
-    if isinstance(rt.source, PlanSource):
-        rt.source = PlanSource(rt.plan, start=rt.probes)
+    parent = rt.parent
+    go_timeout = None if rt.overlap and _mpi.current().concurrent_spawn else rt.timeout
+    index, n_groups, n_old = _spawn.child_ready(parent, rt.timeout, go_timeout, rt.joined_at)  # or it exits
+    merged = _spawn.child_merge(parent, index, n_groups, n_old)
+    rows = merged.world.allgather(socket.gethostname())   # see _expand.finish
+    ctx = rows[0]
     before = GroupLayout.from_json(ctx["layout"])
-    plan = ExpandPlan(tuple([None] * ctx["n_groups"]), tuple(len(h) for h in member_hosts), ctx["gids"][0])
-    after = apply_expand(before, plan, member_hosts)
+    plan = ExpandPlan(tuple([None] * n_groups), tuple(ctx["counts"]), ctx["gids"][0])
+    rt.gid, rt.probes, rt.timeout = ctx["gids"][index], ctx["probes"], ctx["timeout"]
+    rt.plan_text, rt.plan, rt.job_hosts = ctx["plan"], parse_plan(ctx["plan"]), tuple(ctx["job_hosts"])
+    cores, per_host, hostfile = ctx["slots"]
+    rt.slots = Slots(cores, per_host, tuple((h, n) for h, n in hostfile))
+    rt.source = PlanSource(rt.plan, start=rt.probes) if ctx["local_source"] else NullSource()
+    rt.leftovers.stale = bool(ctx["stale"])  # the job's processes end alike (see _lifecycle.at_exit)
+    rt.alive_fd = connect_back(ctx["liveness"], rt.gid, rt.member, rt.timeout)
+    after = apply_expand(before, plan, _expand.member_hosts(rows, n_old, plan.counts))
     d = Resize(ctx["decision"][0], tuple(ctx["decision"][1]))
     rt.layout = before
     rt.window = _Window(ctx["kind"], d, None, merged.world, merged.intercomm, Status.JOINING, t0, after,
-                        metas=metas)
-    if ctx["kind"] == "initial":
-        _commit(rt)
+                        metas=ctx["registered"])
 
 
 def _joiner_begin(rt: _Runtime) -> AdaptWindow:
@@ -524,6 +527,8 @@ def _commit(rt: _Runtime) -> AdaptReport:
         rt.skip_probe = w.status is Status.JOINING and w.kind == "expand"
         rt.world, rt.layout, rt.window, rt.status = w.new_world, w.after, None, Status.STAYING
         _renew_req_comm(rt)
+        if rt.listener is not None:
+            rt.listener.accept((), 0)   # take the reports that arrived (never waits)
         return _report(rt, w, old_size, Status.STAYING if w.status is Status.STAYING else Status.JOINING)
     _mpi.current().release(w.old_world)
     if w.status is Status.LEAVING:
@@ -538,6 +543,7 @@ def _commit(rt: _Runtime) -> AdaptReport:
     freed: tuple[str, ...] = ()
     if rt.world.rank == 0 and rt.listener is not None:
         try:
+            rt.listener.accept(_members(rt.layout, w.gone), rt.timeout)   # joiners report in after their merge
             rt.listener.wait_gone(w.gone, rt.timeout, progress=functools.partial(_lifecycle.progress, rt.world))
             freed = w.freed
         except AdaptTimeout as e:
@@ -545,6 +551,12 @@ def _commit(rt: _Runtime) -> AdaptReport:
     rt.layout = w.after
     freed = rt.world.bcast(freed, root=0)
     return _report(rt, w, old_size, Status.STAYING, tuple(freed))
+
+
+def _members(layout: GroupLayout, gids: Iterable[int] | None = None) -> list[tuple[int, int]]:
+    """(gid, member) of every spawned process of the groups ``gids`` (default: all spawned groups) in ``layout``."""
+    want = None if gids is None else set(gids)
+    return [(g.gid, m) for g in layout.groups if not g.base and (want is None or g.gid in want) for m in range(g.size)]
 
 
 def _renew_req_comm(rt: _Runtime, leaving: bool = False) -> None:
