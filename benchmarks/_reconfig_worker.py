@@ -152,6 +152,12 @@ class _Profile:
 
     ALTERNATIVES = frozenset({"MPI_Comm_spawn", "members"})   # names of one function in different commits
 
+    def __init__(self, where):
+        self.where = where
+        self.spans = []
+        self.marks = {"main": T_MAIN, "mpi4py": T_MPI, "import0": T_IMPORT0, "imported": T_IMPORTED,
+                      "exec": _exec_time()}
+
     def install(self):
         import functools
         import importlib

@@ -11,13 +11,15 @@ flag says.
 
 from __future__ import annotations
 
-import logging
+
 import os
 import sys
 
+from malleable.runtime._record import get_logger
+
 __all__ = ["cache_bytecode"]
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
 def cache_bytecode() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from malleable.errors import AdaptError
 from malleable.runtime import _spawn
-from malleable.runtime._layout import ExpandPlan, GroupLayout, apply_expand, plan_expand
+from malleable.runtime._layout import ExpandPlan, GroupLayout, apply_expand, plan_expand, split_hosts
 from malleable.runtime._sources import choose_hosts
 from malleable.runtime._types import Resize
 
@@ -77,18 +77,8 @@ def finish(world: Any, layout: GroupLayout, p: Prepared, ctx: dict | None) -> tu
     if p.overlap:
         _spawn.parent_go(world, p.inters)
     merged = _spawn.parent_merge(world, p.inters)
-    rows = merged.world.allgather(ctx)
-    return merged, apply_expand(layout, p.plan, member_hosts(rows, p.n_old, p.plan.counts)), rows[0]
-
-
-def member_hosts(rows: list, n_old: int, counts: tuple[int, ...] | list[int]) -> list[list[str]]:
-    """The joiners' hosts per group, from the merge's ``allgather`` (joiners give their host, in rank order)."""
-    hosts = [str(r) for r in rows[n_old:]]
-    out, at = [], 0
-    for c in counts:
-        out.append(hosts[at:at + c])
-        at += c
-    return out
+    rows = merged.world.allgather(ctx)   # joiners give their host, in rank order
+    return merged, apply_expand(layout, p.plan, split_hosts(rows[p.n_old:], p.plan.counts)), rows[0]
 
 
 @dataclass

@@ -8,9 +8,7 @@ settled (no thread may be inside MPI at ``MPI_Finalize``), and the process ends 
 from __future__ import annotations
 
 import atexit
-import ctypes
 import functools
-import logging
 import os
 import sys
 import time
@@ -23,10 +21,11 @@ from malleable.errors import AdaptTimeout
 from malleable.runtime import _mpi, _spawn
 from malleable.runtime._types import Pause, ProbeResult, Resume, Status
 from malleable.runtime._waits import wait_request
+from malleable.runtime._record import get_logger
 
 __all__ = ["at_exit", "exit_status", "group_exit_barrier", "install_hooks", "leave", "pause", "progress"]
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
 def progress(comm: Any = None) -> None:
@@ -78,7 +77,7 @@ def at_exit(rt: Any) -> None:
         # the C library's exit(), which still runs the MPI library's own exit handlers (os._exit
         # would skip them, and hydra then takes the process for a crashed one).
         _flush()
-        ctypes.CDLL(None).exit(0)
+        _c_exit(0)
     if rt is None or MPI.Is_finalized():
         return
     code = rt.exit_code
@@ -131,7 +130,14 @@ def at_exit(rt: Any) -> None:
         if not MPI.Is_finalized():
             MPI.Finalize()
         _flush()
-        ctypes.CDLL(None).exit(code)
+        _c_exit(code)
+
+
+def _c_exit(code: int) -> None:
+    """End the process with the C library's ``exit``: the MPI library's exit handlers run, Python's teardown not."""
+    import ctypes
+
+    ctypes.CDLL(None).exit(code)
 
 
 def exit_status(arg: Any) -> int:

@@ -9,19 +9,18 @@ processes of the released groups have exited, and to say which hosts are really 
 
 from __future__ import annotations
 
-import logging
 import os
-import selectors
 import socket
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from malleable.errors import AdaptTimeout
+from malleable.runtime._record import get_logger
 
 __all__ = ["Listener", "connect_back", "local_addresses", "own_start_time"]
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
 def local_addresses() -> list[str]:
@@ -66,6 +65,8 @@ class Listener:
         Raises:
             AdaptTimeout: not all reported within ``timeout`` seconds.
         """
+        import selectors  # rank 0 only: a joiner reports in without it
+
         want = set(expected)
         deadline = time.monotonic() + timeout
         sel = selectors.DefaultSelector()
@@ -140,6 +141,8 @@ class Listener:
         Raises:
             AdaptTimeout: some are still alive after ``timeout`` seconds.
         """
+        import selectors
+
         gids = set(gids)
         keys = [k for k in self._conns if k[0] in gids]
         sel = selectors.DefaultSelector()
@@ -174,6 +177,8 @@ class Listener:
 
         Waits up to ``timeout`` s in all; a process that closes without a report (or never reports) adds nothing.
         """
+        import selectors
+
         sel = selectors.DefaultSelector()
         bufs: dict[tuple[int, int], bytes] = {}
         for k, conn in self._conns.items():

@@ -11,7 +11,6 @@ Distributions along ``axis`` over ``p`` parts: ``block`` (part ``i`` owns one co
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -25,14 +24,14 @@ __all__ = ["DISTS", "Registered", "indices", "metadata", "move_all", "moved"]
 DISTS = ("block", "block-cyclic")
 
 
-@dataclass
 class Registered:
-    """One registered array on this process: its local part and how the whole is distributed."""
+    """One registered array on this process: its local part (replaced by ``register`` and at every commit) and
+    how the whole is distributed."""
 
-    local: Any
-    dist: str
-    axis: int
-    block: int
+    __slots__ = ("local", "dist", "axis", "block")
+
+    def __init__(self, local: Any, dist: str, axis: int, block: int) -> None:
+        self.local, self.dist, self.axis, self.block = local, dist, axis, block
 
 
 def indices(n: int, parts: int, part: int, dist: str, block: int = 1) -> np.ndarray:

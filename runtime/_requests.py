@@ -11,9 +11,9 @@ pending adaptation (``info["request"] == "granted"``), a refusal a non-pending p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from malleable.runtime._record import Record
 from malleable.runtime._types import Resize
 
 __all__ = ["AdaptRequest", "Refusal", "check_request", "drain", "grant", "send"]
@@ -22,25 +22,31 @@ _TAG = 4720
 DRAIN_EVERY = 0.002  # seconds: rank 0 looks for other ranks' requests at most this often (a probe costs ~1 us)
 
 
-@dataclass(frozen=True, slots=True)
-class AdaptRequest:
+class AdaptRequest(Record):
     """A wish for a new size: exactly ``procs``, or anything in ``[min_procs, max_procs]`` (0: unbounded)."""
 
-    procs: int = 0
-    min_procs: int = 0
-    max_procs: int = 0
-    rank: int = 0
+    __slots__ = ("procs", "min_procs", "max_procs", "rank")
+    procs: int
+    min_procs: int
+    max_procs: int
+    rank: int
+
+    def __init__(self, procs: int = 0, min_procs: int = 0, max_procs: int = 0, rank: int = 0) -> None:
+        self._init(procs=procs, min_procs=min_procs, max_procs=max_procs, rank=rank)
 
     def as_dict(self) -> dict[str, int]:
         """JSON form."""
         return {"procs": self.procs, "min": self.min_procs, "max": self.max_procs, "rank": self.rank}
 
 
-@dataclass(frozen=True, slots=True)
-class Refusal:
+class Refusal(Record):
     """The decision source refused the outstanding request."""
 
+    __slots__ = ("reason",)
     reason: str
+
+    def __init__(self, reason: str) -> None:
+        self._init(reason=reason)
 
 
 def check_request(procs: int | None, min_procs: int | None, max_procs: int | None, rank: int) -> AdaptRequest:

@@ -13,26 +13,28 @@ group's place in the merge) or to exit. Everything else a joiner needs travels w
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mpi4py import MPI
 
 from malleable.errors import AdaptError, AdaptTimeout
-from malleable.runtime._layout import ExpandPlan
 from malleable.runtime._mpi import current
+from malleable.runtime._record import get_logger
 from malleable.runtime._waits import wait_request
+
+if TYPE_CHECKING:
+    import threading
+
+    from malleable.runtime._layout import ExpandPlan
 
 __all__ = ["INITIAL_OPTION", "Leftovers", "Merged", "child_give_up", "child_merge", "child_ready", "parent_go",
            "parent_merge", "parent_ready", "parent_spawn", "spawn_command"]
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 _TAG = 4711
 _POLL = 0.0005  # longest sleep between polls during an adaptation: these waits are short, latency matters
@@ -42,7 +44,6 @@ INITIAL_OPTION = "malleable_initial"
 _ABORT = "abort"     # rank 0's word instead of go: the expansion is given up; both sides disconnect
 
 
-@dataclass
 class Leftovers:
     """What failed expansions left behind; owned by the runtime, which must settle it before MPI_Finalize.
 
@@ -52,9 +53,12 @@ class Leftovers:
     that may never complete (kept so their buffers outlive them).
     """
 
-    threads: list[threading.Thread] = field(default_factory=list)
-    stale: bool = False
-    pending: list[Any] = field(default_factory=list)
+    __slots__ = ("pending", "stale", "threads")
+
+    def __init__(self) -> None:
+        self.threads: list[threading.Thread] = []
+        self.stale = False
+        self.pending: list[Any] = []
 
     def settle(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s for the straggling threads; True if none is left inside MPI."""
@@ -73,7 +77,7 @@ def spawn_command(initial: bool = False) -> tuple[str, list[str]]:
 
 
 def _spawn_one(comm: Any, cmd: str, args: list[str], n: int, host: str | None, out: list, i: int,
-               abandoned: threading.Event, timeout: float) -> None:
+               abandoned: threading.Event, timeout: float) -> None:  # a thread per group
     try:
         _spawn_call(comm, cmd, args, n, host, out, i)
     finally:
@@ -122,6 +126,8 @@ def parent_spawn(world: Any, plan: ExpandPlan, timeout: float, leftovers: Leftov
         AdaptError: on every rank of ``world`` when any group failed to spawn in time; groups that did start
             are told to exit and their intercommunicators are released.
     """
+    import threading
+
     cmd, args = spawn_command(initial)
     k = len(plan.counts)
     dups = [world.Dup() for _ in range(k)]
@@ -309,12 +315,13 @@ def _exit_finalized() -> None:
     ctypes.CDLL(None).exit(0)
 
 
-@dataclass
 class Merged:
     """Result of the merge: the new world and the old↔joiners intercommunicator."""
 
-    world: Any
-    intercomm: Any
+    __slots__ = ("intercomm", "world")
+
+    def __init__(self, world: Any, intercomm: Any) -> None:
+        self.world, self.intercomm = world, intercomm
 
 
 def parent_merge(world: Any, inters: list[Any]) -> Merged:

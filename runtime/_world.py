@@ -12,20 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import logging
 import os
 import socket
 import sys
 import time
-from dataclasses import dataclass, field
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mpi4py import MPI
 
 from malleable.errors import AdaptError, AdaptTimeout, ConfigError
-from malleable.runtime import _expand, _lifecycle, _mpi, _registered, _requests, _spawn
-from malleable.runtime._bytecode import cache_bytecode
+from malleable.runtime import _lifecycle, _mpi, _registered, _requests, _spawn
 from malleable.runtime._bounds import Slots, check_expand, check_plan, host_resolves, initial_layout, slots_from_env
 from malleable.runtime._layout import (
     ExpandPlan,
@@ -34,6 +31,7 @@ from malleable.runtime._layout import (
     apply_expand,
     plan_expand,
     plan_shrink,
+    split_hosts,
 )
 from malleable.runtime._liveness import Listener, connect_back
 from malleable.runtime._plan import PlanStep, parse_plan, validate_plan
@@ -41,7 +39,11 @@ from malleable.runtime._requests import AdaptRequest
 from malleable.runtime._settings import env_int, env_timeout
 from malleable.runtime._sources import NullSource, PlanSource, choose_hosts, make_source
 from malleable.runtime._types import AdaptWindow, Pause, ProbeResult, Resize, Status
+from malleable.runtime._record import Record, get_logger
 from malleable.runtime._waits import wait_request
+
+if TYPE_CHECKING:
+    from malleable.runtime import _expand
 
 __all__ = [
     "AdaptReport",
@@ -58,77 +60,74 @@ __all__ = [
     "world",
 ]
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
+class AdaptReport(Record):
+    """What :func:`adapt_commit` returns: the change, its cost, and the hosts it really freed; ``idle`` counts
+    processes that left the world but wait for their group, ``background`` the seconds an overlapped expansion's
+    preparation took while the job computed."""
 
-@dataclass(frozen=True, slots=True)
-class AdaptReport:
-    """What :func:`adapt_commit` returns: the change, its cost, and the hosts it really freed."""
-
+    __slots__ = ("kind", "old_size", "new_size", "status", "seconds", "freed_hosts", "idle", "background")
     kind: str
     old_size: int
     new_size: int
     status: Status
     seconds: float
-    freed_hosts: tuple[str, ...] = ()
-    idle: int = 0
-    background: float = 0.0   # seconds of an overlapped expansion's preparation, spent while the job computed
+    freed_hosts: tuple[str, ...]
+    idle: int
+    background: float
+
+    def __init__(self, kind: str, old_size: int, new_size: int, status: Status, seconds: float,
+                 freed_hosts: tuple[str, ...] = (), idle: int = 0, background: float = 0.0) -> None:
+        self._init(kind=kind, old_size=old_size, new_size=new_size, status=status, seconds=seconds,
+                   freed_hosts=freed_hosts, idle=idle, background=background)
 
 
-@dataclass
 class _Window:
-    kind: str
-    decision: Resize
-    old_world: Any
-    new_world: Any
-    intercomm: Any
-    status: Status
-    t0: float
-    after: GroupLayout
-    gone: tuple[int, ...] = ()
-    freed: tuple[str, ...] = ()
-    background: float = 0.0
-    metas: dict | None = None     # registered arrays to move (an expansion's, from rank 0); None: ask rank 0
+    """An open adaptation window (between adapt_begin and adapt_commit)."""
+
+    def __init__(self, kind: str, decision: Resize, old_world: Any, new_world: Any, intercomm: Any, status: Status,
+                 t0: float, after: GroupLayout, gone: tuple[int, ...] = (), freed: tuple[str, ...] = (),
+                 background: float = 0.0, metas: dict | None = None) -> None:
+        self.kind, self.decision, self.status, self.t0, self.after = kind, decision, status, t0, after
+        self.old_world, self.new_world, self.intercomm = old_world, new_world, intercomm
+        self.gone, self.freed, self.background = gone, freed, background
+        self.metas = metas   # registered arrays to move (an expansion's, from rank 0); None: ask rank 0
 
 
-@dataclass
 class _Runtime:
     """State of this process's participation in the job; mutated only by the verbs below."""
 
-    world: Any
-    layout: GroupLayout
-    gid: int
-    member: int
-    timeout: float
-    plan: tuple[PlanStep, ...]
-    plan_text: str
-    job_hosts: tuple[str, ...]
-    probes: int = 0
-    status: Status = Status.NEW
-    pending: Resize | None = None
-    pending_kind: str = ""
-    window: _Window | None = None
-    listener: Listener | None = None
-    alive_fd: int | None = None
-    parent: Any = None                 # a joiner's intercommunicator to its parents, until the merge
-    joined_at: float = 0.0             # a joiner: when its init_adapt ran (time.monotonic())
-    finished: bool = False
-    skip_probe: bool = False
-    source: Any = field(default=None)
-    slots: Slots = field(default_factory=lambda: Slots(os.cpu_count() or 1))
-    exit_code: int = 0                 # what this process passed to sys.exit (reported to rank 0 at the end)
-    leftovers: _spawn.Leftovers = field(default_factory=_spawn.Leftovers)  # of failed expansions
-    req_comm: Any = None               # a dup of the world carrying request_adapt calls to rank 0
-    outstanding: AdaptRequest | None = None   # rank 0: the request the decision source has not answered yet
-    req_sends: list = field(default_factory=list)   # other ranks: requests on their way to rank 0
-    req_sent: int = 0                  # requests this rank sent on ``req_comm`` (other ranks)
-    req_got: int = 0                   # requests rank 0 received on ``req_comm``
-    drained_at: float = 0.0            # rank 0: when it last looked for other ranks' requests
-    registry: dict = field(default_factory=dict)    # registered arrays (see _registered)
-    overlap: bool = False              # prepare expansions in the background (see _expand)
-    background: _expand.Background | None = None   # an expansion being prepared
-    prepared: _expand.Prepared | None = None       # a prepared expansion waiting for adapt_begin
+    def __init__(self, world: Any, layout: GroupLayout, gid: int, member: int, timeout: float,
+                 plan: tuple[PlanStep, ...], plan_text: str, job_hosts: tuple[str, ...], status: Status = Status.NEW,
+                 slots: Slots | None = None, overlap: bool = False) -> None:
+        self.world, self.layout, self.gid, self.member, self.timeout = world, layout, gid, member, timeout
+        self.plan, self.plan_text, self.job_hosts, self.status = plan, plan_text, job_hosts, status
+        self.slots = slots if slots is not None else Slots(os.cpu_count() or 1)
+        self.overlap = overlap             # prepare expansions in the background (see _expand)
+        self.probes = 0
+        self.pending: Resize | None = None
+        self.pending_kind = ""
+        self.window: _Window | None = None
+        self.listener: Listener | None = None
+        self.alive_fd: int | None = None
+        self.parent: Any = None            # a joiner's intercommunicator to its parents, until the merge
+        self.joined_at = 0.0               # a joiner: when its init_adapt ran (time.monotonic())
+        self.finished = False
+        self.skip_probe = False
+        self.source: Any = None
+        self.exit_code = 0                 # what this process passed to sys.exit (reported to rank 0 at the end)
+        self.leftovers = _spawn.Leftovers()  # of failed expansions
+        self.req_comm: Any = None          # a dup of the world carrying request_adapt calls to rank 0
+        self.outstanding: AdaptRequest | None = None   # rank 0: the request the decision source has not answered
+        self.req_sends: list = []          # other ranks: requests on their way to rank 0
+        self.req_sent = 0                  # requests this rank sent on ``req_comm`` (other ranks)
+        self.req_got = 0                   # requests rank 0 received on ``req_comm``
+        self.drained_at = 0.0              # rank 0: when it last looked for other ranks' requests
+        self.registry: dict = {}           # registered arrays (see _registered)
+        self.background: _expand.Background | None = None   # an expansion being prepared
+        self.prepared: _expand.Prepared | None = None       # a prepared expansion waiting for adapt_begin
 
 
 _STATE: _Runtime | None = None  # the runtime's world handle
@@ -215,6 +214,8 @@ def init_adapt(timeout: float | None = None, plan: str | None = None, overlap: b
     rt.req_comm = rt.world.Dup()
     if comm.rank == 0:
         rt.listener = Listener()
+        from malleable.runtime._bytecode import cache_bytecode
+
         cache_bytecode()   # before anything is spawned: joiners then load it instead of compiling the runtime
     _STATE = rt
     _lifecycle.install_hooks(lambda: _STATE)
@@ -352,6 +353,8 @@ def probe_adapt() -> ProbeResult:
                 rt.source.refused(d, str(e))
             return ProbeResult(False, Status.STAYING, {})
     if kind == "expand" and rt.overlap and _mpi.current().concurrent_spawn:
+        from malleable.runtime import _expand
+
         rt.background = _expand.Background(d, rt.world.Dup()).start(rt)
         return ProbeResult(False, Status.STAYING, {})
     rt.pending, rt.pending_kind = d, kind
@@ -431,6 +434,8 @@ def adapt_begin() -> AdaptWindow:
 
 
 def _parent_expand(rt: _Runtime, d: Resize, kind: str) -> None:
+    from malleable.runtime import _expand  # the parents' side only: a joiner does not load it
+
     t0 = time.perf_counter()
     prepared, rt.prepared = rt.prepared, None
     if prepared is None:
@@ -463,7 +468,7 @@ def _joiner_merge(rt: _Runtime) -> None:
     rt.source = PlanSource(rt.plan, start=rt.probes) if ctx["local_source"] else NullSource()
     rt.leftovers.stale = bool(ctx["stale"])  # the job's processes end alike (see _lifecycle.at_exit)
     rt.alive_fd = connect_back(ctx["liveness"], rt.gid, rt.member, rt.timeout)
-    after = apply_expand(before, plan, _expand.member_hosts(rows, n_old, plan.counts))
+    after = apply_expand(before, plan, split_hosts(rows[n_old:], plan.counts))
     d = Resize(ctx["decision"][0], tuple(ctx["decision"][1]))
     rt.layout = before
     rt.window = _Window(ctx["kind"], d, None, merged.world, merged.intercomm, Status.JOINING, t0, after,
