@@ -31,7 +31,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -155,7 +155,7 @@ def step_name(old, new):
 
 def steps_section(name, trees, args):
     """The sequence on each tree and the raw baselines, alternating; per-step medians, ratios and the profile."""
-    seq = [(a, b) for a, b in zip((1, *SEQUENCE), SEQUENCE)]
+    seq = list(zip((1, *SEQUENCE), SEQUENCE, strict=True))
     plan, last = plan_of(list(SEQUENCE) * args.per_run)
     raw_cases = {1: sorted({b - a for a, b in seq if b > a and a == 1}), 2: sorted({b - a for a, b in seq
                                                                                  if b > a and a == 2})}
@@ -231,7 +231,7 @@ def _exclusive(spans):
     out = []
     for i, (name, t0, t1) in enumerate(spans):
         inner, end = 0.0, t0
-        for n2, u0, u1 in spans[i + 1:]:
+        for _, u0, u1 in spans[i + 1:]:
             if u0 >= t1:
                 break
             if u1 <= t1 and u0 >= end:   # a direct child (children of children lie inside it)
@@ -266,8 +266,8 @@ def profile_of(dirs, seq):
             row.setdefault("total", []).append(t1 - t0)
             spawn0 = min((s[1] for s in inside if s[0] == "MPI_Comm_spawn"), default=t0)
             joiners = [p for p in procs if p["joiner"] and spawn0 <= p["marks"]["main"] <= t1]
-            for key, get in (("launch", lambda m: m["exec"] - spawn0), ("python", lambda m: m["main"] - m["exec"]),
-                             ("mpi", lambda m: m["mpi4py"] - m["main"]),
+            for key, get in (("launch", lambda m, s0=spawn0: m["exec"] - s0),
+                             ("python", lambda m: m["main"] - m["exec"]), ("mpi", lambda m: m["mpi4py"] - m["main"]),
                              ("runtime", lambda m: m["imported"] - m["import0"])):
                 vals = [get(p["marks"]) for p in joiners if p["marks"].get("exec")]
                 if vals:

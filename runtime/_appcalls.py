@@ -35,9 +35,8 @@ def request_adapt(procs: int | None = None, min: int | None = None, max: int | N
     if rt.world.rank == 0:
         _take_request(rt, req)
     else:
-        rt.req_sends = [r for r in rt.req_sends if not r.Test()]
-        rt.req_sends.append(_requests.send(rt.req_comm, req))
-        rt.req_sent += 1
+        assert rt.requests is not None
+        rt.requests.send(req)
 
 
 def register(name: str, local: Any, dist: str = "block", axis: int = 0, block: int = 1) -> None:

@@ -11,7 +11,6 @@ flag says.
 
 from __future__ import annotations
 
-
 import os
 import sys
 

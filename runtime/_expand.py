@@ -58,9 +58,9 @@ def prepare(rt: Any, world: Any, d: Resize, kind: str, overlap: bool = False) ->
 def joiner_context(rt: Any, p: Prepared, registered: dict) -> dict:
     """Everything a joiner learns at the merge (rank 0's view of the job, now)."""
     return {
-        "kind": p.kind, "gids": p.gids, "counts": list(p.plan.counts), "layout": rt.layout.to_json(), "probes": rt.probes, "plan": rt.plan_text,
-        "timeout": rt.timeout, "job_hosts": list(rt.job_hosts), "liveness": rt.listener.endpoint(),
-        "decision": [p.decision.procs, list(p.decision.hosts)], "local_source": bool(getattr(rt.source, "local", True)),
+        "kind": p.kind, "gids": p.gids, "counts": list(p.plan.counts), "layout": rt.layout, "probes": rt.probes,
+        "plan": rt.plan_text, "steps": rt.plan, "timeout": rt.timeout, "job_hosts": list(rt.job_hosts),
+        "liveness": rt.listener.endpoint(), "decision": [p.decision.procs, list(p.decision.hosts)], "local_source": bool(getattr(rt.source, "local", True)),
         "slots": [rt.slots.cores, rt.slots.per_host, [list(x) for x in rt.slots.hostfile]],
         "stale": rt.leftovers.stale, "registered": registered,
     }

@@ -19,9 +19,9 @@ from mpi4py import MPI
 
 from malleable.errors import AdaptTimeout
 from malleable.runtime import _mpi, _spawn
+from malleable.runtime._record import get_logger
 from malleable.runtime._types import Pause, ProbeResult, Resume, Status
 from malleable.runtime._waits import wait_request
-from malleable.runtime._record import get_logger
 
 __all__ = ["at_exit", "exit_status", "group_exit_barrier", "install_hooks", "leave", "pause", "progress"]
 
@@ -81,6 +81,8 @@ def at_exit(rt: Any) -> None:
     if rt is None or MPI.Is_finalized():
         return
     code = rt.exit_code
+    if rt.requests is not None:
+        rt.requests.settle()
     if rt.background is not None:  # an expansion still being prepared: its joiners must exit
         rt.background.abandon(rt.timeout, rt.leftovers)
     elif rt.prepared is not None:

@@ -10,7 +10,6 @@ processes of the released groups have exited, and to say which hosts are really 
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -18,13 +17,21 @@ from typing import Any
 from malleable.errors import AdaptTimeout
 from malleable.runtime._record import get_logger
 
-__all__ = ["Listener", "connect_back", "local_addresses", "own_start_time"]
+__all__ = ["Listener", "connect_back", "hostname", "local_addresses", "own_start_time"]
 
 log = get_logger(__name__)
 
 
+def hostname() -> str:
+    """This host's name (``socket.gethostname()``, without loading the socket module: a joiner needs it before it
+    can merge)."""
+    return os.uname().nodename
+
+
 def local_addresses() -> list[str]:
     """IPv4 addresses of this host (network namespace), non-loopback first."""
+    import socket
+
     import psutil  # rank 0 only: a joiner reports in without loading it
 
     addrs: list[str] = []
@@ -39,6 +46,8 @@ class Listener:
     """Rank 0's end: accepts one connection per spawned process and watches for their EOFs."""
 
     def __init__(self) -> None:
+        import socket
+
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("0.0.0.0", 0))  # noqa: S104 - spawned processes on other hosts connect here
@@ -46,8 +55,9 @@ class Listener:
         self._sock.setblocking(False)
         self.port = self._sock.getsockname()[1]
         self.addresses = local_addresses()
-        self._conns: dict[tuple[int, int], socket.socket] = {}  # (gid, member) -> socket
-        self._pending: list[socket.socket] = []   # accepted, report not read yet
+        self._conns: dict[tuple[int, int], Any] = {}  # (gid, member) -> socket
+        self._pending: list[Any] = []   # accepted, report not read yet
+        self._rest: dict[tuple[int, int], bytes] = {}   # what came after a report
         self._pids: dict[tuple[int, int], tuple[str, int]] = {}
         self._ctimes: dict[tuple[int, int], float] = {}
 
@@ -100,13 +110,14 @@ class Listener:
         finally:
             sel.close()
 
-    def _register(self, conn: socket.socket) -> None:
-        line = b""
-        while not line.endswith(b"\n") and len(line) < 256:
+    def _register(self, conn: Any) -> None:
+        data = b""
+        while b"\n" not in data and len(data) < 256:
             chunk = conn.recv(256)
             if not chunk:
                 break
-            line += chunk
+            data += chunk
+        line, _, rest = data.partition(b"\n")   # a process that ended at once may have sent its exit line too
         try:
             gid, member, pid, host, ctime = line.decode().split()
             key = (int(gid), int(member))
@@ -117,6 +128,7 @@ class Listener:
             return
         conn.settimeout(None)
         self._conns[key] = conn
+        self._rest[key] = rest
         self._pids[key] = (host, int(pid))
         self._ctimes[key] = started
 
@@ -166,6 +178,7 @@ class Listener:
                     if not data:
                         sel.unregister(self._conns[k])
                         self._conns.pop(k).close()
+                        self._rest.pop(k, None)
                         _, pid = self._pids.pop(k)
                         keys.remove(k)
                         _reap_wait(pid, self._ctimes.pop(k), deadline)
@@ -183,19 +196,24 @@ class Listener:
         bufs: dict[tuple[int, int], bytes] = {}
         for k, conn in self._conns.items():
             sel.register(conn, selectors.EVENT_READ, k)
-            bufs[k] = b""
+            bufs[k] = self._rest.pop(k, b"")
         codes: list[int] = []
         deadline = time.monotonic() + timeout
         try:
             while bufs and time.monotonic() < deadline:
                 if progress is not None:
                     progress()
-                for key, _ in sel.select(0.01):
-                    k = key.data
-                    try:
-                        data = self._conns[k].recv(64)
-                    except OSError:
-                        data = b""
+                ready = [(k, b"") for k in bufs if b"\n" in bufs[k]]   # exit lines that came with the report
+                ready += [(key.data, None) for key, _ in sel.select(0 if ready else 0.01)]
+                for k, got in ready:
+                    if k not in bufs:
+                        continue
+                    data = got
+                    if data is None:
+                        try:
+                            data = self._conns[k].recv(64)
+                        except OSError:
+                            data = b""
                     bufs[k] += data
                     line, sep, _ = bufs[k].partition(b"\n")
                     if sep or not data:
@@ -214,6 +232,7 @@ class Listener:
             self._conns.pop(k).close()
             self._pids.pop(k)
             self._ctimes.pop(k, None)
+            self._rest.pop(k, None)
 
     def close(self) -> None:
         """Close the listener and every connection."""
@@ -251,6 +270,8 @@ def connect_back(endpoint: dict, gid: int, member: int, timeout: float) -> int:
     Raises:
         AdaptTimeout: no address of the endpoint could be reached.
     """
+    import socket
+
     errors = []
     deadline = time.monotonic() + timeout
     for addr in endpoint["addresses"]:

@@ -1,10 +1,10 @@
 """Application-initiated resizes: a rank asks for processes; the decision source grants, refuses or defers.
 
 Any rank may call ``request_adapt``; a request from another rank travels to world rank 0 on the runtime's own
-communicator (a nonblocking send, drained by rank 0 at each probe), so it never blocks the caller. Rank 0 hands
-the outstanding request to the decision source: the controller gets a ``request`` message and may answer at any
-later probe; a plan answers at its ``{"at_probe": k, "answer": "grant" | "refuse" | "defer"}`` steps, where every
-rank learns the outstanding request from rank 0. The answer comes through ``probe_adapt``: a grant is an ordinary
+communicator (:class:`Channel`: a nonblocking send, drained by rank 0 at each probe), so it never blocks the
+caller. Rank 0 hands the outstanding request to the decision source: the controller gets a ``request`` message and
+may answer at any later probe; a plan answers at its ``{"at_probe": k, "answer": "grant" | "refuse" | "defer"}``
+steps, where every rank learns the outstanding request from rank 0. The answer comes through ``probe_adapt``: a grant is an ordinary
 pending adaptation (``info["request"] == "granted"``), a refusal a non-pending probe with ``info["request"] ==
 "refused"`` and the reason.
 """
@@ -16,7 +16,7 @@ from typing import Any
 from malleable.runtime._record import Record
 from malleable.runtime._types import Resize
 
-__all__ = ["AdaptRequest", "Refusal", "check_request", "drain", "grant", "send"]
+__all__ = ["AdaptRequest", "Channel", "Refusal", "check_request", "grant"]
 
 _TAG = 4720
 DRAIN_EVERY = 0.002  # seconds: rank 0 looks for other ranks' requests at most this often (a probe costs ~1 us)
@@ -76,18 +76,77 @@ def grant(req: AdaptRequest) -> Resize:
     return Resize(req.procs or req.max_procs or req.min_procs)
 
 
-def send(comm: Any, req: AdaptRequest) -> Any:
-    """From a rank other than 0: send the request to rank 0 (nonblocking; returns the request handle)."""
-    return comm.isend(req.as_dict(), dest=0, tag=_TAG)
+class Channel:
+    """How requests travel to rank 0: a duplicate of the job's world, renewed with it at every adaptation.
 
+    The duplicate is made without waiting (``MPI_Comm_idup``, so an adaptation's commit never waits for the slowest
+    rank to make it) and completed at its first use. A request made before that is queued and sent at the rank's
+    next probe; :attr:`sent` counts the requests a rank other than 0 sent, :attr:`got` those rank 0 received.
+    """
 
-def drain(comm: Any, at_least: int = 0) -> list[AdaptRequest]:
-    """On rank 0: every request other ranks have sent so far, and at least ``at_least`` of them (waiting for
-    those: the count of requests known to be on their way)."""
-    from mpi4py import MPI
+    def __init__(self, world: Any) -> None:
+        self.comm, self._made = world.Idup()
+        self.rank = world.rank
+        self.sends: list[Any] = []       # requests on their way to rank 0 (other ranks)
+        self.queued: list[AdaptRequest] = []
+        self.sent = 0
+        self.got = 0
 
-    out = []
-    while len(out) < at_least or comm.iprobe(source=MPI.ANY_SOURCE, tag=_TAG):
-        d = comm.recv(source=MPI.ANY_SOURCE, tag=_TAG)
-        out.append(AdaptRequest(d["procs"], d["min"], d["max"], d["rank"]))
-    return out
+    def _ready(self, wait: bool) -> bool:
+        if self._made is not None:
+            if wait:
+                self._made.Wait()
+            elif not self._made.Test():
+                return False
+            self._made = None
+        return True
+
+    def send(self, req: AdaptRequest) -> None:
+        """From a rank other than 0: send ``req`` to rank 0 (nonblocking), or queue it until :meth:`flush`."""
+        self.queued.append(req)
+        if self._ready(wait=False):
+            self.flush()
+
+    def flush(self) -> None:
+        """Send the queued requests (at a probe: every rank is there, so the duplicate completes at once)."""
+        if not self.queued:
+            return
+        self._ready(wait=True)
+        self.sends = [r for r in self.sends if not r.Test()]
+        for req in self.queued:
+            self.sends.append(self.comm.isend(req.as_dict(), dest=0, tag=_TAG))
+            self.sent += 1
+        self.queued = []
+
+    def drain(self, at_least: int = 0) -> list[AdaptRequest]:
+        """On rank 0: every request other ranks have sent so far, and at least ``at_least`` of them (waiting for
+        those: the count of requests known to be on their way)."""
+        if not self._ready(wait=at_least > 0):
+            return []
+        from mpi4py import MPI
+
+        out = []
+        while len(out) < at_least or self.comm.iprobe(source=MPI.ANY_SOURCE, tag=_TAG):
+            d = self.comm.recv(source=MPI.ANY_SOURCE, tag=_TAG)
+            out.append(AdaptRequest(d["procs"], d["min"], d["max"], d["rank"]))
+        self.got += len(out)
+        return out
+
+    def settle(self) -> None:
+        """Complete the duplicate (before ``MPI_Finalize``: no collective may be left pending)."""
+        self._ready(wait=True)
+
+    def close(self, release: Any, timeout: float = 5.0) -> None:
+        """Complete what is in flight (rank 0 has the sent requests: it answered them; Intel MPI crashes disconnecting
+        a communicator with a send pending) and ``release`` the duplicate."""
+        from malleable.errors import AdaptTimeout
+        from malleable.runtime._waits import wait_request
+
+        for req in self.sends:
+            try:
+                wait_request(req, timeout, "a size request to rank 0")
+            except AdaptTimeout:
+                pass
+        self.sends = []
+        self._ready(wait=True)
+        release(self.comm)

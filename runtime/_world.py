@@ -10,10 +10,8 @@ if it is split, and finalizes MPI) must return from the application.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
-import socket
 import sys
 import time
 from collections.abc import Iterable
@@ -33,14 +31,13 @@ from malleable.runtime._layout import (
     plan_shrink,
     split_hosts,
 )
-from malleable.runtime._liveness import Listener, connect_back
+from malleable.runtime._liveness import Listener, connect_back, hostname
 from malleable.runtime._plan import PlanStep, parse_plan, validate_plan
+from malleable.runtime._record import Record, get_logger
 from malleable.runtime._requests import AdaptRequest
 from malleable.runtime._settings import env_int, env_timeout
 from malleable.runtime._sources import NullSource, PlanSource, choose_hosts, make_source
 from malleable.runtime._types import AdaptWindow, Pause, ProbeResult, Resize, Status
-from malleable.runtime._record import Record, get_logger
-from malleable.runtime._waits import wait_request
 
 if TYPE_CHECKING:
     from malleable.runtime import _expand
@@ -119,11 +116,8 @@ class _Runtime:
         self.source: Any = None
         self.exit_code = 0                 # what this process passed to sys.exit (reported to rank 0 at the end)
         self.leftovers = _spawn.Leftovers()  # of failed expansions
-        self.req_comm: Any = None          # a dup of the world carrying request_adapt calls to rank 0
+        self.requests: _requests.Channel | None = None   # carries request_adapt calls to rank 0
         self.outstanding: AdaptRequest | None = None   # rank 0: the request the decision source has not answered
-        self.req_sends: list = []          # other ranks: requests on their way to rank 0
-        self.req_sent = 0                  # requests this rank sent on ``req_comm`` (other ranks)
-        self.req_got = 0                   # requests rank 0 received on ``req_comm``
         self.drained_at = 0.0              # rank 0: when it last looked for other ranks' requests
         self.registry: dict = {}           # registered arrays (see _registered)
         self.background: _expand.Background | None = None   # an expansion being prepared
@@ -191,7 +185,7 @@ def init_adapt(timeout: float | None = None, plan: str | None = None, overlap: b
     if MPI.Comm.Get_parent() != MPI.COMM_NULL:
         return _joiner_init(t, overlap)
     comm = MPI.COMM_WORLD
-    hosts = comm.allgather(socket.gethostname())
+    hosts = comm.allgather(hostname())
     base = GroupLayout((Group(0, tuple(hosts), comm.size, base=True),))
     text = plan if plan is not None else os.environ.get("MALLEABLE_PLAN", "")
     steps = parse_plan(text)  # same input on every rank: every rank raises alike
@@ -211,7 +205,7 @@ def init_adapt(timeout: float | None = None, plan: str | None = None, overlap: b
     rt = _Runtime(comm.Dup(), base, 0, comm.rank, t, steps, text, job_hosts, slots=slots,
                   overlap=overlap if overlap is not None else os.environ.get("MALLEABLE_OVERLAP", "0") == "1")
     rt.source = make_source(steps, comm.rank)
-    rt.req_comm = rt.world.Dup()
+    rt.requests = _requests.Channel(rt.world)
     if comm.rank == 0:
         rt.listener = Listener()
         from malleable.runtime._bytecode import cache_bytecode
@@ -297,6 +291,10 @@ def probe_adapt() -> ProbeResult:
         rt.skip_probe = False
         return ProbeResult(False, Status.STAYING, {})
     rt.probes += 1
+    channel = rt.requests
+    assert channel is not None
+    if rt.world.rank != 0:
+        channel.flush()  # requests made while the channel was being made
     if rt.background is not None:
         return _probe_background(rt)
     if rt.world.rank == 0 and rt.world.size > 1:
@@ -305,8 +303,7 @@ def probe_adapt() -> ProbeResult:
         # steps see every request made at an earlier probe)
         if rt.source.local or now - rt.drained_at >= _requests.DRAIN_EVERY:
             rt.drained_at = now
-            for req in _requests.drain(rt.req_comm):
-                rt.req_got += 1
+            for req in channel.drain():
                 _take_request(rt, req)
     if rt.source.local:
         d = rt.source.poll(rt.probes)
@@ -314,10 +311,9 @@ def probe_adapt() -> ProbeResult:
         d = rt.world.bcast(_poll_rank0(rt) if rt.world.rank == 0 else None, root=0)
     granted = False
     if isinstance(d, PlanStep):  # a plan's answer step: every rank learns the outstanding request from rank 0
-        sent = rt.world.reduce(rt.req_sent if rt.world.rank else 0, root=0)   # requests made at earlier probes
-        if rt.world.rank == 0 and sent > rt.req_got:
-            for req in _requests.drain(rt.req_comm, sent - rt.req_got):
-                rt.req_got += 1
+        sent = rt.world.reduce(channel.sent if rt.world.rank else 0, root=0)   # requests made at earlier probes
+        if rt.world.rank == 0 and sent > channel.got:
+            for req in channel.drain(sent - channel.got):
                 _take_request(rt, req)
         req = rt.world.bcast(rt.outstanding, root=0)
         if req is None or d.answer == "defer":
@@ -457,12 +453,12 @@ def _joiner_merge(rt: _Runtime) -> None:
     go_timeout = None if rt.overlap and _mpi.current().concurrent_spawn else rt.timeout
     index, n_groups, n_old = _spawn.child_ready(parent, rt.timeout, go_timeout, rt.joined_at)  # or it exits
     merged = _spawn.child_merge(parent, index, n_groups, n_old)
-    rows = merged.world.allgather(socket.gethostname())   # see _expand.finish
+    rows = merged.world.allgather(hostname())   # see _expand.finish
     ctx = rows[0]
-    before = GroupLayout.from_json(ctx["layout"])
+    before = ctx["layout"]
     plan = ExpandPlan(tuple([None] * n_groups), tuple(ctx["counts"]), ctx["gids"][0])
     rt.gid, rt.probes, rt.timeout = ctx["gids"][index], ctx["probes"], ctx["timeout"]
-    rt.plan_text, rt.plan, rt.job_hosts = ctx["plan"], parse_plan(ctx["plan"]), tuple(ctx["job_hosts"])
+    rt.plan_text, rt.plan, rt.job_hosts = ctx["plan"], ctx["steps"], tuple(ctx["job_hosts"])
     cores, per_host, hostfile = ctx["slots"]
     rt.slots = Slots(cores, per_host, tuple((h, n) for h, n in hostfile))
     rt.source = PlanSource(rt.plan, start=rt.probes) if ctx["local_source"] else NullSource()
@@ -565,16 +561,11 @@ def _members(layout: GroupLayout, gids: Iterable[int] | None = None) -> list[tup
 
 
 def _renew_req_comm(rt: _Runtime, leaving: bool = False) -> None:
-    """The request channel follows the world (collective over the new world; leavers only drop theirs)."""
-    old = rt.req_comm
-    if old is not None:
-        for req in rt.req_sends:   # rank 0 has them (it answered): completed, or Intel MPI's disconnect crashes
-            with contextlib.suppress(AdaptTimeout):
-                wait_request(req, 5.0, "a size request to rank 0")
-        rt.req_sends = []
-        _mpi.current().release(old)
-    rt.req_sent = rt.req_got = 0
-    rt.req_comm = None if leaving else rt.world.Dup()
+    """The request channel follows the world (collective over the new world, without waiting; leavers only drop
+    theirs)."""
+    if rt.requests is not None:
+        rt.requests.close(_mpi.current().release)
+    rt.requests = None if leaving else _requests.Channel(rt.world)
 
 
 def _report(rt: _Runtime, w: _Window, old_size: int, status: Status, freed: tuple[str, ...] = ()) -> AdaptReport:
