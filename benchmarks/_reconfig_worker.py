@@ -142,6 +142,9 @@ class _Profile:
         "registered data": [("_registered", "move_all")],
         "request channel": [("_world", "_renew_req_comm")],
         "wait gone": [("_liveness", "Listener.wait_gone")],
+        "shrink begin": [("_world", "_begin_shrink")],
+        "leave": [("_lifecycle", "leave")],
+        "group barrier": [("_lifecycle", "group_exit_barrier")],
         # joiners
         "init_adapt": [("_world", "init_adapt")],
         "child handshake": [("_spawn", "child_connect")],
@@ -262,6 +265,9 @@ while mr.probe_count() < last:
         rep = mr.adapt_commit()
         t1 = time.perf_counter()
         if st is mr.Status.LEAVING:
+            if PROFILE is not None:
+                PROFILE.mark("left")
+                PROFILE.dump()
             sys.exit(0)
         if mr.world().rank == 0:
             reports.append({"kind": rep.kind, "old": rep.old_size, "new": rep.new_size, "seconds": t1 - t_probe,

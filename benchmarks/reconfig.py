@@ -155,7 +155,7 @@ def step_name(old, new):
 
 def steps_section(name, trees, args):
     """The sequence on each tree and the raw baselines, alternating; per-step medians, ratios and the profile."""
-    seq = list(zip((1, *SEQUENCE), SEQUENCE, strict=True))
+    seq = list(zip((1, *SEQUENCE[:-1]), SEQUENCE, strict=True))
     plan, last = plan_of(list(SEQUENCE) * args.per_run)
     raw_cases = {1: sorted({b - a for a, b in seq if b > a and a == 1}), 2: sorted({b - a for a, b in seq
                                                                                  if b > a and a == 2})}

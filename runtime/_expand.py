@@ -60,7 +60,8 @@ def joiner_context(rt: Any, p: Prepared, registered: dict) -> dict:
     return {
         "kind": p.kind, "gids": p.gids, "counts": list(p.plan.counts), "layout": rt.layout, "probes": rt.probes,
         "plan": rt.plan_text, "steps": rt.plan, "timeout": rt.timeout, "job_hosts": list(rt.job_hosts),
-        "liveness": rt.listener.endpoint(), "decision": [p.decision.procs, list(p.decision.hosts)], "local_source": bool(getattr(rt.source, "local", True)),
+        "liveness": rt.listener.endpoint(), "decision": [p.decision.procs, list(p.decision.hosts)],
+        "local_source": bool(getattr(rt.source, "local", True)),
         "slots": [rt.slots.cores, rt.slots.per_host, [list(x) for x in rt.slots.hostfile]],
         "stale": rt.leftovers.stale, "registered": registered,
     }
@@ -89,6 +90,7 @@ class Background:
     world: Any
     result: Prepared | None = None
     error: AdaptError | None = None
+    cancel: tuple[Resize, bool] | None = None   # a newer decision, carried out once this one is given up
     thread: threading.Thread = field(init=False)
 
     def start(self, rt: Any) -> Background:

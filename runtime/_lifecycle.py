@@ -37,9 +37,14 @@ def progress(comm: Any = None) -> None:
         comm.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)
 
 
-def leave() -> None:
-    """Leaving side of a shrink: wait for the rest of the spawn group, then finalize MPI."""
-    group_exit_barrier(timeout=None)
+def leave(whole_group: bool = False) -> None:
+    """Leaving side of a shrink: wait for the rest of the spawn group, then finalize MPI.
+
+    A group that leaves whole finalizes at once (``MPI_Finalize`` is collective over connected processes: the group
+    meets there); a member of a split group waits, idle, until the rest of its group leaves too.
+    """
+    if not whole_group:
+        group_exit_barrier(timeout=None)
     MPI.Finalize()
 
 
@@ -81,8 +86,6 @@ def at_exit(rt: Any) -> None:
     if rt is None or MPI.Is_finalized():
         return
     code = rt.exit_code
-    if rt.requests is not None:
-        rt.requests.settle()
     if rt.background is not None:  # an expansion still being prepared: its joiners must exit
         rt.background.abandon(rt.timeout, rt.leftovers)
     elif rt.prepared is not None:

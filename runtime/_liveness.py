@@ -147,8 +147,8 @@ class Listener:
     def wait_gone(self, gids: Iterable[int], timeout: float, progress: Callable[[], Any] | None = None) -> None:
         """Return once every process of the groups ``gids`` has exited (its socket hit EOF).
 
-        ``progress`` is called at least every 10 ms meanwhile: leaving processes of some MPIs (Intel MPI) can
-        finalize only while their peers' MPI library makes progress.
+        ``progress`` is called at least every millisecond meanwhile: leaving processes finalize only as fast as
+        their peers' MPI library makes progress (Intel MPI's not at all without it).
 
         Raises:
             AdaptTimeout: some are still alive after ``timeout`` seconds.
@@ -169,7 +169,7 @@ class Listener:
                     raise AdaptTimeout(f"leaving processes still alive after {timeout:.0f} s: {names}")
                 if progress is not None:
                     progress()
-                for key, _ in sel.select(min(left, 0.01) if progress is not None else left):
+                for key, _ in sel.select(min(left, 0.001) if progress is not None else left):
                     k = key.data
                     try:
                         data = self._conns[k].recv(64)

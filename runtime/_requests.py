@@ -4,9 +4,9 @@ Any rank may call ``request_adapt``; a request from another rank travels to worl
 communicator (:class:`Channel`: a nonblocking send, drained by rank 0 at each probe), so it never blocks the
 caller. Rank 0 hands the outstanding request to the decision source: the controller gets a ``request`` message and
 may answer at any later probe; a plan answers at its ``{"at_probe": k, "answer": "grant" | "refuse" | "defer"}``
-steps, where every rank learns the outstanding request from rank 0. The answer comes through ``probe_adapt``: a grant is an ordinary
-pending adaptation (``info["request"] == "granted"``), a refusal a non-pending probe with ``info["request"] ==
-"refused"`` and the reason.
+steps, where every rank learns the outstanding request from rank 0. The answer comes through ``probe_adapt``: a
+grant is an ordinary pending adaptation (``info["request"] == "granted"``), a refusal a non-pending probe with
+``info["request"] == "refused"`` and the reason.
 """
 
 from __future__ import annotations
@@ -77,52 +77,31 @@ def grant(req: AdaptRequest) -> Resize:
 
 
 class Channel:
-    """How requests travel to rank 0: a duplicate of the job's world, renewed with it at every adaptation.
+    """How requests travel to rank 0: a duplicate of the job's world, renewed with it after every adaptation.
 
-    The duplicate is made without waiting (``MPI_Comm_idup``, so an adaptation's commit never waits for the slowest
-    rank to make it) and completed at its first use. A request made before that is queued and sent at the rank's
-    next probe; :attr:`sent` counts the requests a rank other than 0 sent, :attr:`got` those rank 0 received.
+    The runtime makes it at the first probe after an adaptation (every rank makes the same probes), not inside the
+    adaptation, which then never waits for the slowest rank to make it. A request made before that waits in
+    :attr:`queued` and goes at that probe; :attr:`sent` counts the requests a rank other than 0 sent, :attr:`got`
+    those rank 0 received.
     """
 
-    def __init__(self, world: Any) -> None:
-        self.comm, self._made = world.Idup()
-        self.rank = world.rank
+    def __init__(self, world: Any, queued: list[AdaptRequest] | None = None) -> None:
+        self.comm = world.Dup()
         self.sends: list[Any] = []       # requests on their way to rank 0 (other ranks)
-        self.queued: list[AdaptRequest] = []
         self.sent = 0
         self.got = 0
-
-    def _ready(self, wait: bool) -> bool:
-        if self._made is not None:
-            if wait:
-                self._made.Wait()
-            elif not self._made.Test():
-                return False
-            self._made = None
-        return True
+        for req in queued or []:
+            self.send(req)
 
     def send(self, req: AdaptRequest) -> None:
-        """From a rank other than 0: send ``req`` to rank 0 (nonblocking), or queue it until :meth:`flush`."""
-        self.queued.append(req)
-        if self._ready(wait=False):
-            self.flush()
-
-    def flush(self) -> None:
-        """Send the queued requests (at a probe: every rank is there, so the duplicate completes at once)."""
-        if not self.queued:
-            return
-        self._ready(wait=True)
+        """From a rank other than 0: send ``req`` to rank 0 (nonblocking)."""
         self.sends = [r for r in self.sends if not r.Test()]
-        for req in self.queued:
-            self.sends.append(self.comm.isend(req.as_dict(), dest=0, tag=_TAG))
-            self.sent += 1
-        self.queued = []
+        self.sends.append(self.comm.isend(req.as_dict(), dest=0, tag=_TAG))
+        self.sent += 1
 
     def drain(self, at_least: int = 0) -> list[AdaptRequest]:
         """On rank 0: every request other ranks have sent so far, and at least ``at_least`` of them (waiting for
         those: the count of requests known to be on their way)."""
-        if not self._ready(wait=at_least > 0):
-            return []
         from mpi4py import MPI
 
         out = []
@@ -131,10 +110,6 @@ class Channel:
             out.append(AdaptRequest(d["procs"], d["min"], d["max"], d["rank"]))
         self.got += len(out)
         return out
-
-    def settle(self) -> None:
-        """Complete the duplicate (before ``MPI_Finalize``: no collective may be left pending)."""
-        self._ready(wait=True)
 
     def close(self, release: Any, timeout: float = 5.0) -> None:
         """Complete what is in flight (rank 0 has the sent requests: it answered them; Intel MPI crashes disconnecting
@@ -148,5 +123,4 @@ class Channel:
             except AdaptTimeout:
                 pass
         self.sends = []
-        self._ready(wait=True)
         release(self.comm)

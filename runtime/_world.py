@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from mpi4py import MPI
 
 from malleable.errors import AdaptError, AdaptTimeout, ConfigError
-from malleable.runtime import _lifecycle, _mpi, _registered, _requests, _spawn
+from malleable.runtime import _decide, _lifecycle, _mpi, _registered, _requests, _spawn
 from malleable.runtime._bounds import Slots, check_expand, check_plan, host_resolves, initial_layout, slots_from_env
 from malleable.runtime._layout import (
     ExpandPlan,
@@ -37,7 +37,7 @@ from malleable.runtime._record import Record, get_logger
 from malleable.runtime._requests import AdaptRequest
 from malleable.runtime._settings import env_int, env_timeout
 from malleable.runtime._sources import NullSource, PlanSource, choose_hosts, make_source
-from malleable.runtime._types import AdaptWindow, Pause, ProbeResult, Resize, Status
+from malleable.runtime._types import AdaptWindow, ProbeResult, Resize, Status
 
 if TYPE_CHECKING:
     from malleable.runtime import _expand
@@ -117,6 +117,7 @@ class _Runtime:
         self.exit_code = 0                 # what this process passed to sys.exit (reported to rank 0 at the end)
         self.leftovers = _spawn.Leftovers()  # of failed expansions
         self.requests: _requests.Channel | None = None   # carries request_adapt calls to rank 0
+        self.queued_requests: list[AdaptRequest] = []     # made before the channel (sent at the next probe)
         self.outstanding: AdaptRequest | None = None   # rank 0: the request the decision source has not answered
         self.drained_at = 0.0              # rank 0: when it last looked for other ranks' requests
         self.registry: dict = {}           # registered arrays (see _registered)
@@ -205,7 +206,6 @@ def init_adapt(timeout: float | None = None, plan: str | None = None, overlap: b
     rt = _Runtime(comm.Dup(), base, 0, comm.rank, t, steps, text, job_hosts, slots=slots,
                   overlap=overlap if overlap is not None else os.environ.get("MALLEABLE_OVERLAP", "0") == "1")
     rt.source = make_source(steps, comm.rank)
-    rt.requests = _requests.Channel(rt.world)
     if comm.rank == 0:
         rt.listener = Listener()
         from malleable.runtime._bytecode import cache_bytecode
@@ -291,42 +291,20 @@ def probe_adapt() -> ProbeResult:
         rt.skip_probe = False
         return ProbeResult(False, Status.STAYING, {})
     rt.probes += 1
-    channel = rt.requests
-    assert channel is not None
-    if rt.world.rank != 0:
-        channel.flush()  # requests made while the channel was being made
+    if rt.requests is None:   # the first probe after an adaptation (every rank makes the same probes)
+        rt.requests, rt.queued_requests = _requests.Channel(rt.world, rt.queued_requests), []
+    heard = _decide.poll(rt)
+    if isinstance(heard, ProbeResult):
+        return heard
+    d, granted = heard
     if rt.background is not None:
-        return _probe_background(rt)
-    if rt.world.rank == 0 and rt.world.size > 1:
-        now = time.monotonic()
-        # a probe stays cheap: look for requests now and then (at every probe under a plan, so that its answer
-        # steps see every request made at an earlier probe)
-        if rt.source.local or now - rt.drained_at >= _requests.DRAIN_EVERY:
-            rt.drained_at = now
-            for req in channel.drain():
-                _take_request(rt, req)
-    if rt.source.local:
-        d = rt.source.poll(rt.probes)
-    else:
-        d = rt.world.bcast(_poll_rank0(rt) if rt.world.rank == 0 else None, root=0)
-    granted = False
-    if isinstance(d, PlanStep):  # a plan's answer step: every rank learns the outstanding request from rank 0
-        sent = rt.world.reduce(channel.sent if rt.world.rank else 0, root=0)   # requests made at earlier probes
-        if rt.world.rank == 0 and sent > channel.got:
-            for req in channel.drain(sent - channel.got):
-                _take_request(rt, req)
-        req = rt.world.bcast(rt.outstanding, root=0)
-        if req is None or d.answer == "defer":
-            return ProbeResult(False, Status.STAYING, {})
-        rt.outstanding = None
-        d = _requests.Refusal("refused by the plan") if d.answer == "refuse" else (_requests.grant(req), True)
-    if isinstance(d, tuple):  # (decision, answers the outstanding request)
-        d, granted = d
-    if isinstance(d, Pause):
-        return _lifecycle.pause(rt, d)
-    if isinstance(d, _requests.Refusal):
-        rt.outstanding = None
-        return ProbeResult(False, Status.STAYING, {"request": "refused", "reason": d.reason, "probe": rt.probes})
+        return _probe_background(rt, d, granted)
+    return _act(rt, d, granted)
+
+
+def _act(rt: _Runtime, d: Resize | None, granted: bool) -> ProbeResult:
+    """Turn decision ``d`` into the probe's answer: a pending expansion or shrink, or nothing (refused decisions are
+    reported to the source)."""
     if d is None or d.procs == rt.layout.world_size:
         return ProbeResult(False, Status.STAYING, {"request": "granted"} if granted else {})
     size = rt.layout.world_size
@@ -361,28 +339,28 @@ def probe_adapt() -> ProbeResult:
     return ProbeResult(True, status, info)
 
 
-def _poll_rank0(rt: _Runtime) -> Any:
-    """A controller's answer on rank 0: a decision (with whether it answers the outstanding request) or a refusal."""
-    d = rt.source.poll(rt.probes)
-    if isinstance(d, Resize):
-        granted, rt.outstanding = rt.outstanding is not None, None
-        return d, granted
-    return d
+def _probe_background(rt: _Runtime, d: Resize | None, granted: bool) -> ProbeResult:
+    """A probe while an expansion is prepared in the background: pending once every rank's part is done.
 
-
-def _take_request(rt: _Runtime, req: AdaptRequest) -> None:
-    rt.outstanding = req
-    log.info("application asks for %s", req.as_dict())
-    rt.source.request(req)
-
-
-def _probe_background(rt: _Runtime) -> ProbeResult:
-    """A probe while an expansion is prepared in the background: pending once every rank's part is done."""
+    A newer decision (``d``: another size, a shrink) cancels the preparation: once every rank's part is done, the
+    prepared processes are told to exit and the newer decision is carried out at that probe.
+    """
     bg = rt.background
     assert bg is not None
+    if d is not None and d.procs != bg.decision.procs and d.procs != rt.layout.world_size:
+        bg.cancel = (d, granted)   # the latest decision wins
     if not rt.world.allreduce(1 if bg.done() else 0, op=MPI.MIN):
         return ProbeResult(False, Status.STAYING, {})
     rt.background = None
+    if bg.cancel is not None:
+        if bg.result is not None:
+            _spawn.abandon(bg.world, bg.result.inters, rt.timeout, rt.leftovers)
+        bg.world.Free()
+        log.info("expansion to %d cancelled by a newer decision (%d processes)", bg.decision.procs,
+                 bg.cancel[0].procs)
+        if rt.world.rank == 0:
+            rt.source.refused(bg.decision, f"cancelled: the job is to have {bg.cancel[0].procs} process(es) now")
+        return _act(rt, *bg.cancel)
     bg.world.Free()
     if bg.error is not None or bg.result is None:
         log.warning("background expansion to %d failed, going on: %s", bg.decision.procs, bg.error)
@@ -518,29 +496,32 @@ def _commit(rt: _Runtime) -> AdaptReport:
     w = rt.window
     assert w is not None
     old_size = rt.layout.world_size
-    if w.kind != "initial":  # registered arrays move over the communicator spanning old and new owners
-        span = w.new_world if w.kind == "expand" else w.old_world
-        _registered.move_all(rt.registry, old_size, w.after.world_size, span, w.metas)
+    if w.kind == "expand":  # registered arrays move over the communicator spanning old and new owners
+        _registered.move_all(rt.registry, old_size, w.after.world_size, w.new_world, w.metas)
+    elif w.kind == "shrink" and rt.registry:  # every rank registers the same arrays (see mr.register)
+        _registered.move_all(rt.registry, old_size, w.after.world_size, w.old_world)
     _mpi.current().release(w.intercomm)
+    if rt.requests is not None:   # the old world's (renewed at the next probe)
+        rt.requests.close(_mpi.current().release)
+        rt.requests = None
     if w.kind != "shrink":
         if w.old_world is not None:
             _mpi.current().release(w.old_world)
         rt.skip_probe = w.status is Status.JOINING and w.kind == "expand"
         rt.world, rt.layout, rt.window, rt.status = w.new_world, w.after, None, Status.STAYING
-        _renew_req_comm(rt)
         if rt.listener is not None:
             rt.listener.accept((), 0)   # take the reports that arrived (never waits)
         return _report(rt, w, old_size, Status.STAYING if w.status is Status.STAYING else Status.JOINING)
     _mpi.current().release(w.old_world)
     if w.status is Status.LEAVING:
-        _renew_req_comm(rt, leaving=True)
         rt.window, rt.finished, rt.status = None, True, Status.LEAVING
         report = AdaptReport("shrink", old_size, w.after.world_size, Status.LEAVING,
                              time.perf_counter() - w.t0, w.freed, w.after.idle())
-        _lifecycle.leave()
+        mine = next((g for g in rt.layout.groups if g.gid == rt.gid), None)
+        # a group leaving whole, none of it idle from an earlier split, meets in MPI_Finalize; else in a barrier
+        _lifecycle.leave(whole_group=rt.gid in w.gone and mine is not None and mine.active == mine.size)
         return report
     rt.world, rt.window = w.new_world, None
-    _renew_req_comm(rt)
     freed: tuple[str, ...] = ()
     if rt.world.rank == 0 and rt.listener is not None:
         try:
@@ -558,14 +539,6 @@ def _members(layout: GroupLayout, gids: Iterable[int] | None = None) -> list[tup
     """(gid, member) of every spawned process of the groups ``gids`` (default: all spawned groups) in ``layout``."""
     want = None if gids is None else set(gids)
     return [(g.gid, m) for g in layout.groups if not g.base and (want is None or g.gid in want) for m in range(g.size)]
-
-
-def _renew_req_comm(rt: _Runtime, leaving: bool = False) -> None:
-    """The request channel follows the world (collective over the new world, without waiting; leavers only drop
-    theirs)."""
-    if rt.requests is not None:
-        rt.requests.close(_mpi.current().release)
-    rt.requests = None if leaving else _requests.Channel(rt.world)
 
 
 def _report(rt: _Runtime, w: _Window, old_size: int, status: Status, freed: tuple[str, ...] = ()) -> AdaptReport:

@@ -5,7 +5,8 @@ adaptation {"report": ...,"left_pids": [...], "left_alive": [...]}. ``ok`` says 
 still equals the reference. Env: PROG_ITERS (default 12), PROG_DIE_JOINER=1 kills the first joiner of
 the first expansion before it reports in, PROG_COLS (array columns, default 5). Faults: PROG_KILL_JOINER (SIGKILL
 before reporting in), PROG_STOP_JOINER (SIGSTOP after the handshake), PROG_SLOW_JOINER (sleep before MPI_Init),
-PROG_EXIT_RANK/PROG_EXIT_CODE (that rank ends with sys.exit(code)).
+PROG_EXIT_RANK/PROG_EXIT_CODE (that rank ends with sys.exit(code)). PROG_PIDS_DIR: every process leaves a file named
+by its pid there as it starts.
 """
 
 import json
@@ -14,6 +15,9 @@ import signal
 import socket
 import sys
 import time
+
+if os.environ.get("PROG_PIDS_DIR"):  # every process of the job leaves its pid there as it starts
+    open(os.path.join(os.environ["PROG_PIDS_DIR"], str(os.getpid())), "w").close()  # noqa: SIM115
 
 _slow = os.environ.get("PROG_SLOW_JOINER")  # "marker:seconds": joiners sleep before MPI_Init (a slow spawn)
 if _slow:
