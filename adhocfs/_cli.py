@@ -1,4 +1,4 @@
-"""Subcommands of the adhocfs part: ``malleable fs start|stop|status|put|get|ls``
+"""Subcommands of the adhocfs part: ``malleable fs start|stop|status|put|get|ls|mkdir|rm|mv|mount|umount``
 and the elasticity commands ``expand|shrink|watch``.
 """
 
@@ -19,7 +19,6 @@ from malleable.errors import ConfigError, FsError, MalleableError
 __all__ = ["hosts_arg", "job_fs", "meta_option", "one_line", "parse_size", "register"]
 
 CHUNK = 4 << 20
-_ADDR = re.compile(r"^tcp://[^\s:/]+:\d{1,5}$")
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -43,6 +42,8 @@ def one_line(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
     def run(args: argparse.Namespace) -> int:
         import zmq
 
+        from malleable.adhocfs._rpc import ADDRESS
+
         cmd = getattr(args, "fs_command", "fs")
         if getattr(args, "job", None) is not None:
             if args.meta is not None:
@@ -53,7 +54,7 @@ def one_line(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
             meta = args.meta = os.environ.get("MALLEABLE_FS") or None
             if meta is None:
                 raise ConfigError(f"{cmd}: give --meta tcp://HOST:PORT or set MALLEABLE_FS")
-        if cmd != "start" and meta is not None and not _ADDR.match(meta):
+        if cmd != "start" and meta is not None and not ADDRESS.match(meta):
             raise ConfigError(f"{cmd}: --meta must be the metadata address tcp://HOST:PORT "
                               f"(the last line of 'malleable fs start'), got {meta!r}")
         try:
@@ -194,6 +195,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("dst")
     p.set_defaults(func=_mv)
 
+    p = fsub.add_parser("mount", help="mount the file system on a directory (FUSE): programs use it as files",
+                        description="Mount through FUSE and return once the mount is ready; a daemon serves it in "
+                                    "the background (its log: --log, default beside its record in /run/malleable/"
+                                    "mounts) until 'malleable fs umount DIR'. Consistency is close-to-open; what is "
+                                    "relaxed (links, modes, locks across hosts) is in docs/adhocfs.md.")
+    meta_option(p)
+    p.add_argument("dir", metavar="DIR", help="an existing directory")
+    p.add_argument("--timeout", type=float, default=5.0,
+                   help="seconds before a silent server makes an operation fail with EIO (default 5)")
+    p.add_argument("--log", default=None, metavar="FILE", help="the mount daemon's log")
+    p.add_argument("--allow-other", action="store_true",
+                   help="let other users in (files show as the owner's, mode 0644/0755, which the kernel enforces)")
+    p.add_argument("--uid", type=int, default=None, help="owner shown for every file (default: yours)")
+    p.add_argument("--gid", type=int, default=None, help="group shown for every file (default: yours)")
+    p.set_defaults(func=_mount)
+
+    p = fsub.add_parser("umount", help="unmount a directory mounted by 'fs mount'; its daemon exits",
+                        description="Unmount and wait for the mount daemon to exit. A mount whose daemon died "
+                                    "(programs get ENOTCONN) is removed the same way.")
+    p.add_argument("dir", metavar="DIR")
+    p.add_argument("--lazy", action="store_true",
+                   help="detach it even while programs use it (they keep it until they let go)")
+    p.set_defaults(func=_umount)
+
     try:
         from malleable.adhocfs import _cli_elastic
     except ImportError:  # pragma: no cover - elasticity commands not installed
@@ -225,6 +250,23 @@ def _stop(args: argparse.Namespace) -> int:
 
     stop_fs(args.meta, keep=args.keep)
     print(f"stopped {args.meta}")
+    return 0
+
+
+def _mount(args: argparse.Namespace) -> int:
+    from malleable.adhocfs._fuse_mount import mount
+
+    rec = mount(args.meta, args.dir, timeout=args.timeout, log_file=args.log, allow_other=args.allow_other,
+                uid=args.uid, gid=args.gid)
+    print(f"mounted {rec.meta} on {rec.dir} (daemon pid {rec.pid}, log {rec.log})")
+    return 0
+
+
+def _umount(args: argparse.Namespace) -> int:
+    from malleable.adhocfs._fuse_mount import umount
+
+    umount(args.dir, lazy=args.lazy)
+    print(f"unmounted {args.dir}")
     return 0
 
 

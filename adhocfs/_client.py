@@ -4,6 +4,8 @@
 Block requests of one call go to all servers at once (pipelined), and writes are write-behind: ``write``
 returns once its blocks are sent, at most ``window`` requests stay unacknowledged, and ``flush``,
 ``close``, ``truncate`` and any read wait for every acknowledgement (errors surface there at the latest).
+A file kept open across an expansion or a shrink keeps every byte: writes and reads aimed at a server that
+left, or refused under an old layout, are sent again to the blocks' new owners (:mod:`._writer`).
 
 Notes:
     A FileSystem and its files belong to one thread (zmq sockets are not thread-safe); use one
@@ -16,6 +18,7 @@ from __future__ import annotations
 import errno
 import io
 import logging
+import os
 import time
 from typing import Any
 
@@ -26,7 +29,6 @@ from malleable.adhocfs._namespace import BLOCKING, MODES, normalize
 from malleable.adhocfs._placement import FileLayout, block_range, in_ranges, ranges_of
 from malleable.adhocfs._protocol import (
     DeclareRio,
-    Error,
     Extend,
     FileInfo,
     FsStatus,
@@ -36,7 +38,6 @@ from malleable.adhocfs._protocol import (
     Mkdir,
     Names,
     Open,
-    PutBlocks,
     Remove,
     Rename,
     SetSize,
@@ -45,20 +46,20 @@ from malleable.adhocfs._protocol import (
     Status,
 )
 from malleable.adhocfs._reader import BlockReader, _Pending
-from malleable.adhocfs._rpc import Busy, Peer, raise_remote
-from malleable.errors import FsError, ServerUnavailable
+from malleable.adhocfs._rpc import ADDRESS, Busy, Peer
+from malleable.adhocfs._writer import PUT_BATCH, BlockWriter
+from malleable.errors import ConfigError, FsError, ServerUnavailable
 
 __all__ = ["AdhocFile", "FileSystem", "connect"]
 
 log = logging.getLogger(__name__)
 
 MAX_AHEAD = 128  # most blocks a growing file allocates ahead of its writes
-PUT_BATCH = 4  # blocks written behind per request to one server
 
 
 def connect(
-    addr: str,
-    token: bytes | None = None,
+    addr: str | None = None,
+    token: str | bytes | None = None,
     timeout: float = 5.0,
     window: int = 64,
     reserve: int = 16,
@@ -68,8 +69,9 @@ def connect(
     """Connect to the metadata server at ``addr`` (``tcp://host:port``).
 
     Args:
-        addr: metadata server address, as printed last by ``malleable fs start``.
-        token: shared secret (default: ``MALLEABLE_TOKEN`` or the key file).
+        addr: metadata server address, as printed last by ``malleable fs start`` (default: ``MALLEABLE_FS``,
+            which a job given a file system by the controller has).
+        token: shared secret, ``str`` or ``bytes`` (default: ``MALLEABLE_TOKEN`` or the key file).
         timeout: seconds to wait for any server before :class:`ServerUnavailable`.
         window: unacknowledged block writes allowed per open file.
         reserve: blocks allocated ahead of the end of a growing file by its first metadata request;
@@ -79,11 +81,29 @@ def connect(
             in batches, one request per server, as half of them have been consumed).
 
     Raises:
+        ConfigError: no address (neither given nor in ``MALLEABLE_FS``), or not ``tcp://HOST:PORT``; an
+            empty token.
+        TypeError: a token that is neither ``str`` nor ``bytes``.
         AuthError: no shared secret available.
     """
-    return FileSystem(
-        addr, token if token is not None else load_token(), timeout, window, reserve, wait, readahead
-    )
+    if addr is None:
+        addr = os.environ.get("MALLEABLE_FS") or None
+        if addr is None:
+            raise ConfigError("adhocfs.connect: no address: pass connect('tcp://HOST:PORT') or set MALLEABLE_FS")
+    if not isinstance(addr, str) or not ADDRESS.match(addr):
+        raise ConfigError(f"adhocfs.connect: the address must be tcp://HOST:PORT (the last line of "
+                          f"'malleable fs start'), got {addr!r}")
+    if token is None:
+        key = load_token()
+    elif isinstance(token, str):
+        key = token.encode()
+    elif isinstance(token, bytes | bytearray | memoryview):
+        key = bytes(token)
+    else:
+        raise TypeError(f"adhocfs.connect: token must be str or bytes, got {type(token).__name__}")
+    if not key:
+        raise ConfigError("adhocfs.connect: empty token")
+    return FileSystem(addr, key, timeout, window, reserve, wait, readahead)
 
 
 class FileSystem:
@@ -221,12 +241,13 @@ class FileSystem:
         return f"<adhocfs.FileSystem {self.addr}{' closed' if self.closed else ''}>"
 
 
-class AdhocFile(BlockReader, io.RawIOBase):
+class AdhocFile(BlockReader, BlockWriter, io.RawIOBase):
     """A binary file of adhocfs (``io.RawIOBase``): read, readinto, write, seek, tell, truncate, flush, close.
 
     The object caches the file's layout (interval map, epochs, server addresses, version) and its size;
-    a data server's ``stale`` answer or an unreachable server makes it fetch the layout again before it
-    retries, and writes to a file being redistributed wait until the file is ready.
+    a data server's ``stale`` answer, a server that left the layout, or one silent for ``PROBE`` seconds while
+    the metadata server has a new layout make it fetch the layout again and re-send what was not
+    acknowledged; writes to a file being redistributed wait until the file is ready.
     """
 
     def __init__(self, fs: FileSystem, info: FileInfo, mode: str) -> None:
@@ -241,7 +262,8 @@ class AdhocFile(BlockReader, io.RawIOBase):
         self._meta_size = info.size
         self._pending: dict[tuple[int, int], _Pending] = {}
         self._unpub: set[int] = set()  # blocks written since the last flush (their ranges are published by it)
-        self._batch: dict[int, tuple[Peer, list[tuple[int, int, Any]]]] = {}  # puts not sent yet, per server
+        self._batch: dict[int, tuple[Peer, int, list[tuple[int, int, Any]]]] = {}  # puts not sent yet, per server
+        self._sent = 0  # puts sent (their order, to send again in it)
         # read-ahead (read-only files): blocks received ahead of the reader (zmq frames, not copied) and
         # requests in flight for the next ones; requests for blocks [_pf_first, _pf_next) were sent
         self._pf_data: dict[int, Any] = {}
@@ -443,47 +465,8 @@ class AdhocFile(BlockReader, io.RawIOBase):
             lambda: self.fs.call(Extend(self.fid, size, blocks, first, written or []), what=f"writing {self.name}")
         )
         assert isinstance(info, FileInfo)
+        before = self.version
         self._set_info(info)
         self._meta_size = info.size
-
-    # ------------------------------------------------------------ block requests
-    def _queue_put(self, block: int, off: int, data: bytes | memoryview) -> None:
-        """Write behind: queue a piece for every server keeping a copy of its block, sending a server's batch
-        once it is full (a write is acknowledged when every copy is)."""
-        for sid in self._replicas(block):
-            p = self.fs.peer(sid, self._addrs.get(sid, ""))
-            batch = self._batch.get(sid)
-            if batch is None or batch[0] is not p:
-                if batch is not None:
-                    self._send_batch(sid)
-                batch = self._batch[sid] = (p, [])
-            batch[1].append((block, off, data))
-            if len(batch[1]) >= PUT_BATCH:
-                self._send_batch(sid)
-
-    def _send_batch(self, sid: int) -> None:
-        p, parts = self._batch.pop(sid)
-        blocks, offsets, datas = [b for b, _, _ in parts], [o for _, o, _ in parts], [d for _, _, d in parts]
-        rid = p.send(PutBlocks(self.fid, blocks, offsets, self.version, datas))
-        n = sum(len(d) for d in datas)
-        self._pending[(sid, rid)] = _Pending((sid, rid), blocks[0], offsets[0], n, None, 0, p, (), tuple(parts))
-
-    def _drain(self, keep: int) -> None:
-        """Send the queued writes, then collect acknowledgements until ``keep`` requests remain; retry
-        stale ones on a fresh layout."""
-        for sid in list(self._batch):
-            self._send_batch(sid)
-        retry: list[_Pending] = []
-        while len(self._pending) > keep:
-            for rec, reply in self._collect(self._pending, f"writing {self.name}"):
-                if isinstance(reply, Error):
-                    if reply.kind == "stale":
-                        retry.append(rec)
-                        continue
-                    raise_remote(reply, f"data server {rec.key[0]}, writing {self.name}")
-        if retry:
-            self._refresh(True)
-            for rec in sorted(retry, key=lambda r: r.key[1]):  # in the order they were first sent
-                for block, off, data in rec.parts:
-                    self._queue_put(block, off, data)
-            self._drain(keep)
+        if info.version != before and (self._pending or self._batch):
+            self._drain(0)  # a new layout: settle the writes sent under the old one before sending newer ones

@@ -1,6 +1,12 @@
 """Block requests of an open adhocfs file: collecting pipelined replies, sequential read-ahead, and careful reads
 that ask each copy of a block in turn and report a block no live server holds as EIO (never zeros).
 
+While it waits for replies, a file asks the metadata server for its layout every ``PROBE`` seconds of silence:
+a new layout version, or a server gone from the layout or at a new address, means a redistribution happened
+(a departed server never answers), and the requests are re-sent under the new layout at once instead of
+after the client's timeout. A server that stays silent while the layout is unchanged is reported after the
+timeout, as before.
+
 Mixed into :class:`~._client.AdhocFile` (which owns the layout, the connections and the state used here).
 """
 
@@ -15,13 +21,14 @@ from typing import Any
 import zmq
 
 from malleable.adhocfs._placement import block_range, in_ranges
-from malleable.adhocfs._protocol import BlockData, Data, Error, Get, GetBlocks, Message
+from malleable.adhocfs._protocol import BlockData, Data, Error, FileInfo, Get, GetBlocks, GetLayout, Message
 from malleable.adhocfs._rpc import Peer, raise_remote
 from malleable.errors import FsError, ServerUnavailable
 
-__all__ = ["DOWN_FOR", "BlockReader"]
+__all__ = ["DOWN_FOR", "PROBE", "BlockReader", "Moved"]
 
 DOWN_FOR = 30.0  # seconds a server that did not answer is skipped by reads when another copy exists
+PROBE = 0.5  # seconds of silence from the data servers after which a file checks whether its layout changed
 
 
 @dataclass
@@ -37,6 +44,13 @@ class _Pending:
     peer: Peer | None = None  # where the request went
     blocks: tuple[int, ...] = ()  # for read-ahead requests: the blocks asked
     parts: tuple[tuple[int, int, Any], ...] = ()  # for batched puts: (block, offset, data)
+    seq: int = 0  # for puts: the order in which the file sent them
+    version: int = 0  # for puts: the layout version they were sent with
+
+
+class Moved(Exception):  # noqa: N818 - a signal between the file's own methods, never raised to users
+    """The file's layout changed while its requests were in flight (the metadata server says so): the
+    requests not answered yet may be aimed at a server that has left, and must be settled on the new layout."""
 
 
 class _Fallback(Exception):
@@ -147,6 +161,9 @@ class BlockReader:
             got = self._collect(self._pf_pending, f"reading {self.name}")
         except ServerUnavailable:
             raise _Fallback from None  # the careful path refreshes the layout and retries or reports
+        except Moved:
+            self._refresh(False)  # the careful path then asks the blocks' new owners at once
+            raise _Fallback from None
         for rec, reply in got:
             if isinstance(reply, BlockData) and len(reply.parts) == len(rec.blocks):
                 for b, found, part in zip(rec.blocks, reply.found, reply.parts, strict=True):
@@ -174,7 +191,13 @@ class BlockReader:
     ) -> Iterable[tuple[_Pending, Message]]:
         """Wait for at least one reply among ``pending`` (removing answered entries) and yield them.
 
-        Replies to requests of other files on the same connections are kept for them (``Peer.stash``)."""
+        Replies to requests of other files on the same connections are kept for them (``Peer.stash``).
+
+        Raises:
+            Moved: nothing arrived for ``PROBE`` seconds and the file's layout has changed (entries stay).
+            ServerUnavailable: nothing arrived within the client's timeout and the layout is unchanged; the
+                connections are reset, so the entries left can no longer be answered.
+        """
         peers: dict[int, tuple[int, Peer]] = {}
         for rec in pending.values():
             p = rec.peer
@@ -197,7 +220,22 @@ class BlockReader:
             if p.pending:
                 poller.register(p.sock, zmq.POLLIN)
                 by_sock[p.sock] = (sid, p)
-        ready = dict(poller.poll(int(self.fs.timeout * 1000))) if by_sock else {}
+        ready: dict[Any, int] = {}
+        deadline = time.monotonic() + self.fs.timeout
+        probing = True
+        while by_sock:
+            left = deadline - time.monotonic()
+            if probing and left > PROBE:
+                ready = dict(poller.poll(int(PROBE * 1000)))
+                if ready:
+                    break
+                moved = self._moved()
+                if moved:
+                    raise Moved(what)
+                probing = moved is not None  # the metadata server is silent too: wait for the data servers
+                continue
+            ready = dict(poller.poll(max(0, int(left * 1000))))
+            break
         if not ready:
             sid = min(s for s, _ in peers.values()) if peers else min(k[0] for k in pending)
             p = next((q for s, q in peers.values() if s == sid), None)
@@ -207,12 +245,23 @@ class BlockReader:
                 if p.pending:
                     self.fs.down[s] = until  # silent: reads use the other copies for a while
                 p.reset()
-            pending.clear()
             raise ServerUnavailable(f"{name} did not answer within {self.fs.timeout:g} s ({what})")
         for sock in ready:
             sid, p = by_sock[sock]
             self._take(sid, p, pending, out)
         return out
+
+    def _moved(self) -> bool | None:
+        """Whether the file's layout (version or server addresses) differs from the one this object holds,
+        asked of the metadata server; None when the metadata server does not answer either."""
+        try:
+            info = self.fs.call(GetLayout(self.fid), what=f"layout of {self.name}")
+        except ServerUnavailable:
+            return None
+        except FileNotFoundError:
+            return False  # removed meanwhile: nothing to re-place; the data servers' answers decide
+        assert isinstance(info, FileInfo)
+        return info.version != self.version or {int(k): v for k, v in info.servers.items()} != self._addrs
 
     @staticmethod
     def _take(sid: int, p: Peer, pending: dict[tuple[int, int], _Pending], out: list[Any]) -> None:
@@ -275,14 +324,15 @@ class BlockReader:
                             raise_remote(reply, f"data server {rec.key[0]}, reading {self.name}")
                         else:
                             raise FsError(f"unexpected reply {reply.TYPE!r} reading {self.name}")
-            except ServerUnavailable:
+            except (ServerUnavailable, Moved) as e:
                 addrs = dict(self._addrs)
                 self._refresh(False)
                 now = time.monotonic()
                 other_copies = all(
                     any(self.fs.down.get(s, 0) <= now for s in self._replicas(b)) for b, *_ in todo
                 )
-                if self.version == version and self._addrs == addrs and not other_copies:
+                if isinstance(e, ServerUnavailable) and self.version == version and self._addrs == addrs \
+                        and not other_copies:
                     raise
                 continue  # a server left, came back elsewhere, or another copy can answer: retry everything
             finally:

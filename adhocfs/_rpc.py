@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import itertools
 import logging
+import re
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -17,7 +18,10 @@ from malleable._wire import limit_frames, secure_socket
 from malleable.adhocfs._protocol import Error, Message, decode, encode
 from malleable.errors import AuthError, FsError, PlacementError, ProtocolError, ReplayError, ServerUnavailable
 
-__all__ = ["MAX_FRAME", "Busy", "Peer", "StaleLayout", "raise_remote", "reply_error"]
+__all__ = ["ADDRESS", "MAX_FRAME", "Busy", "Peer", "StaleLayout", "raise_remote", "reply_error"]
+
+ADDRESS = re.compile(r"^tcp://[^\s:/]+:\d{1,5}$")
+"""A server address as clients give it: ``tcp://HOST:PORT``."""
 
 MAX_FRAME = (64 << 20) + (1 << 20)
 """Largest frame any adhocfs socket accepts (a 64 MiB block plus slack): zmq drops a peer sending more."""

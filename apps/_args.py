@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["at_least", "size_arg"]
+__all__ = ["at_least", "refused", "size_arg"]
 
 
 def at_least(kind: type, minimum: float) -> Callable[[str], Any]:
@@ -37,3 +38,13 @@ def size_arg(text: str) -> int:
     if v < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
     return int(v)
+
+
+def refused(app: str, err: Exception) -> int:
+    """Report a job the runtime refused before it started (every rank refuses alike): one line, from world rank 0
+    only, instead of a traceback per rank; returns the exit code."""
+    from mpi4py import MPI
+
+    if MPI.COMM_WORLD.rank == 0:
+        sys.stderr.write(f"{app}: error: {err}\n")
+    return 1

@@ -34,12 +34,13 @@ def register(sub: argparse._SubParsersAction) -> None:
             "phase time), then checks the final grid bit for bit against a serial NumPy computation and "
             "says PASS or FAIL (exit status 0 or 1)."),
         epilog="examples: malleable demo;  malleable demo --n 1024 --iters 800;  malleable demo --io;  "
-               "malleable demo --hosts node1,node2,node3,node4 --launcher-exec ../shared/testbed/netns-launch",
+               "malleable demo --hosts node1,node2,node3,node4 --launcher-exec $(malleable testbed launcher)",
     )
     p.add_argument("--n", type=int, default=512, help="grid size (default 512)")
     p.add_argument("--iters", type=int, help="iterations, >= 8 (default 400; with --io 4000)")
     p.add_argument("--hosts", help="comma-separated hosts to spread the job over (the anchor runs on the first)")
-    p.add_argument("--launcher-exec", help="ssh stand-in hydra uses to reach the hosts (e.g. netns-launch)")
+    p.add_argument("--launcher-exec",
+                   help="ssh stand-in hydra uses to reach the hosts (the test cluster's: malleable testbed launcher)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds an adaptation step may wait (default 60)")
     p.add_argument("--keep", metavar="DIR", help="keep the grid (u.npy) and the stats (stats.json) in DIR")
     p.add_argument("--io", action="store_true",

@@ -35,7 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from malleable.apps._args import at_least, size_arg
+from malleable.apps._args import at_least, refused, size_arg
+from malleable.errors import ConfigError
 
 __all__ = ["CheckpointOptions", "JacobiBlock", "build_program", "initial_grid", "main", "parse_args", "reference", "sweep"]
 
@@ -434,7 +435,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from malleable._log import configure
 
     configure(args.verbose)
-    result = run(args)
+    try:
+        result = run(args)
+    except ConfigError as e:   # a plan or size the runtime refuses before starting anything
+        return refused("jacobi", e)
     if result.left:
         return 0
     d = result.data

@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from malleable.apps._args import at_least
+from malleable.apps._args import at_least, refused
+from malleable.errors import ConfigError
 
 __all__ = ["MatmulBlock", "build_program", "inputs", "main", "parse_args", "reference"]
 
@@ -150,7 +151,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     configure(args.verbose)
     block = MatmulBlock(args.n, args.reps, args.seed, args.out)
-    result = epop.run_program(build_program(args.probe_every), block)
+    try:
+        result = epop.run_program(build_program(args.probe_every), block)
+    except ConfigError as e:   # a plan or size the runtime refuses before starting anything
+        return refused("matmul", e)
     if not result.left and result.rank == 0 and args.stats:
         with open(args.stats, "w") as f:
             json.dump(dict(result.as_dict(), app="matmul", n=args.n, reps=args.reps), f, indent=1)

@@ -7,8 +7,16 @@ and clients): ``--configs 1,2,4,2r2,4r2,2enc``. The baseline streams the same by
 size between two processes with plain pyzmq (PUSH -> PULL over tcp on 127.0.0.1), the practical limit of a
 zmq-based store here; an encrypted configuration is paired with an encrypted raw stream too.
 
+The mount rows (``--mount-servers N``, 0 to skip) run unmodified tools through a FUSE mount of an instance with N
+data servers: ``dd`` (one stream) and ``fio`` (two jobs) writing then reading in 1 MiB requests, each paired with
+as many Python client processes doing the same through the API just before it; and an mdtest-like metadata
+figure (create, stat, unlink of ``--md-files`` files in one directory) through the mount, through the Python
+client and on a local tmpfs (/dev/shm).
+
 Usage: python benchmarks/adhocfs_io.py [--total 1GiB] [--clients 2] [--configs 1,2,4,2r2,2enc] [--reps 2]
-Writes benchmarks/results/adhocfs_io.json and .png.
+       [--mount-servers 2] [--mount-total 512MiB] [--md-files 10000]
+Writes benchmarks/results/adhocfs_io.json and .png (the mount rows: adhocfs_io_mount.png). With ``--configs ''``
+only the mount rows run (their plot is then OUT.png).
 """
 
 from __future__ import annotations
@@ -37,21 +45,21 @@ def _parse_size(text: str) -> int:
 
 
 # ---------------------------------------------------------------- workers (separate processes)
-def worker_fs(addr: str, path: str, nbytes: int, op: str, start_at: float) -> None:
-    """Write or read ``nbytes`` of ``path`` in XFER pieces; print JSON with start/end times."""
+def worker_fs(addr: str, path: str, nbytes: int, op: str, start_at: float, xfer: int = XFER) -> None:
+    """Write or read ``nbytes`` of ``path`` in ``xfer`` pieces; print JSON with start/end times."""
     from malleable.adhocfs import connect
 
-    buf = os.urandom(XFER)
+    buf = os.urandom(xfer)
     with connect(addr, timeout=30.0) as fs:
         while time.time() < start_at:
             time.sleep(0.001)
         t0 = time.time()
         if op == "write":
             with fs.open(path, "wb") as f:
-                for _ in range(nbytes // XFER):
+                for _ in range(nbytes // xfer):
                     f.write(buf)
         else:
-            out = bytearray(XFER)
+            out = bytearray(xfer)
             with fs.open(path, "rb") as f:
                 got = 0
                 while n := f.readinto(out):
@@ -160,10 +168,13 @@ def main() -> int:
                    help="configurations: data servers, r2 for two replicas, enc for CURVE encryption")
     p.add_argument("--reps", type=int, default=2, help="repetitions (median reported)")
     p.add_argument("--out", default=str(RESULTS / "adhocfs_io"), help="output path without extension")
+    p.add_argument("--mount-servers", type=int, default=2, help="data servers of the mount rows (0: no mount rows)")
+    p.add_argument("--mount-total", default="512MiB", help="bytes written and read by each mount row")
+    p.add_argument("--md-files", type=int, default=10000, help="files of the metadata figure (0: none)")
     args = p.parse_args()
     os.environ.setdefault("MALLEABLE_TOKEN", "benchmark-token")
     total = _parse_size(args.total)
-    configs = [parse_config(x) for x in args.configs.split(",")]
+    configs = [parse_config(x) for x in args.configs.split(",") if x.strip()]
     raw: list[float] = []
     runs: dict[str, list[dict[str, float]]] = {c["name"]: [] for c in configs}
     for rep in range(args.reps):
@@ -227,9 +238,17 @@ def main() -> int:
             f"{row['read_vs_raw']:>9.0%}"
         )
     out = Path(args.out)
+    if args.mount_servers:
+        from adhocfs_mount_rows import mount_rows, plot_mount, print_mount
+
+        result["mount"] = mount_rows(args.mount_servers, _parse_size(args.mount_total), args.reps, args.md_files,
+                                     _spawn)
+        print_mount(result["mount"])
+        plot_mount(result["mount"], Path(f"{out}_mount.png" if rows else f"{out}.png"))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(result, indent=2))
-    _plot(result, out.with_suffix(".png"))
+    if rows:
+        _plot(result, out.with_suffix(".png"))
     return 0
 
 
@@ -260,7 +279,7 @@ if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "--worker":
         kind, rest = sys.argv[2], sys.argv[3:]
         if kind == "fs":
-            worker_fs(rest[0], rest[1], int(rest[2]), rest[3], float(rest[4]))
+            worker_fs(rest[0], rest[1], int(rest[2]), rest[3], float(rest[4]), *map(int, rest[5:6]))
         elif kind == "zmq_recv":
             worker_zmq_recv(rest[0], int(rest[1]))
         elif kind == "zmq_send":

@@ -36,11 +36,12 @@ import threading
 import time
 from pathlib import Path
 
+from malleable.launch._testbed import launcher as testbed_launcher  # the test cluster's ssh stand-in
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 TOKEN = "bench-controller-token"  # noqa: S105 - a benchmark secret
 HEAT = str(REPO / "tests" / "controller" / "progs" / "heat_prog.py")
-TESTBED = Path(os.environ.get("NETNS_TESTBED", REPO.parent / "shared" / "testbed"))
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -277,7 +278,7 @@ def _netns_ok() -> str | None:
     if os.geteuid() != 0:
         return "needs root"
     if not all(os.path.exists(f"/run/netns/node{i}") for i in range(1, 5)):
-        return "namespace hosts node1..node4 are not up (netns-cluster up 4)"
+        return "namespace hosts node1..node4 are not up (malleable testbed up 4)"
     return None
 
 
@@ -303,7 +304,7 @@ def bench_resize(cycles: int = 4) -> dict:
 
     tmp = tempfile.mkdtemp(prefix="ctlbench-")
     state = os.path.join(tmp, "s.sqlite")
-    _daemon(state, "--hosts", "node[1-4]", "--launcher-exec", str(TESTBED / "netns-launch"),
+    _daemon(state, "--hosts", "node[1-4]", "--launcher-exec", str(testbed_launcher()),
             policy="malleable-fill")
     env = dict(os.environ, PROG_ITERS="100000", PROG_SLEEP="0.02", MALLEABLE_ADAPT_TIMEOUT="40")
     try:
@@ -355,7 +356,7 @@ def bench_mixed(reconfig_s: float) -> dict:
 
     tmp = tempfile.mkdtemp(prefix="ctlbench-")
     state = os.path.join(tmp, "s.sqlite")
-    _daemon(state, "--hosts", "node[1-4]", "--launcher-exec", str(TESTBED / "netns-launch"),
+    _daemon(state, "--hosts", "node[1-4]", "--launcher-exec", str(testbed_launcher()),
             policy="malleable-fill")
     ids = []
     try:

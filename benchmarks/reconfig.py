@@ -34,11 +34,12 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from malleable.launch._testbed import launcher as testbed_launcher  # the test cluster's ssh stand-in
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 WORKER = HERE / "_reconfig_worker.py"
 RESULTS = HERE / "results"
-TESTBED = Path(os.environ.get("NETNS_TESTBED", REPO.parent / "shared" / "testbed"))
 DELTAS = (1, 2, 4)
 SEQUENCE = (3, 1, 2, 4, 2, 1, 5, 1)   # from 1 process: 1->3->1->2->4->2->1->5->1
 # seed 003, W3 (L1208, L1224): one job, 1 -> 16 nodes by +1 node and back, 48 processes per node, averages of 5 runs
@@ -108,7 +109,7 @@ def run(py, n, args, hosts=None, env=None, timeout=600):
     from malleable.launch import mpiexec_argv
 
     e = {"MALLEABLE_ADAPT_TIMEOUT": "60", "MALLEABLE_MAX_PROCS_PER_HOST": "17", **(env or {})}
-    launcher = str(TESTBED / "netns-launch") if hosts else None
+    launcher = str(testbed_launcher()) if hosts else None
     argv = mpiexec_argv(n, [str(py), str(WORKER), *args], hosts=hosts, env=e, launcher_exec=launcher,
                         mpiexec=str(Path(py).parent / "mpiexec"))
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=dict(os.environ, **e),

@@ -41,8 +41,8 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-TRACE = Path(os.environ.get("MALLEABLE_HPC2N", HERE.parent.parent / "shared" / "workloads" /
-                            "HPC2N-2002-2.1-cln.swf.gz"))
+# the whole HPC2N log where MALLEABLE_HPC2N names it (workloads/README.md), else the repository's cut of it
+TRACE = Path(os.environ.get("MALLEABLE_HPC2N", HERE.parent / "workloads" / "HPC2N-2002-2.1-cln-first20000.swf.gz"))
 POLICIES = ("fcfs", "easy", "conservative")
 MALLEABLE = ("easy", "mebf-handoff", "mebf-spare", "mebf-intensive", "mebf-handoff-expand+", "mebf-handoff-shrink+",
              "mebf0", "fpsma-pwma", "fpsma-prma", "egs-pwma", "egs-prma", "fpsma-mtct-pwma", "conservative",
@@ -226,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    print(f"trace: {TRACE} (MALLEABLE_HPC2N names another, e.g. the whole log: workloads/README.md)", flush=True)
     if args.io:
         from simulator_io import main as io_main
         return io_main(["--out", str(out)])
@@ -253,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     for spec in specs:
         r = run_case(spec, args.timeout)
         results.append(r)
-        name = (f"HPC2N first {spec['limit']}" if spec.get("limit") else "HPC2N whole") if spec["source"] == \
+        name = (f"HPC2N first {spec['limit']}" if spec.get("limit") else f"HPC2N all {r['jobs']}") if spec["source"] == \
             "trace" else f"synthetic n={spec['n']} load={spec['load']}"
         print(f"{name:34} {r['policy']:13} {r['jobs']:8d} {r['sim_seconds']:8.2f} {r['jobs_per_s']:10,.0f} "
               f"{r['peak_rss_mib']:8.0f} {r['mean_wait']:10.0f} {r['mean_bsld']:8.2f} {r['utilization']:6.3f}",

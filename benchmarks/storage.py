@@ -22,7 +22,7 @@ server start and the next one the copy of the real file. Rounds alternate with t
 min / median / max over the rounds.
 
 Run: ``.venv/bin/python benchmarks/storage.py [--quick]`` (needs root and the namespace hosts node1..node4:
-``netns-cluster up 4``). Writes ``benchmarks/results/storage.json`` and ``storage.png``.
+``malleable testbed up 4``). Writes ``benchmarks/results/storage.json`` and ``storage.png``.
 """
 
 from __future__ import annotations
@@ -41,11 +41,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from malleable.launch._testbed import launcher as testbed_launcher  # the test cluster's ssh stand-in
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 TOKEN = "bench-storage-token"  # noqa: S105 - a benchmark secret
-TESTBED = Path(os.environ.get("NETNS_TESTBED", REPO.parent / "shared" / "testbed"))
-LAUNCHER = str(TESTBED / "netns-launch")
+LAUNCHER = str(testbed_launcher())
 M = 1 << 20
 FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
 PY = sys.executable
@@ -502,7 +503,7 @@ def netns_missing(hosts: list[str]) -> str | None:
     if os.geteuid() != 0:
         return "needs root"
     missing = [h for h in hosts if not os.path.exists(f"/run/netns/{h}")]
-    return f"namespace hosts {missing} are not up (netns-cluster up 4)" if missing else None
+    return f"namespace hosts {missing} are not up (malleable testbed up 4)" if missing else None
 
 
 def run(out: Path, quick: bool = False, hosts: list[str] | None = None, rounds: int | None = None,

@@ -1,6 +1,6 @@
 """Malleable Jacobi with the four verbs and no driver: init_adapt, probe_adapt, adapt_begin, adapt_commit.
 
-    malleable run -n 1 --plan '[{"at_probe": 20, "procs": 3}, {"at_probe": 60, "procs": 2}]' -- \\
+    malleable run -n 1 --plan '[{"at_probe": 20, "procs": 2}, {"at_probe": 60, "procs": 1}]' -- \\
         python examples/jacobi_verbs.py 64 100 u.npy
 """
 
@@ -11,6 +11,8 @@ from mpi4py import MPI
 
 from malleable import runtime as mr
 
+if len(sys.argv) != 4 or not (sys.argv[1].isdigit() and sys.argv[2].isdigit()) or int(sys.argv[1]) < 3:
+    sys.exit("usage: python examples/jacobi_verbs.py N ITERATIONS OUT.npy  (an N x N grid, N >= 3)")
 n, iters, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]  # grid size, iterations, output .npy
 shape = (n - 2, n)  # the interior rows (all n columns) are distributed in blocks
 

@@ -23,6 +23,7 @@ SUBCOMMAND_MODULES = (
     "malleable.apps._cli",         # demo
     "malleable.controller._cli",   # simulate, controller, submit, queue, cancel, nodes, info, history
     "malleable.adhocfs._cli",      # fs ...
+    "malleable.launch._cli",       # testbed ...
 )
 
 

@@ -2,8 +2,9 @@
 
 A host's limit is ``--max-procs-per-host`` (``MALLEABLE_MAX_PROCS_PER_HOST``) when given, else its slots in the
 job's hostfile (``MALLEABLE_HOST_SLOTS``, ``host:slots,...``), else the number of cores. A plan, a
-controller's decision or ``malleable run -n N`` that needs more is refused with the host, the count and the
-limit named, before MPI is asked to start a single process (hydra would otherwise fork until memory runs out).
+controller's decision or ``malleable run -n N`` that needs more is refused with the host, the count, the limit
+and how to raise it with the tool in use named, before MPI is asked to start a single process (hydra would
+otherwise fork until memory runs out).
 Processes placed by the launcher (no host named) count against the host of the job's rank 0.
 """
 
@@ -23,13 +24,16 @@ __all__ = ["Slots", "check_expand", "check_plan", "host_resolves", "initial_layo
 class Slots(Record):
     """Per-host process limits (see the module docstring for the order of precedence)."""
 
-    __slots__ = ("cores", "per_host", "hostfile")
+    __slots__ = ("cores", "per_host", "hostfile", "raise_with")
     cores: int
     per_host: int | None
     hostfile: tuple[tuple[str, int], ...]
+    # how the user of the tool at hand raises a host's limit to ``n`` (``malleable run``: its option)
+    raise_with: str
 
-    def __init__(self, cores: int, per_host: int | None = None, hostfile: tuple[tuple[str, int], ...] = ()) -> None:
-        self._init(cores=cores, per_host=per_host, hostfile=hostfile)
+    def __init__(self, cores: int, per_host: int | None = None, hostfile: tuple[tuple[str, int], ...] = (),
+                 raise_with: str = "MALLEABLE_MAX_PROCS_PER_HOST={n}") -> None:
+        self._init(cores=cores, per_host=per_host, hostfile=hostfile, raise_with=raise_with)
 
     def limit(self, host: str) -> int:
         """Processes ``host`` may run."""
@@ -40,8 +44,8 @@ class Slots(Record):
     def why(self, host: str) -> str:
         """Where the limit of ``host`` comes from (for error messages)."""
         if self.per_host is not None:
-            return "--max-procs-per-host"
-        return "hostfile slots" if host in dict(self.hostfile) else "cores; raise it with --max-procs-per-host"
+            return self.raise_with.format(n=self.per_host)
+        return "hostfile slots" if host in dict(self.hostfile) else "cores"
 
 
 def parse_slots(text: str) -> tuple[tuple[str, int], ...]:
@@ -99,7 +103,7 @@ def check_expand(layout: GroupLayout, plan: ExpandPlan, slots: Slots, local_host
         if load[h] > slots.limit(h):
             raise AdaptError(
                 f"expanding to {layout.world_size + plan.joining} process(es) needs {load[h]} on host {h}, "
-                f"which may run {slots.limit(h)} ({slots.why(h)})")
+                f"which may run {slots.limit(h)} ({slots.why(h)}); to allow it: {slots.raise_with.format(n=load[h])}")
 
 
 def check_plan(

@@ -18,6 +18,7 @@ from malleable.runtime._bounds import check_expand, check_plan, host_resolves, i
 from malleable.runtime._layout import Group, GroupLayout, plan_expand
 from malleable.runtime._mpi import for_mpiexec
 from malleable.runtime._plan import parse_plan, validate_plan
+from malleable.runtime._progscan import never_imports_malleable
 from malleable.runtime._sources import choose_hosts
 
 __all__ = ["build_run_argv", "register"]
@@ -36,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             "Plain 'mpiexec -n N python app.py' also works, but then all N processes are the job's base."
         ),
         epilog=(
-            "example: malleable run -n 4 --plan '[{\"at_probe\": 5, \"procs\": 2}]' -- "
+            "example: malleable run -n 2 --plan '[{\"at_probe\": 5, \"procs\": 1}]' -- "
             "python -m malleable.apps.jacobi --n 256 --iters 100"
         ),
     )
@@ -89,6 +90,10 @@ def build_run_argv(args: argparse.Namespace) -> list[str]:
             raise ConfigError("--rigid starts a job that cannot be resized: --plan does not apply")
         return mpiexec_argv(args.procs, cmd, hosts=hosts or None, launcher_exec=args.launcher_exec,
                             keep_going=args.no_auto_cleanup)
+    never = never_imports_malleable(cmd) if args.procs > 1 else None
+    if never:
+        raise ConfigError(f"{never} never imports malleable, so it cannot call init_adapt() and would run as 1 "
+                          f"process, not {args.procs}: use --rigid to start {args.procs} processes as mpiexec -n does")
     env = {"MALLEABLE_INITIAL_PROCS": str(args.procs)}
     per_host = getattr(args, "max_procs_per_host", None)
     if per_host is not None:
@@ -123,7 +128,7 @@ def _check_job(procs: int, hosts: list[str], plan_text: str | None, env: dict[st
             raise ConfigError(f"unknown host {h!r} (it does not resolve)")
     local = hosts[0] if hosts else socket.gethostname()
     base = GroupLayout((Group(0, (local,), 1, base=True),))
-    slots = slots_from_env({**os.environ, **env})
+    slots = slots_from_env({**os.environ, **env}).replace(raise_with="--max-procs-per-host {n}")
     backend = for_mpiexec(find_mpiexec())
     remote = "" if backend.spawn_across_hosts else f"{backend.name} cannot spawn processes onto another host here"
     if procs > 1:

@@ -1,4 +1,5 @@
-"""Shared fixtures: leaked-process detection, an mpiexec runner, and the network-namespace test cluster."""
+"""Shared fixtures: leaked-process detection, an mpiexec runner, and the network-namespace test cluster
+(``malleable testbed``, :mod:`malleable.launch._testbed`)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from pathlib import Path
 import psutil
 import pytest
 
+from malleable.launch import _testbed
+
 REPO = Path(__file__).resolve().parent.parent
-TESTBED = Path(os.environ.get("NETNS_TESTBED", REPO.parent / "shared" / "testbed"))
+
 NETNS_HOSTS = int(os.environ.get("MALLEABLE_TEST_HOSTS", "4"))
 
 
@@ -68,16 +71,9 @@ def run_mpi(n: int, *cmd: str, env: dict | None = None, timeout: float = 120, ho
 
 def netns_unavailable() -> str | None:
     """Why the namespace cluster can't be used here, or None."""
-    if sys.platform != "linux":
-        return "network namespaces need Linux"
-    if os.geteuid() != 0:
-        return "the netns test cluster needs root (ip netns, bridge, /etc/hosts)"
-    if not (TESTBED / "netns-cluster").exists():
-        return f"testbed scripts not found at {TESTBED} (set NETNS_TESTBED)"
-    if not (shutil.which("ip") and shutil.which("unshare")):
-        return "needs iproute2 'ip' and util-linux 'unshare'"
-    if subprocess.run(["ip", "netns", "list"], capture_output=True).returncode:
-        return "'ip netns' is unavailable"
+    why = _testbed.unavailable()
+    if why:
+        return why
     out = subprocess.run([mpiexec_path(), "--version"], capture_output=True, text=True).stdout
     if "HYDRA" not in out:
         return "needs MPICH's mpiexec (hydra): pip install mpich"
@@ -116,13 +112,14 @@ def netns_cluster():
         pytest.skip(why)
     users = open(USERS_LOCK, "a+")  # noqa: SIM115 - held for the whole session
     fcntl.flock(users, fcntl.LOCK_SH)
-    ours = not os.path.exists("/run/netns-cluster/created")
-    up = subprocess.run([str(TESTBED / "netns-cluster"), "up", str(NETNS_HOSTS)], capture_output=True, text=True)
-    if up.returncode:
-        users.close()
-        pytest.skip(f"netns-cluster up failed: {up.stderr.strip()}")
+    ours = not _testbed.RECORD.exists()
     try:
-        yield Cluster([f"node{i}" for i in range(1, NETNS_HOSTS + 1)], str(TESTBED / "netns-launch"))
+        _testbed.up(NETNS_HOSTS)
+    except _testbed.TestbedError as e:
+        users.close()
+        pytest.skip(f"malleable testbed up failed: {e}")
+    try:
+        yield Cluster([f"node{i}" for i in range(1, NETNS_HOSTS + 1)], str(_testbed.launcher()))
     finally:
         try:
             fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)   # nobody else is using the hosts
@@ -130,5 +127,5 @@ def netns_cluster():
         except OSError:
             last = False
         if ours and last:
-            subprocess.run([str(TESTBED / "netns-cluster"), "down"], capture_output=True)
+            _testbed.down()
         users.close()

@@ -136,3 +136,19 @@ def test_no_tracker_references_in_code_or_user_docs():
     hits = [f"{p.relative_to(REPO)}:{i}" for p in files for i, line in enumerate(p.read_text().splitlines(), 1)
             if pat.search(line)]
     assert not hits, f"tracker references: {hits[:10]}"
+
+
+def test_nothing_reaches_outside_the_repository():
+    """A clone alone runs: no tracked file names the folder beside the checkout that development had."""
+    beside = ".." + "/shared"
+    out = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    if out.returncode:
+        pytest.skip("not a git checkout")
+    hits = []
+    for name in out.stdout.splitlines():
+        p = REPO / name
+        if p.suffix in (".py", ".md", ".toml", ".sh", ".txt", ".cfg", "") and p.is_file():
+            text = p.read_bytes()
+            if b"\0" not in text[:4096] and beside.encode() in text:
+                hits.append(name)
+    assert not hits, f"files naming {beside}: {hits}"

@@ -17,6 +17,7 @@ from typing import Any
 
 from malleable.errors import ConfigError, MalleableError
 
+from ._cli_history import add_history_parser
 from ._cli_submit import add_submit_options
 from ._cli_users import add_user_parsers
 from ._timefmt import format_duration, parse_limit
@@ -180,38 +181,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="a JSON document with a schema number (every event)")
     p.set_defaults(func=one_line(_info))
 
-    p = sub.add_parser("history", help="jobs of every state with exit code and elapsed time (like sacct)",
-                       description="Jobs of every state, newest first. Read from the state file (the daemon need not "
-                                   "run, as sacct reads the accounting database); from the daemon with --controller.",
-                       epilog="example: malleable history -s failed,timeout -S now-2hours")
-    _client_opts(p)
-    p.add_argument("-j", "--jobs", metavar="ID[,ID...]", help="only these jobs")
-    p.add_argument("-u", "--user", metavar="USER[,USER...]", help="only jobs of these users")
-    p.add_argument("-s", "--states", metavar="STATE[,STATE...]",
-                   help="only jobs in these states (names or codes: PD, CF, R, CD, F, CA, TO)")
-    p.add_argument("-S", "--starttime", metavar="TIME", help="only jobs not ended before TIME (see the docs for the "
-                   "forms: 2026-11-22T14:30, 14:30, today, now-2hours, ...)")
-    p.add_argument("-E", "--endtime", metavar="TIME", help="only jobs submitted at or before TIME")
-    p.add_argument("--limit", type=int, default=0, help="only the newest N jobs")
-    p.add_argument("--json", action="store_true", help="a JSON document with a schema number")
-    p.add_argument("--export", metavar="FILE",
-                   help="write the completed jobs as a workload (JSON lines) that 'malleable simulate --workload "
-                        "FILE --policy P' replays; reads the state file, the daemon need not run")
-    p.set_defaults(func=one_line(_history))
-
-
-def _export(args: argparse.Namespace) -> int:
-    from ._export import export_workload
-    from ._paths import default_state
-    from ._store import Store
-
-    store = Store.reader(args.state or default_state())
-    try:
-        n = export_workload(store, args.export, len(store.load_hosts()) or 1)
-    finally:
-        store.close()
-    print(f"wrote {n} job(s) to {args.export}")                   # the CLI's own output
-    return 0
+    add_history_parser(sub, _client_opts, one_line)
 
 
 # ------------------------------------------------------------------------------------------------ daemon
@@ -428,7 +398,7 @@ def _submit(args: argparse.Namespace) -> int:
     request, parsable = resolve(vars(args), slots)      # bad options fail here, before any daemon is asked
     with _client(args) as c:
         jid = c.submit(**request)
-    print(jid if parsable else f"Submitted job {jid}")
+    print(jid if parsable else f"Submitted batch job {jid}")   # sbatch's words: scripts parse them
     from ._access import secret_looking
 
     kept = sorted(k for k in os.environ if secret_looking(k) and not k.startswith("MALLEABLE_"))
@@ -525,65 +495,10 @@ def _status(args: argparse.Namespace) -> int:
     print(f"pool: {st['pool']}, {st['hosts']} hosts ({st['free']} free), {st['slots']} slot(s) per host")
     print(f"policy: {st['policy']}, {st['passes']} passes; {jobs}; state {st['state']}")
     if st.get("bb_total"):
+        from malleable.launch import compress_hostlist
+
         from ._protocol import format_size
 
-        print(f"burst buffer: {format_size(st['bb_total'])} on {','.join(st['storage_hosts'])}, "
+        print(f"burst buffer: {format_size(st['bb_total'])} on {compress_hostlist(st['storage_hosts'])}, "
               f"{format_size(st['bb_free'])} free")
-    return 0
-
-
-# ------------------------------------------------------------------------------------------------ history
-def _split(text: str | None) -> list[str]:
-    return [x.strip() for x in (text or "").split(",") if x.strip()]
-
-
-def _history_query(args: argparse.Namespace) -> Any:
-    from ._cli_views import STATE_CODES
-    from ._protocol import STATES, History
-    from ._timefmt import parse_when
-
-    if args.limit < 0:
-        raise ConfigError(f"--limit must be >= 0, got {args.limit}")
-    jobs = []
-    for x in _split(args.jobs):
-        if not x.isdigit():
-            raise ConfigError(f"-j wants job ids separated by commas, got {args.jobs!r}")
-        jobs.append(int(x))
-    by_code = {v: k for k, v in STATE_CODES.items()}
-    states = []
-    for x in _split(args.states):
-        st = by_code.get(x.upper(), x.upper())
-        if st not in STATES:
-            raise ConfigError(f"unknown job state {x!r}: use {', '.join(STATES)} or {', '.join(STATE_CODES.values())}")
-        states.append(st)
-    now = time.time()
-    since = parse_when(args.starttime, now) if args.starttime else 0.0
-    until = parse_when(args.endtime, now) if args.endtime else 0.0
-    if since and until and until < since:
-        raise ConfigError("--endtime is before --starttime")
-    return History(args.limit, jobs, _split(args.user), states, max(0.0, since), max(0.0, until))
-
-
-def _history(args: argparse.Namespace) -> int:
-    from ._cli_views import document, history_lines, job_json
-    from ._paths import default_state
-    from ._store import Store
-
-    if args.export:
-        return _export(args)
-    q = _history_query(args)
-    if args.controller or (os.environ.get("MALLEABLE_CONTROLLER") and not args.state):
-        with _client(args) as c:
-            rows = c.history(q.limit, q.jobs, q.users, q.states, q.since, q.until)
-    else:
-        store = Store.reader(args.state or default_state())
-        try:
-            rows = [j.public() for j in store.history(q)]
-        finally:
-            store.close()
-    now = time.time()
-    if args.json:
-        _print_json(document("jobs", [job_json(j, now) for j in rows]))
-    else:
-        print("\n".join(history_lines(rows, now)))
     return 0

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -15,7 +17,7 @@ from malleable.errors import ConfigError
 
 from ._timefmt import parse_limit
 
-__all__ = ["DIRECTIVE", "add_submit_options", "find_script", "read_directives", "resolve"]
+__all__ = ["DIRECTIVE", "add_submit_options", "check_command", "find_script", "read_directives", "resolve"]
 
 DIRECTIVE = "#MALLEABLE"
 MAX_SCRIPT_LINES = 1000   # directives are looked for in the script's first lines only, like sbatch's header
@@ -92,6 +94,40 @@ def find_script(cmd: list[str]) -> Path | None:
         except OSError:
             continue
     return None
+
+
+_INTERPRETER = re.compile(r"(sh|bash|dash|ksh|zsh|python[0-9.]*)$")
+
+
+def check_command(cmd: list[str]) -> None:
+    """Refuse at once, as sbatch does, a command whose script is missing or unreadable: the program (a path must
+    be a readable file, a bare name must be on PATH), and the script an interpreter is given (``sh job.sh``,
+    ``python job.py``: its first word that is not an option).
+
+    Raises:
+        ConfigError: naming the file and why.
+    """
+    def readable(path: str) -> None:
+        try:
+            with open(path, "rb"):
+                pass
+        except IsADirectoryError:
+            raise ConfigError(f"{path} is a directory, not a script") from None
+        except OSError as e:
+            raise ConfigError(f"cannot open the script {path}: {e.strerror}") from None
+
+    prog = cmd[0]
+    if "/" in prog or os.path.exists(prog):
+        readable(prog)
+    elif shutil.which(prog) is None:
+        raise ConfigError(f"{prog}: no such file, and no such command on PATH")
+    if _INTERPRETER.match(os.path.basename(prog)):
+        for word in cmd[1:]:
+            if word in ("-c", "-m"):         # code or a module, not a script
+                break
+            if not word.startswith("-"):
+                readable(word)
+                break
 
 
 def read_directives(script: Path) -> dict[str, Any]:
@@ -179,6 +215,8 @@ def resolve(given: dict[str, Any], slots: Callable[[], int]) -> tuple[dict[str, 
         cmd = ["sh", "-c", wrap]
     if not cmd:
         raise ConfigError("no command: malleable submit [options] SCRIPT [ARGS] | --wrap CMD | -- CMD ...")
+    if wrap is None:
+        check_command(cmd)
     if script is not None and script == Path(cmd[0]):
         if not os.access(script, os.X_OK):
             raise ConfigError(f"{cmd[0]} is not executable: chmod +x {cmd[0]}, or name its interpreter "

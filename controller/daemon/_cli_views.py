@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
+
+from malleable.errors import ConfigError
+from malleable.launch import compress_hostlist  # host lists print as Slurm prints them: node[1-3,7]
 
 from ._timefmt import format_duration, format_elapsed, format_limit
 
-__all__ = ["JSON_SCHEMA", "STATE_CODES", "document", "exit_code", "fs_lines", "history_lines", "info_lines", "job_json",
-           "measured_intensity", "node_lines", "queue_lines"]
+__all__ = ["FIELDS", "JSON_SCHEMA", "STATE_CODES", "Field", "document", "exit_code", "format_lines", "fs_lines",
+           "history_lines", "info_lines", "job_json", "measured_intensity", "node_lines", "parse_format",
+           "queue_lines"]
 
 JSON_SCHEMA = 1
 """Version of the ``--json`` documents (docs/controller.md, "JSON output"); raised when a field changes meaning
@@ -77,7 +83,7 @@ def job_json(j: dict[str, Any], now: float) -> dict[str, Any]:
 
 def measured_intensity(j: dict[str, Any]) -> float | None:
     """The I/O intensity the job measured and reported (``"io"`` progress phase), or None."""
-    from ._link import intensity_of
+    from ._reports import intensity_of
 
     return intensity_of(j.get("progress") or {})
 
@@ -115,8 +121,6 @@ def _size(j: dict[str, Any]) -> str:
 
 
 def _nodelist(j: dict[str, Any]) -> str:
-    from malleable.launch import compress_hostlist
-
     if j["state"] == "PENDING":
         return f"({j.get('reason') or 'Priority'})"
     hosts = compress_hostlist(j["hosts"])
@@ -170,6 +174,71 @@ def history_lines(rows: list[dict[str, Any]], now: float) -> list[str]:
     return out
 
 
+# ------------------------------------------------------------------------------------------------ --format
+@dataclass(frozen=True)
+class Field:
+    """A column of ``history -o``: sacct's name for it, its default width and its text for a job."""
+
+    name: str
+    width: int
+    text: Callable[[dict[str, Any], float], str]
+
+
+FIELDS = {f.name.lower(): f for f in (
+    Field("JobID", 12, lambda j, now: str(j["id"])),
+    Field("JobName", 14, lambda j, now: j["name"]),
+    Field("User", 9, lambda j, now: j.get("user", "")),
+    Field("Kind", 9, lambda j, now: _kind(j)),
+    Field("State", 10, lambda j, now: j["state"]),
+    Field("ExitCode", 8, lambda j, now: exit_code(j) or ""),
+    Field("Elapsed", 10, lambda j, now: format_elapsed(elapsed(j, now)) if j["start"] else ""),
+    Field("Timelimit", 10, lambda j, now: format_limit(j["time_limit"])),
+    Field("Submit", 19, lambda j, now: _fmt_t(j["submit"])),
+    Field("Start", 19, lambda j, now: _fmt_t(j["start"]) if j["start"] else "Unknown"),
+    Field("End", 19, lambda j, now: _fmt_t(j["end"]) if j["end"] else "Unknown"),
+    Field("NNodes", 8, lambda j, now: str(j["size"] or j["nodes"])),
+    Field("Size", 9, lambda j, now: _size(j)),
+    Field("NodeList", 15, lambda j, now: compress_hostlist(j["hosts"]) or "None assigned"),
+    Field("WorkDir", 20, lambda j, now: j["cwd"]),
+    Field("Reason", 20, lambda j, now: j["reason"] or "None"),
+)}
+"""The fields ``history -o/--format`` takes, by lower-case name (names are matched in any case, as sacct's)."""
+
+
+def parse_format(text: str) -> list[tuple[Field, int]]:
+    """sacct's ``--format``: ``JobID,JobName%30,State`` -> the fields with their widths.
+
+    Raises:
+        ConfigError: an unknown field or a bad width, with the fields there are.
+    """
+    out = []
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        name, _, width = item.partition("%")
+        f = FIELDS.get(name.lower())
+        if f is None:
+            names = " ".join(x.name for x in FIELDS.values())
+            raise ConfigError(f"invalid field requested: {name!r} (fields: {names})")
+        if width and not (width.isdigit() and int(width) > 0):
+            raise ConfigError(f"bad width in {item!r}: want FIELD%N with N >= 1")
+        out.append((f, int(width) if width else f.width))
+    if not out:
+        raise ConfigError("-o/--format names no field")
+    return out
+
+
+def format_lines(rows: list[dict[str, Any]], fields: list[tuple[Field, int]], now: float) -> list[str]:
+    """sacct's table for ``--format``: right-aligned columns of the given widths under a dashed line; a value too
+    long for its column is cut and ends with ``+``."""
+    def cell(text: str, w: int) -> str:
+        return (text if len(text) <= w else text[:w - 1] + "+").rjust(w)
+
+    out = [" ".join(cell(f.name, w) for f, w in fields), " ".join("-" * w for _, w in fields)]
+    out += [" ".join(cell(f.text(j, now), w) for f, w in fields) for j in rows]
+    return out
+
+
 # ------------------------------------------------------------------------------------------------ info
 _PROGRESS_COLS = ("kind", "procs", "iterations", "iter", "iter_seconds", "iter_time", "mtct", "mpi_seconds", "seconds")
 _MAX_COLS = 7
@@ -209,7 +278,7 @@ def fs_lines(j: dict[str, Any]) -> list[str]:
     from ._protocol import format_size
 
     fs = j.get("fs") or {}
-    hosts = f" Meta={fs['meta']} Data={','.join(fs.get('data', []))}" if fs.get("meta") else ""
+    hosts = f" Meta={fs['meta']} Data={compress_hostlist(fs.get('data', []))}" if fs.get("meta") else ""
     out = [f"  BurstBuffer={format_size(j['bb'])} FsServers={j.get('fs_servers') or 1} "
            f"FsReplicas={j.get('fs_replicas') or 1} "
            f"Fs={fs.get('address') or '-'} FsState={fs.get('phase') or 'waiting'}{hosts}"]
@@ -279,7 +348,8 @@ def info_lines(job: dict[str, Any], steps: list[dict[str, Any]], events: list[di
         if s["decided"] is not None:
             extra = f"  (decided +{s['decided'] - t0:.2f} s, took {s['t'] - s['decided']:.2f} s"
             extra += f", runtime {s['seconds']:.3f} s)" if s["seconds"] is not None else ")"
-        out.append(f"    +{s['t'] - t0:8.2f} s  {s['kind']:<7} {s['size']:>3} nodes  {','.join(s['hosts'])}{extra}")
+        hosts = compress_hostlist(s["hosts"])
+        out.append(f"    +{s['t'] - t0:8.2f} s  {s['kind']:<7} {s['size']:>3} nodes  {hosts}{extra}")
     if n_events > 0 and events:
         shown = events[-n_events:]
         out.append(f"  events (last {len(shown)} of {len(events)}):" if len(shown) < len(events) else "  events:")

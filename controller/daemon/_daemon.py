@@ -49,8 +49,8 @@ from ._access import authorize, principal_of
 from ._cgroup import JobCgroups
 from ._core import Core, CoreConfig
 from ._events import (
-    AttachFs,
     PERSIST,
+    AttachFs,
     HostClean,
     HostDown,
     HostUp,
@@ -551,7 +551,7 @@ class Daemon(DaemonViews):
         if view is not None:
             authorize(who, m)
             return view(self, m)
-        if type(m) not in _CORE_REQUESTS:
+        if type(m) not in self.core.requests:
             raise ProtocolError(f"{m.TYPE} is a reply, not a request")
         reply = self.handle(Request(time.time(), m, who))
         if type(m) is not P.Poll:
@@ -571,10 +571,6 @@ _ACTIONS: dict[type, Callable[[Daemon, Any], None]] = {
     AttachFs: lambda d, a: d.fs.attach(a),
 }
 """How the daemon carries out each process action of the core."""
-
-_CORE_REQUESTS = (P.Submit, P.Cancel, P.Suspend, P.Register, P.Poll, P.Committed, P.Refused, P.ResizeRequest,
-                  P.Progress)
-"""Requests handed to the core (the others are answered by :data:`~._views.VIEWS`)."""
 
 
 def run_foreground(config: DaemonConfig) -> int:

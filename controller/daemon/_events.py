@@ -1,4 +1,5 @@
-"""The live core's vocabulary: the events it handles, the actions it returns, job states and resize orders.
+"""The live core's vocabulary: the events it handles and the actions it returns (its records are in
+:mod:`._records`).
 
 Every record is frozen. The daemon turns what happens (a message, a process ending, a host checked, the clock)
 into an event, hands it to :meth:`Core.handle <malleable.controller.daemon._core.Core.handle>` and carries out the
@@ -7,12 +8,13 @@ returned actions in order: the persistence actions first, in one transaction, th
 
 from __future__ import annotations
 
-import enum
 import math
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
+from . import _protocol as P
 from ._access import OPERATOR, Principal
+from ._records import JobRec
 
 __all__ = [
     "PERSIST",
@@ -35,14 +37,12 @@ __all__ = [
     "HostUp",
     "JobExited",
     "JobLaunched",
-    "JobState",
     "Kill",
     "Launch",
     "LaunchFailed",
     "Relaunch",
     "Reply",
     "Request",
-    "ResizeOrder",
     "ScaleFs",
     "SaveHost",
     "SaveJob",
@@ -54,61 +54,6 @@ __all__ = [
 ]
 
 
-class JobState(str, enum.Enum):
-    """Where a job is in its life (the values are what the store and the command line show)."""
-
-    PENDING = "PENDING"        # queued
-    STARTING = "STARTING"      # hosts granted; launched once every host is checked clean
-    RUNNING = "RUNNING"        # its processes were started
-    COMPLETED = "COMPLETED"    # exit code 0
-    FAILED = "FAILED"          # non-zero or unknown exit code, or could not be launched
-    CANCELLED = "CANCELLED"    # cancelled by a user
-    TIMEOUT = "TIMEOUT"        # stopped at its time limit
-
-    @property
-    def final(self) -> bool:
-        """Whether the job has ended."""
-        return self not in (JobState.PENDING, JobState.STARTING, JobState.RUNNING)
-
-    def __str__(self) -> str:
-        return self.value
-
-
-@dataclass(frozen=True, slots=True)
-class ResizeOrder:
-    """A resize the core decided for a malleable job, until the runtime acknowledges it.
-
-    ``target`` is the job's hosts afterwards, ``added``/``removed`` the change; ``procs`` the process count the
-    runtime goes to; ``decided``/``sent`` when the pass decided it and when the runtime first fetched it (0: not
-    yet). ``prev`` is the job's view before the order (since, progress, estimated end, resizes), restored when
-    the runtime refuses.
-    """
-
-    seq: int
-    kind: str
-    target: tuple[str, ...]
-    added: tuple[str, ...]
-    removed: tuple[str, ...]
-    procs: int
-    decided: float
-    sent: float = 0.0
-    prev: tuple[float, float, float, int] = (0.0, 0.0, 0.0, 0)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form (stored inside the job record)."""
-        return {"seq": self.seq, "kind": self.kind, "target": list(self.target), "added": list(self.added),
-                "removed": list(self.removed), "procs": self.procs, "decided": self.decided, "sent": self.sent,
-                "prev": list(self.prev)}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ResizeOrder:
-        """Inverse of :meth:`to_dict`."""
-        prev = d.get("prev") or (0.0, 0.0, 0.0, 0)
-        return cls(int(d["seq"]), str(d["kind"]), tuple(d["target"]), tuple(d.get("added", ())),
-                   tuple(d.get("removed", ())), int(d["procs"]), float(d["decided"]), float(d.get("sent", 0.0)),
-                   (float(prev[0]), float(prev[1]), float(prev[2]), int(prev[3])))
-
-
 # -- events ------------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Request:
@@ -117,7 +62,7 @@ class Request:
     :class:`~malleable.errors.Refusal`)."""
 
     now: float
-    msg: Any
+    msg: P.Message
     who: Principal = OPERATOR
 
 
@@ -349,7 +294,7 @@ class AddEvent:
 class Launch:
     """Start the job's processes on its hosts (``job`` is a copy of the record at that time)."""
 
-    job: Any
+    job: JobRec
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,7 +321,7 @@ class Kill:
 class Reply:
     """The answer to a :class:`Request`."""
 
-    msg: Any = field(default=None)
+    msg: P.Message | None = field(default=None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,8 @@ from typing import Any
 from malleable.controller.sched._model import Job, JobKind
 from malleable.controller.sched._speedup import declared, speedup_params
 
-from ._store import JobRec, Store
+from ._records import JobRec
+from ._store import Store
 
 __all__ = ["export_workload", "job_line"]
 

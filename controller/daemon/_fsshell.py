@@ -1,5 +1,6 @@
 """The shell's side of job file systems: starting a job's adhocfs servers, staging files in and out, stopping the
 servers and checking their hosts clean, for the core's :class:`~._events.StartFs` and :class:`~._events.StopFs`.
+What is staged, and when, is decided by the core (:class:`~._storage.Storage`); it is carried out here.
 
 Each request runs in a thread of its own (starting servers and copying files take seconds, the daemon's loop must
 go on answering), which reports what happened as core events (:class:`~._events.FsProgress`,
@@ -121,7 +122,7 @@ class FsShell:
 
     def job_env(self, job: Any) -> dict[str, str]:
         """What a job with a ready file system gets in its environment: the address and the file system's secret."""
-        addr = (job.fs or {}).get("address") if job.bb else ""
+        addr = job.fs.address if job.bb else ""
         return {FS_ENV: addr, TOKEN_ENV: self.secret(job.id)} if addr else {}
 
     def _server_env(self, job_id: int) -> dict[str, str]:

@@ -4,7 +4,7 @@ Kinds:
 
 * ``local``: ``--local N``: N host slots ``local1..localN`` on this machine; hydra's ``fork`` launcher starts
   every proxy here whatever the host name, so spawns onto a named slot work.
-* ``netns``: hosts that are network namespaces of the test cluster (``../shared/testbed``), reached with
+* ``netns``: hosts that are network namespaces of the test cluster (``malleable testbed``), reached with
   ``netns-launch`` (hydra's rsh launcher, ``-localhost head``); jobs reach the daemon on the bridge.
 * ``ssh``: real hosts (``--hosts`` / ``--hostfile``), reached with ssh or ``--launcher-exec``.
 * ``slurm``: the hosts of the current Slurm allocation (``SLURM_JOB_NODELIST``); hydra starts its proxies
@@ -170,7 +170,7 @@ class HostPool:
             missing = [h for h in names if not os.path.exists(f"/run/netns/{h}")]
             if missing:
                 raise ConfigError(f"not namespace hosts of the test cluster: {','.join(missing)} "
-                                  "(netns-cluster up N)")
+                                  "(malleable testbed up N)")
             return cls("netns", tuple(names), exe, _resolve("head"))
         return cls("ssh", tuple(names), exe, socket.getfqdn())
 

@@ -25,17 +25,19 @@ from malleable.launch import find_mpiexec
 from ._access import secret_looking
 from ._hostpool import TAG_VAR, HostPool
 from ._protocol import SERVER_KEY_ENV
-from ._store import JobRec
+from ._records import JobRec
 
 __all__ = ["SHEPHERD", "job_argv", "job_env", "rc_path", "read_rc", "start_job", "stop_job"]
 
 DEFAULT_NETMOD = "ofi"  # MPICH's UCX netmod cannot spawn onto another host from a one-process job
 
 SHEPHERD = ('r=$1; g=$2; shift 2; [ -z "$g" ] || { echo $$ > "$g"; } 2>/dev/null; : > "$r.started"; trap : TERM; '
-            '"$@"; c=$?; echo "$c" > "$r.tmp" && mv "$r.tmp" "$r"; exit $c')
+            'trap "" PIPE; "$@"; c=$?; echo "$c" > "$r.tmp" && mv "$r.tmp" "$r"; exit $c')
 """The shepherd: joins the job's cgroup, marks the start, runs the job and records its exit code. It survives the
 SIGTERM that stops a job (a trap, reset for the job itself, which gets the default action) to record how the job
-ended; only the SIGKILL after the kill wait ends it before the job does."""
+ended; only the SIGKILL after the kill wait ends it before the job does. mpiexec runs with SIGPIPE ignored: hydra
+writes to the proxy of a host whose processes already ended, and with the default action it died of that (exit
+141) in place of reporting the job's own exit code; hydra gives the job's processes the default action back."""
 
 
 def job_argv(job: JobRec, pool: HostPool, slots: int) -> list[str]:

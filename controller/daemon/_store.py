@@ -14,16 +14,17 @@ import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from malleable.errors import ConfigError
 
-from ._events import AddEvent, AddStep, DeleteHost, ResizeOrder, SaveHost, SaveJob
+from ._events import AddEvent, AddStep, DeleteHost, SaveHost, SaveJob
+from ._fsrecord import FsPhase
 from ._protocol import History
+from ._records import HostRec, JobRec
 
-__all__ = ["HostRec", "JobRec", "Store", "history_match"]
+__all__ = ["Store", "history_match"]
 
 SCHEMA_VERSION = 1
 
@@ -45,96 +46,8 @@ CREATE TABLE IF NOT EXISTS users (name TEXT PRIMARY KEY, nonce TEXT NOT NULL, cr
 
 ACTIVE = ("PENDING", "STARTING", "RUNNING")
 """Job states that hold a place in the queue or on hosts (the others are final)."""
-
-
-@dataclass
-class JobRec:
-    """A job as the controller knows it; mutated only by the controller core, saved whole on each change.
-
-    ``hosts`` are in allocation order (the anchor's host first, then in the order they were added), which is
-    also the order in which a shrink of the runtime frees them (newest spawn groups first).
-    """
-
-    id: int
-    name: str
-    cmd: list[str]
-    nodes: int
-    min_nodes: int
-    max_nodes: int
-    malleable: bool
-    time_limit: float
-    out: str
-    err: str
-    cwd: str
-    env: dict[str, str]
-    submit: float
-    state: str = "PENDING"
-    priority: int = 0
-    hosts: list[str] = field(default_factory=list)
-    order: ResizeOrder | None = None         # resize in flight
-    seq: int = 0                             # last order number
-    launched: bool = False                   # the launch was attempted (the shepherd may exist)
-    pid: int = 0                             # the shepherd's pid
-    pid_ctime: float = 0.0                   # its create time (guards against pid reuse)
-    start: float = 0.0
-    since: float = 0.0                       # start of the current size
-    end: float = 0.0
-    exit_code: int | None = None
-    reason: str = ""                         # why pending / how it ended
-    registered: bool = False                 # the runtime link said hello
-    link_pid: int = 0
-    unresponsive: bool = False               # an order was not acknowledged in time
-    progress: dict[str, Any] = field(default_factory=dict)   # last data per phase
-    cancel: bool = False                     # cancel requested; the processes are being stopped
-    stop_at: float = 0.0                     # when SIGTERM was sent to its processes (0: not being stopped)
-    killed_at: float = 0.0                   # when SIGKILL was last sent (the grace after SIGTERM was over)
-    speedup: str = ""                        # declared speedup model ("", linear, amdahl:F, rho:R)
-    constraint: str = ""                     # node-count constraint ("", pof2, even, odd)
-    user: str = ""                           # who submitted it
-    view: list[Any] | None = None            # the scheduler's view: start, since, progress, est. end, resizes
-    paused: str = ""                         # "" running, "pause" asked, "paused" told, "resume" asked
-    bb: float = 0.0                          # burst buffer (bytes) held for the whole run: a job file system
-    fs_servers: int = 0                      # data servers of that file system (0: one)
-    stage_in: list[list[str]] = field(default_factory=list)    # [local, fs path] copied in before the start
-    stage_out: list[list[str]] = field(default_factory=list)   # [fs path, local] copied out after the end
-    fs: dict[str, Any] = field(default_factory=dict)           # the file system: phase, hosts, address, files
-    fs_min: int = 0                          # fewest data servers its file system may shrink to (0: fs_servers)
-    fs_max: int = 0                          # most data servers it may grow to (0: fs_servers)
-    io_rate: float = 0.0                     # requested I/O rate (RIO, bytes/s) its file system grows for
-    fs_replicas: int = 0                     # copies of each block in its file system (0: one)
-    io_intensity: float = 0.0                # declared I/O intensity (0..1; the runtime's measure replaces it)
-
-    @property
-    def size(self) -> int:
-        """Hosts held now."""
-        return len(self.hosts)
-
-    def to_json(self) -> str:
-        """The record as JSON (the stored form)."""
-        data = {f.name: getattr(self, f.name) for f in fields(self)}
-        data["state"] = str(self.state)
-        if self.order is not None:
-            data["order"] = self.order.to_dict()
-        return json.dumps(data, separators=(",", ":"))
-
-    @classmethod
-    def from_json(cls, text: str) -> JobRec:
-        """Inverse of :meth:`to_json` (unknown keys of newer versions are ignored)."""
-        data = json.loads(text)
-        names = {f.name for f in fields(cls)}
-        rec = cls(**{k: v for k, v in data.items() if k in names})
-        if isinstance(rec.order, dict):
-            rec.order = ResizeOrder.from_dict(rec.order)
-        return rec
-
-    def public(self) -> dict[str, Any]:
-        """The fields shown by ``queue``/``info``/``history`` (no environment: it holds the secret)."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("env",)}
-        out["state"] = str(self.state)
-        out["order"] = self.order.to_dict() if self.order is not None else None
-        out["size"] = self.size
-        out["user"] = self.user or self.env.get("USER", "")     # records written before the field existed
-        return out
+_ENDING = (FsPhase.STAGING_OUT.value, FsPhase.STOPPING.value, FsPhase.ABANDONED.value)
+"""File-system phases of an ended job that the controller still has to finish (read back at a restart)."""
 
 
 def history_match(q: History, job: dict[str, Any]) -> bool:
@@ -148,24 +61,6 @@ def history_match(q: History, job: dict[str, Any]) -> bool:
     if q.until and job["submit"] > q.until:
         return False
     return not (q.since and job["end"] and job["end"] < q.since)
-
-
-@dataclass
-class HostRec:
-    """A host: ``owner`` is the job holding (or about to hold) it; ``drain`` the job whose processes may still
-    be on it (checked before the host is given to anyone)."""
-
-    name: str
-    idx: int
-    owner: int | None = None
-    drain: int | None = None
-    drain_since: float = 0.0
-    down: str = ""                   # why the host is down ("" when it is up)
-
-    @property
-    def free(self) -> bool:
-        """Neither held, nor waiting to be checked empty, nor down."""
-        return self.owner is None and self.drain is None and not self.down
 
 
 def private_file(path: str) -> None:
@@ -333,9 +228,9 @@ class Store:
         whose file system was still being staged out or stopped are read too: the controller stops it again)."""
         if active_only:
             q = (f"SELECT rec FROM jobs WHERE state IN ({','.join('?' * len(ACTIVE))}) OR "  # noqa: S608
-                 "json_extract(rec, '$.fs.phase') IN ('staging-out', 'stopping', 'abandoned') OR "
-                 "json_extract(rec, '$.fs.old') IS NOT NULL ORDER BY id")
-            rows = self.db.execute(q, ACTIVE).fetchall()
+                 "json_extract(rec, '$.fs.phase') IN (?, ?, ?) OR json_extract(rec, '$.fs.old') IS NOT NULL "
+                 "ORDER BY id")
+            rows = self.db.execute(q, (*ACTIVE, *_ENDING)).fetchall()
         else:
             rows = self.db.execute("SELECT rec FROM jobs ORDER BY id").fetchall()
         return [JobRec.from_json(r[0]) for r in rows]

@@ -13,7 +13,6 @@ from typing import Any
 from malleable.errors import Refusal, UnknownJob
 
 from . import _protocol as P
-from . import _storage
 from ._cgroup import JobCgroups
 from ._core import Core
 from ._events import Request
@@ -56,7 +55,7 @@ class DaemonViews:
         """Every host: idle, alloc, draining, alloc+drain, storage (lent to a job's file system: ``job`` is that
         job) or down (with the reason)."""
         rows = []
-        lent = _storage.lent_hosts(self.core)
+        lent = self.core.lent_hosts()
         for name in self.core.nodes:
             h = self.core.hosts[name]
             if h.down:

@@ -51,7 +51,7 @@ def start(self: Ledger, d: StartJob, now: float, effects: list[Effect], released
                       now + job.estimate, 0, None if self.mtct is None else self.mtct(job, k))
     self._list(view)
     if job.bb:
-        self.bb_used += job.bb
+        self.hold_bb(job.id, job.bb)
     effects.append(("start", view, f))
 
 def resize(self: Ledger, d: ResizeJob, now: float, effects: list[Effect], released: set[NodeId]) -> None:

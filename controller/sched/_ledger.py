@@ -141,7 +141,8 @@ class Ledger:
         if not bb_total >= 0:
             raise ValueError(f"bb_total must be >= 0, got {bb_total}")
         self.bb_total = float(bb_total)
-        self.bb_used = 0.0            # burst buffer held by running jobs
+        self._bb_used = 0.0           # burst buffer held: the sum of the holds (hold_bb/release_bb)
+        self._bb_holds: dict[tuple[int, bool], float] = {}
         self.points: set[int] = set()  # running phased malleable jobs at a scheduling point (set by the engine)
         self.track_owner = False      # keep ``owner`` (node -> job) as nodes are taken (live); else looked up
         self._dirty_release = False
@@ -164,6 +165,11 @@ class Ledger:
         if on and type(self._free) is RunFree:
             self._free = ListFree(self._free.free)
         self._dirty_release = on
+
+    @property
+    def bb_used(self) -> float:
+        """Bytes of the burst buffer held (:meth:`hold_bb`)."""
+        return self._bb_used
 
     @property
     def free(self) -> list[NodeId]:
@@ -457,9 +463,26 @@ class Ledger:
             self._release_bb(v.job)
         return v
 
+    def hold_bb(self, job_id: int, amount: float, *, after_run: bool = False) -> None:
+        """Hold ``amount`` bytes of the burst buffer for job ``job_id`` until :meth:`release_bb`. The decision path
+        holds a job's ``Job.bb`` from its start to its end or interruption (the simulator and the live controller
+        alike); the live controller also holds it ``after_run``, while the job's file system is staged out and
+        stopped, which may overlap a next run of a re-queued job."""
+        if amount:
+            key = (job_id, after_run)
+            self._bb_holds[key] = self._bb_holds.get(key, 0.0) + amount
+            self._bb_used += amount
+
+    def release_bb(self, job_id: int, *, after_run: bool = False) -> float:
+        """Free what :meth:`hold_bb` holds for job ``job_id`` (0 when it holds nothing); returns the amount."""
+        amount = self._bb_holds.pop((job_id, after_run), 0.0)
+        if amount:
+            self._bb_used = max(0.0, self._bb_used - amount)
+        return amount
+
     def _release_bb(self, job: Job) -> None:
         if job.bb:
-            self.bb_used = max(0.0, self.bb_used - job.bb)
+            self.release_bb(job.id)
         self.points.discard(job.id)
 
     def requeue(self, v: RunningJob, priority: int, released: set[NodeId] | None = None) -> Job:
@@ -561,7 +584,7 @@ class Ledger:
             for x in view.nodes:
                 self._free.remove(x)
                 self.owner[x] = view.job.id
-            self.bb_used += view.job.bb
+            self.hold_bb(view.job.id, view.job.bb)
             self._list(view)
         for x in nodes:
             self.dirty.add(x)

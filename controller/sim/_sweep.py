@@ -2,7 +2,7 @@
 
 A sweep file (TOML) names the axes; every combination is one run::
 
-    traces = ["../shared/workloads/HPC2N-2002-2.1-cln.swf.gz", "synthetic:20000:256:0.9"]
+    traces = ["workloads/HPC2N-2002-2.1-cln-first20000.swf.gz", "synthetic:20000:256:0.9"]
     policies = ["fcfs", "easy", "conservative"]
     seeds = [0, 1]
 

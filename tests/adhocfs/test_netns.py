@@ -10,6 +10,7 @@ import time
 
 import pytest
 from conftest import close_checked
+from elastic_util import blocks_on_servers
 
 pytestmark = pytest.mark.netns
 
@@ -157,4 +158,154 @@ def test_encrypted_replicated_file_system_across_hosts_survives_a_host(netns_clu
         monkeypatch.setenv("MALLEABLE_ENCRYPT", "1")
     finally:
         monkeypatch.setenv("MALLEABLE_ENCRYPT", "1")
+        dep.stop()
+
+
+SHARED_WORKER = r"""
+import random, sys
+from malleable.adhocfs import connect
+role, addr, path, idx, nw, ch = sys.argv[1], sys.argv[2], sys.argv[3], *map(int, sys.argv[4:7])
+
+
+def chunk(i, k):
+    return random.Random(i * 1_000_003 + k).randbytes(ch)
+
+
+fs = connect(addr, timeout=5.0)
+f = fs.open(path, "r+b" if role == "writer" else "rb")  # kept open to the end
+k = 0
+print("ready", flush=True)
+for line in sys.stdin:
+    cmd, *arg = line.split()
+    if cmd == "write":  # writer idx owns chunks idx, idx + nw, idx + 2 nw, ... of the shared file
+        for _ in range(int(arg[0])):
+            f.seek((k * nw + idx) * ch)
+            f.write(chunk(idx, k))
+            k += 1
+        print("wrote", k, flush=True)
+    elif cmd == "flush":
+        f.flush()
+        print("flushed", k, flush=True)
+    elif cmd == "check":  # reader: the first n chunks of every writer
+        bad = []
+        for kk in range(int(arg[0])):
+            for i in range(nw):
+                f.seek((kk * nw + i) * ch)
+                if f.read(ch) != chunk(i, kk):
+                    bad.append((i, kk))
+        print("checked", len(bad), bad[:4], flush=True)
+    elif cmd == "close":
+        f.close()
+        fs.close()
+        print("closed", k, flush=True)
+        break
+"""
+
+
+class _Worker:
+    """A client process on a namespace host, driven one command (and one answer line) at a time."""
+
+    def __init__(self, launcher, host, script, *args):
+        import queue
+        import subprocess
+        import sys
+        import threading
+
+        cmd = " ".join([sys.executable, str(script), *map(str, args)])
+        self.name = f"{args[0]} {args[3]} on {host}"
+        self.err = script.parent / f"{args[0]}{args[3]}.err"
+        with open(self.err, "w") as err:
+            self.proc = subprocess.Popen([launcher, host, cmd], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=err, text=True)
+        self.lines: queue.Queue = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self):
+        for line in self.proc.stdout:
+            self.lines.put(line.split())
+        self.lines.put(None)
+
+    def expect(self, word, timeout=120.0):
+        import queue
+
+        try:
+            got = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            got = ["(no answer within", f"{timeout:g} s)"]
+        if got is None or got[0] != word:
+            self.kill()
+            raise AssertionError(f"{self.name}: expected {word!r}, got {got}\n{self.err.read_text()}")
+        return got[1:]
+
+    def ask(self, line, word, timeout=120.0):
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        return self.expect(word, timeout)
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+
+
+def test_writers_on_two_hosts_and_a_reader_keep_a_shared_file_open_across_expand_and_shrink(
+    netns_cluster, tmp_path, monkeypatch
+):
+    """Three writers on two hosts share one file (interleaved chunks, not block-aligned) and a reader on a third
+    host checks it; all keep it open while a data server joins and the one holding most of it leaves, with
+    writes still buffered: every byte reads back equal, in the reader and from the head."""
+    from malleable.adhocfs import connect, start_fs
+    from malleable.adhocfs._admin import expand_fs, shrink_fs
+
+    for k, v in netns_cluster.env().items():
+        monkeypatch.setenv(k, v)
+    script = tmp_path / "worker.py"
+    script.write_text(SHARED_WORKER)
+    nw, ch, path = 3, 192 * 1024, "/shared.bin"
+    dep = start_fs("node1", ["node2", "node3"], state=str(tmp_path / "st"))
+    workers = []
+    try:
+        with connect(dep.address, timeout=5.0) as fs:
+            fs.open(path, "wb", block_size=128 * 1024).close()
+            launcher = netns_cluster.launcher
+            writers = [_Worker(launcher, host, script, "writer", dep.address, path, i, nw, ch)
+                       for i, host in enumerate(["node1", "node1", "node4"])]
+            reader = _Worker(launcher, "node3", script, "reader", dep.address, path, 0, nw, ch)
+            workers = [*writers, reader]
+            for w in workers:
+                w.expect("ready")
+
+            def all_write(n, flush):
+                for w in writers:
+                    w.ask(f"write {n}", "wrote")
+                if flush:
+                    for w in writers:
+                        w.ask("flush", "flushed")
+
+            all_write(6, flush=True)
+            assert reader.ask("check 6", "checked")[0] == "0"
+            servers, procs, info = expand_fs(dep.address, ["node4"], state=dep.state)
+            dep.procs.update({f"x{k}": p for k, p in procs.items()})
+            assert info["state"] == "done"
+            all_write(6, flush=False)  # buffered when the shrink comes
+            held = blocks_on_servers(fs, path)
+            victim = max((s for s in held if s not in servers), key=lambda s: (len(held[s]), -s))
+            vrow = next(s for s in fs.status().servers if s["sid"] == victim)
+            assert shrink_fs(dep.address, [victim], "partial")["state"] == "done"
+            all_write(6, flush=True)
+            assert reader.ask("check 18", "checked")[0] == "0"  # its layout is from before both changes
+            for w in workers:
+                w.ask("close", "closed")
+                assert w.proc.wait(30) == 0
+            assert vrow["pid"] not in netns_cluster.pids_on(vrow["host"])  # the victim really left its host
+            with fs.open(path, "rb") as f:
+                data = f.read()
+        expected = bytearray(18 * nw * ch)
+        for k in range(18):
+            for i in range(nw):
+                expected[(k * nw + i) * ch : (k * nw + i + 1) * ch] = random.Random(i * 1_000_003 + k).randbytes(ch)
+        assert data == expected
+    finally:
+        for w in workers:
+            w.kill()
         dep.stop()

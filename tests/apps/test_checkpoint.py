@@ -224,7 +224,11 @@ def test_demo_io_grows_and_shrinks_the_file_system_of_one_running_job(tmp_path):
     assert [d for d in report["decisions"] if d["action"] == "shrink"][0]["rio"] == 1
     names = [(p["name"], p["servers"]) for p in report["phases"]]
     assert names[:3] == [("checkpoint", "1"), ("expand", "1->2"), ("checkpoint", "2")], names
-    assert ("shrink", "2->1") in names and names[-1][1] == "1" and names[-1][0] in ("compute", "after job")
+    # the shrink comes after the last checkpoint: during the compute phase, or after the job when the watcher's
+    # step falls behind the job's end on a loaded machine
+    shrink_at = names.index(("shrink", "2->1"))
+    assert all(n != "checkpoint" for n, _ in names[shrink_at:]), names
+    assert names[-1] == ("shrink", "2->1") or (names[-1][1] == "1" and names[-1][0] in ("compute", "after job"))
     # one job: four padded checkpoints of it, all kept and read back after the shrink, the table printed
     job = json.loads((tmp_path / "job.json").read_text())
     assert job["start"] == 0 and [c["iteration"] for c in job["checkpoints"]] == [601, 1202, 1803, 2404]

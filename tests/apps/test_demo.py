@@ -73,6 +73,15 @@ def test_verbs_example_fits_a_screen_and_is_exact(tmp_path):
     assert np.array_equal(np.load(out), jacobi.reference(30, 32))
 
 
+@pytest.mark.parametrize("argv", [[], ["64", "100"], ["big", "100", "u.npy"], ["2", "10", "u.npy"]])
+def test_verbs_example_without_its_arguments_prints_its_usage(argv):
+    import subprocess
+
+    p = subprocess.run([sys.executable, str(EXAMPLE), *argv], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1 and p.stdout == ""
+    assert p.stderr == "usage: python examples/jacobi_verbs.py N ITERATIONS OUT.npy  (an N x N grid, N >= 3)\n"
+
+
 def test_demo_is_a_malleable_subcommand(capsys):
     from malleable.cli import build_parser
 

@@ -101,3 +101,23 @@ def test_bad_options_are_usage_errors(capsys, args, message):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert message in err and err.startswith("usage:")
+
+
+@pytest.mark.parametrize("app", ["jacobi", "matmul"])
+def test_a_plan_over_the_core_limit_under_plain_mpiexec_is_one_line_naming_the_variable(app):
+    """mpiexec has no option for the limit: the refusal names the environment variable, once, without a traceback."""
+    import json
+    import os
+    import subprocess
+
+    from malleable.launch import mpiexec_argv
+
+    over = (os.cpu_count() or 1) + 1
+    env = {k: v for k, v in os.environ.items() if k != "MALLEABLE_MAX_PROCS_PER_HOST"}
+    env["MALLEABLE_PLAN"] = json.dumps([{"at_probe": 2, "procs": over}])
+    args = ["--n", "32", "--iters", "10"] if app == "jacobi" else ["--n", "32", "--reps", "4"]
+    p = subprocess.run(mpiexec_argv(2, app_cmd(app, *args)), capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 1 and p.stdout == ""
+    assert p.stderr.splitlines() == [
+        f"{app}: error: MALLEABLE_PLAN step 1 (at_probe 2): expanding to {over} process(es) needs {over} on host "
+        f"{os.uname().nodename}, which may run {over - 1} (cores); to allow it: MALLEABLE_MAX_PROCS_PER_HOST={over}"]

@@ -94,6 +94,24 @@ def _jobs(rows):
             for i, (s, c, e, b) in enumerate(rows, 1)]
 
 
+def test_a_buffer_held_after_the_run_blocks_starts_until_it_is_released():
+    led = Ledger(range(4), bb_total=10 * TB)
+    led.submit(Job(1, 0.0, 1, 60.0, min_procs=1, max_procs=1, bb=6 * TB))
+    led.submit(Job(2, 0.0, 1, 60.0, min_procs=1, max_procs=1, bb=6 * TB))
+    led.apply([StartJob(1, (0,))], 0.0)
+    led.finish(1)
+    led.hold_bb(1, 6 * TB, after_run=True)          # its file system is being staged out
+    assert led.bb_used == 6 * TB and led.snapshot(1.0).bb_free == pytest.approx(4 * TB)
+    with pytest.raises(PolicyError, match="burst buffer"):
+        led.apply([StartJob(2, (1,))], 1.0)
+    assert led.release_bb(1) == 0.0 and led.bb_used == 6 * TB      # the run's hold is gone already
+    assert led.release_bb(1, after_run=True) == 6 * TB and led.bb_used == 0.0
+    assert led.release_bb(1, after_run=True) == 0.0                # released once
+    led.apply([StartJob(2, (1,))], 2.0)
+    assert led.bb_used == 6 * TB
+    with pytest.raises(AttributeError):
+        led.bb_used = 0.0                                          # only holds change it
+
 def test_the_plan_places_each_job_at_the_earliest_time_both_resources_allow():
     prof = Profile2([0.0, 10.0], [2, 4], [4.0, 10.0])        # 2 CPUs and 4 units free now; all at t=10
     jobs = _jobs([(0, 2, 5, 6), (0, 2, 5, 2), (0, 4, 5, 0)])

@@ -37,7 +37,7 @@ def test_ntasks_as_sbatch_counts_them(env):
     with daemon_thread(env / "ctl.sqlite", HostPool.local(2), slots=2) as (d, c):
         code, out, err = cli("submit", "--state", state, "-n", "4", "-o", "n4.out", "--", sys.executable, "-c",
                              SIZE_PROG)
-        assert (code, out, err) == (0, "Submitted job 1\n", "")
+        assert (code, out, err) == (0, "Submitted batch job 1\n", "")
         code, out, err = cli("submit", "--state", state, "-N", "1", "--ntasks-per-node", "2", "--parsable",
                              "-o", "n2.out", "--", sys.executable, "-c", SIZE_PROG)
         assert (code, out, err) == (0, "2\n", "")
@@ -72,9 +72,9 @@ def test_script_directives_and_wrap(env):
                       "#MALLEABLE -N 2\n")        # after the first command: not a directive
     script.chmod(0o755)
     with daemon_thread(env / "ctl.sqlite", HostPool.local(2)) as (d, c):
-        assert cli("submit", "--state", state, "job.sh", "a", "b") == (0, "Submitted job 1\n", "")
-        assert cli("submit", "--state", state, "-J", "mine", "-o", "o2.txt", "./job.sh") == (0, "Submitted job 2\n", "")
-        assert cli("submit", "--state", state, "--wrap", "echo $((6 * 7))") == (0, "Submitted job 3\n", "")
+        assert cli("submit", "--state", state, "job.sh", "a", "b") == (0, "Submitted batch job 1\n", "")
+        assert cli("submit", "--state", state, "-J", "mine", "-o", "o2.txt", "./job.sh") == (0, "Submitted batch job 2\n", "")
+        assert cli("submit", "--state", state, "--wrap", "echo $((6 * 7))") == (0, "Submitted batch job 3\n", "")
         wait_final(c, [1, 2, 3], 60)
         h = _hist(state)
         assert [(h[i]["name"], h[i]["nodes"], h[i]["time_limit"]) for i in (1, 2, 3)] == [
@@ -99,6 +99,14 @@ def test_script_directives_and_wrap(env):
             1, "", "malleable submit: error: py.py:1: #MALLEABLE --bogus: unrecognized arguments: --bogus\n")
         assert cli("submit", "--state", state, "--wrap", "true", "--", "true") == (
             1, "", "malleable submit: error: give either --wrap CMD or a command, not both\n")
+        # a script that is not there is refused at once, as sbatch refuses it, not queued to fail later
+        for cmd, msg in ((["missing.sh"], "missing.sh: no such file, and no such command on PATH"),
+                         (["./missing.sh", "a"], "cannot open the script ./missing.sh: No such file or directory"),
+                         (["sh", "-e", "missing.sh"], "cannot open the script missing.sh: No such file or directory"),
+                         ([sys.executable, "missing.py"], "cannot open the script missing.py: No such file or "
+                                                          "directory"),
+                         ([str(env)], f"{env} is a directory, not a script")):
+            assert cli("submit", "--state", state, "--", *cmd) == (1, "", f"malleable submit: error: {msg}\n")
         assert sorted(states(c)) == [1, 2, 3]
 
 
@@ -106,11 +114,11 @@ def test_speedup_and_constraint_reach_the_job_record(env):
     state = str(env / "ctl.sqlite")
     with daemon_thread(env / "ctl.sqlite", HostPool.local(4)) as (d, c):
         assert cli("submit", "--state", state, "--min", "1", "--max", "4", "--constraint", "pof2", "--speedup",
-                   "amdahl:0.05", "--", "sleep", "0.2") == (0, "Submitted job 1\n", "")
+                   "amdahl:0.05", "--", "sleep", "0.2") == (0, "Submitted batch job 1\n", "")
         assert cli("submit", "--state", state, "--min", "1", "--max", "6", "--constraint", "even", "--speedup",
-                   "rho:.25", "--", "true") == (0, "Submitted job 2\n", "")
+                   "rho:.25", "--", "true") == (0, "Submitted batch job 2\n", "")
         assert cli("submit", "--state", state, "-N", "1", "--speedup", "linear", "--", "true") == (
-            0, "Submitted job 3\n", "")
+            0, "Submitted batch job 3\n", "")
         bad = {
             ("--speedup", "amdahl:2"): "bad speedup 'amdahl:2': amdahl takes a value between 0 and 1",
             ("--speedup", "cubic"): "bad speedup 'cubic': use linear, amdahl:F or rho:R (F and R between 0 and 1)",
@@ -164,7 +172,7 @@ def test_info_queue_nodes_as_slurm_prints_them(env):
             "    elastic  elastic      2         100         0.052  0.1235      5.2",
             "  size history:",
             lines[9], "  events (last 2 of 3):", lines[11], lines[12]]
-        assert lines[9] == "    +    0.00 s  start     2 nodes  local1,local2"
+        assert lines[9] == "    +    0.00 s  start     2 nodes  local[1-2]"            # compressed, as squeue's
         assert re.fullmatch(r"    \d\d:\d\d:\d\d  start    on local1,local2", lines[11])
         assert re.fullmatch(r"    \d\d:\d\d:\d\d  register \S.*", lines[12]), lines   # the wording is the core's
         assert len(lines) == 13

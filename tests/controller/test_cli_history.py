@@ -13,7 +13,7 @@ import time
 import pytest
 
 from malleable.controller.daemon import _protocol as P
-from malleable.controller.daemon._hostpool import HostPool
+from malleable.controller.daemon._hostpool import HostPool, scan_tagged
 from tests._procs import running
 from tests.controller._cli_util import cli_env
 from tests.controller._daemon_util import cli, daemon_thread, states, wait_final, wait_for
@@ -40,9 +40,13 @@ def test_history_offline_from_a_real_daemons_state(env):
         ok = c.submit(["sleep", "1.2"], nodes=1, name="ok", cwd=str(env))
         bad = c.submit(["sh", "-c", "exit 3"], nodes=1, name="bad", cwd=str(env))
         gone = c.submit(["sleep", "300"], nodes=1, name="gone", cwd=str(env))
-        slow = c.submit(["sleep", "300"], nodes=1, name="slow", time_limit=1.0, cwd=str(env))
+        # 3 s: the limit counts from the launch, and the job's sleep must run by then (mpiexec starts slowly under
+        # load) for SIGTERM, not the kill wait's SIGKILL, to end it
+        slow = c.submit(["sleep", "300"], nodes=1, name="slow", time_limit=3.0, cwd=str(env))
         other = c.submit(["true"], nodes=2, name="theirs", user="bo", cwd=str(env))
-        wait_for(lambda: states(c).get(gone) == "RUNNING", 30, "gone to run")
+        # cancelled once its program runs (not while mpiexec still starts it): SIGTERM ends it, 0:15
+        wait_for(lambda: any(p.name == "sleep" for p in scan_tagged(d.tag(gone)).get(d.tag(gone), [])), 60,
+                 "gone's sleep to run")
         c.call(P.Cancel(gone))
         wait_final(c, [ok, bad, gone, slow, other], 60)
         t_mid = time.time()
@@ -129,3 +133,33 @@ def _row(state: str) -> dict:
     assert code == 0, err
     return json.loads(out)["jobs"][0]
 
+
+
+def test_history_format_as_sacct(env):
+    """-o/--format: sacct's field names in any case, %WIDTH, right-aligned under dashes, cut values end with +;
+    --helpformat lists the fields; a bad field is one line."""
+    state = str(env / "ctl.sqlite")
+    with daemon_thread(env / "ctl.sqlite", HostPool.local(3)) as (d, c):
+        two = c.submit(["true"], nodes=2, name="a-rather-long-job-name", cwd=str(env))
+        bad = c.submit(["sh", "-c", "exit 3"], nodes=1, name="bad", cwd=str(env))
+        wait_final(c, [two, bad], 60)
+        hosts = {j["id"]: j["hosts"] for j in json.loads(cli("history", "--state", state, "--json")[1])["jobs"]}
+    code, out, err = cli("history", "--state", state, "-o", "jobid,JobName%10,state,ExitCode,NNodes,NodeList%12")
+    assert (code, err) == (0, "")
+    from malleable.launch import compress_hostlist
+
+    assert out.splitlines() == [
+        "       JobID    JobName      State ExitCode   NNodes     NodeList",
+        "------------ ---------- ---------- -------- -------- ------------",
+        f"{bad:>12}        bad     FAILED      3:0        1 {compress_hostlist(hosts[bad]):>12}",
+        f"{two:>12} a-rather-+  COMPLETED      0:0        2 {compress_hostlist(hosts[two]):>12}"]
+    assert sorted(hosts[two]) == ["local1", "local2"] and compress_hostlist(hosts[two]) == "local[1-2]"
+    code, out, _ = cli("history", "--state", state, "--helpformat")
+    assert out.split() == ["JobID", "JobName", "User", "Kind", "State", "ExitCode", "Elapsed", "Timelimit", "Submit",
+                           "Start", "End", "NNodes", "Size", "NodeList", "WorkDir", "Reason"]
+    for fmt, msg in (("JobID,Partition", "invalid field requested: 'Partition' (fields: JobID JobName User Kind State "
+                                         "ExitCode Elapsed Timelimit Submit Start End NNodes Size NodeList WorkDir "
+                                         "Reason)"),
+                     ("JobID%0", "bad width in 'JobID%0': want FIELD%N with N >= 1"),
+                     (",", "-o/--format names no field")):
+        assert cli("history", "--state", state, "-o", fmt) == (1, "", f"malleable history: error: {msg}\n")

@@ -3,9 +3,6 @@ identical decisions at every pass (start times, reservations) on generated, synt
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -13,9 +10,8 @@ from hypothesis import strategies as st
 
 from malleable.controller import Remember, Workload, read_swf, simulate, synthetic
 from malleable.controller.sched._conservative import conservative, conservative_reference
+from tests._data import HPC2N
 
-TRACE = Path(os.environ.get("MALLEABLE_HPC2N", Path(__file__).resolve().parents[3] / "shared" / "workloads" /
-                            "HPC2N-2002-2.1-cln.swf.gz"))
 
 
 def recording(policy, log):
@@ -69,7 +65,6 @@ def test_large_machines_use_the_reference():
     assert_same(synthetic(1500, machine=300, load=0.95, seed=6))
 
 
-@pytest.mark.skipif(not TRACE.exists(), reason="HPC2N trace not available")
 def test_same_schedule_on_hpc2n_first_20000():
-    w = read_swf(TRACE, limit=20000)
+    w = read_swf(HPC2N, limit=20000)
     assert_same(w)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -41,12 +42,37 @@ def test_rigid_jobs_queue_in_order_with_outputs_and_exit_codes(env):
         wait_for(lambda: all(r["state"] == "idle" for r in c.rows(P.Nodes())), 10, "hosts checked and idle")
 
 
+
+def sig_ignored(status: str, signum: int) -> bool:
+    """Whether ``signum`` is in the SigIgn mask of a /proc/PID/status text."""
+    mask = next(int(line.split()[1], 16) for line in status.splitlines() if line.startswith("SigIgn:"))
+    return bool(mask >> (signum - 1) & 1)
+
+
+def test_mpiexec_ignores_sigpipe_and_the_job_keeps_its_default(env):
+    # hydra's mpiexec writes to the proxy of a host whose processes ended; dying of SIGPIPE there turned a job's
+    # exit code 3 into 141. The job's own processes keep the default action (a shell pipeline ends as usual).
+    import signal
+
+    import psutil
+    marker = env / "mask.txt"
+    with daemon_thread(env / "ctl.sqlite", HostPool.local(1)) as (d, c):
+        a = c.submit(["sh", "-c", f"cat /proc/self/status > {marker}; exec sleep 60"], nodes=1)
+        wait_for(lambda: marker.exists() and "SigIgn" in marker.read_text(), 30, "the job's mask")
+        hydra = [p for p in psutil.process_iter(["name", "cmdline"])
+                 if (p.info["name"] or "").startswith("mpiexec") and str(marker) in " ".join(p.info["cmdline"] or ())]
+        assert len(hydra) == 1
+        assert sig_ignored(Path(f"/proc/{hydra[0].pid}/status").read_text(), signal.SIGPIPE)
+        assert not sig_ignored(marker.read_text(), signal.SIGPIPE)
+        c.call(P.Cancel(a))
+        assert wait_final(c, [a], 30) == {a: "CANCELLED"}
+
 def test_command_line(env):
     state = str(env / "ctl.sqlite")
     with daemon_thread(env / "ctl.sqlite", HostPool.local(2)) as (d, c):
         code, out, err = cli("submit", "--state", state, "-N", "1", "-J", "sleepy", "-t", "1:00", "-o",
                              str(env / "s-%j.out"), "--", "sh", "-c", "sleep 30")
-        assert code == 0 and out.startswith("Submitted job "), err
+        assert code == 0 and out.startswith("Submitted batch job "), err
         jid = int(out.split()[-1])
         code, out, _ = cli("submit", "--state", state, "--parsable", "--min", "1", "--max", "2", "--", "true")
         assert code == 0 and out.strip() == str(jid + 1)

@@ -3,8 +3,6 @@ engine's schedule and decision counts."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -13,9 +11,7 @@ from hypothesis import strategies as st
 from malleable.controller.sched import get_policy
 from malleable.controller.sim import Simulator, Workload, read_swf, synthetic
 from malleable.controller.sim._fastpath import run_rigid
-
-HPC2N = Path(__file__).resolve().parents[3] / "shared" / "workloads" / "HPC2N-2002-2.1-cln.swf.gz"
-
+from tests._data import HPC2N
 
 def both(w: Workload, policy: str):
     slow = Simulator(w, get_policy(policy), fast=False).run()

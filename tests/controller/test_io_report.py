@@ -194,9 +194,9 @@ def test_io_aware_reads_the_running_jobs_measured_intensity(tmp_path):
 # ------------------------------------------------------------------------------------------------ submission
 def test_submit_option_command_line_directive_and_wire(tmp_path):
     slots = lambda: 1  # noqa: E731
-    req, _ = resolve({"cmd": ["prog"], "io_intensity": 0.7}, slots)
+    req, _ = resolve({"cmd": ["true"], "io_intensity": 0.7}, slots)
     assert req["io_intensity"] == 0.7
-    assert "io_intensity" not in resolve({"cmd": ["prog"]}, slots)[0]          # not given: the default
+    assert "io_intensity" not in resolve({"cmd": ["true"]}, slots)[0]          # not given: the default
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/sh\n#MALLEABLE --io-intensity 0.35 -N 1\nwork\n")
     script.chmod(0o755)
@@ -204,8 +204,8 @@ def test_submit_option_command_line_directive_and_wire(tmp_path):
     assert resolve({"cmd": [str(script)], "io_intensity": 0.5}, slots)[0]["io_intensity"] == 0.5   # line wins
     for bad in (1.5, -0.1, math.nan):
         with pytest.raises(ConfigError, match="--io-intensity must be between 0 and 1"):
-            resolve({"cmd": ["prog"], "io_intensity": bad}, slots)
-    code, out, err = cli("submit", "--io-intensity", "2", "--state", str(tmp_path / "none.sqlite"), "--", "prog")
+            resolve({"cmd": ["true"], "io_intensity": bad}, slots)
+    code, out, err = cli("submit", "--io-intensity", "2", "--state", str(tmp_path / "none.sqlite"), "--", "true")
     assert code != 0 and out == "" and err.strip().count("\n") == 0 and "--io-intensity must be between 0 and 1" \
         in err and "Traceback" not in err
     key = b"k" * 32

@@ -12,9 +12,9 @@ import pytest
 from malleable.controller import StartJob
 from malleable.controller.daemon import _protocol as P
 from malleable.controller.daemon._cgroup import JobCgroups
-from malleable.controller.daemon._core import UNLIMITED_ESTIMATE
 from malleable.controller.daemon._events import Stop
 from malleable.controller.daemon._hostpool import HostPool, scan_tagged
+from malleable.controller.daemon._state import UNLIMITED_ESTIMATE
 from tests._procs import running
 from tests.controller._core_shell import Shell
 from tests.controller._daemon_util import cli, daemon_thread, isolate, wait_final, wait_for

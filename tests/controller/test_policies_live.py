@@ -20,7 +20,7 @@ import pytest
 
 from malleable.controller.daemon import _protocol as P
 from malleable.controller.daemon._hostpool import HostPool, scan_tagged
-from tests.conftest import TESTBED
+from malleable.launch import _testbed
 from tests.controller._daemon_util import HEAT, TOKEN, daemon_thread, states, wait_final, wait_for
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(240)]
@@ -195,7 +195,7 @@ def fifth_host() -> Iterator[tuple[str, list[str]]]:
     (a lock); it is up again afterwards."""
     with open("/run/malleable-test-node5.lock", "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        subprocess.run([str(TESTBED / "netns-cluster"), "up", "5"], check=True, capture_output=True)
+        _testbed.up(5)
         link = ["ip", "link", "set", "nc-node5"]
         try:
             yield "node5", link

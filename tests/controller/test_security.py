@@ -330,7 +330,7 @@ def test_user_commands(env):
 
 def test_users_session_in_the_docs_runs(env):
     """The console session of docs/controller.md's "Users and keys", command by command, output compared (times,
-    the login name and the key file's home folder normalised)."""
+    addresses, the login name and the key file's home folder normalised); it starts and stops its controller."""
     import getpass
     import re
     import subprocess
@@ -343,6 +343,8 @@ def test_users_session_in_the_docs_runs(env):
     block = re.search(r"```console\n(.*?)```", section, re.S).group(1)
     steps: list[tuple[str, list[str]]] = []
     for line in block.splitlines():
+        if line.startswith("$ export MALLEABLE_CONTROLLER_STATE="):
+            continue                            # the state file is the test's own
         if line.startswith("$ "):
             steps.append((line[2:], []))
         else:
@@ -352,12 +354,19 @@ def test_users_session_in_the_docs_runs(env):
         text = text.replace(str(user_key_path()), "KEYFILE").replace("/root/.config/malleable/user-key", "KEYFILE")
         text = re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", "TIME", text)
         text = re.sub(r" \d+:\d\d ", " T ", text)
+        text = re.sub(r"tcp://[\d.]+:\d+", "ADDR", text)
+        text = re.sub(r"\(pid \d+, state \S+, log \S+\)", "(PID, STATE)", text)
         return re.sub(rf"\b{re.escape(getpass.getuser())}\b", "root", text).rstrip("\n")
 
     e = dict(os.environ, MALLEABLE_CONTROLLER_STATE=str(env / "ctl.sqlite"),
              PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-    with daemon_thread(env / "ctl.sqlite", HostPool.local(2)):
+    assert steps[0][0] == "malleable controller start --local 2"
+    assert steps[-1][0] == "malleable controller stop --cancel-jobs"
+    try:
         for cmd, want in steps:
             p = subprocess.run(["sh", "-c", cmd], cwd=env, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, timeout=60)
             assert norm(p.stdout) == norm("\n".join(want)), (cmd, p.stdout)
+    finally:
+        subprocess.run([sys.executable, "-m", "malleable", "controller", "stop", "--cancel-jobs"], env=e,
+                       capture_output=True, timeout=60)

@@ -113,16 +113,10 @@ def test_failures_on_a_random_trace_lose_no_job():
 def test_incremental_hints_give_the_same_schedule_with_failures():
     """On the HPC2N prefix (10^4 jobs, ~600 failures): the conservative profile kept across passes while nodes
     are down gives the schedule of a full rebuild at every pass (this prefix caught a stale-profile bug)."""
-    import os
-    from pathlib import Path
-
     from malleable.controller import read_swf
     from malleable.controller.experiments import failure_plan
-    trace = Path(os.environ.get("MALLEABLE_HPC2N", Path(__file__).resolve().parents[3] / "shared" / "workloads" /
-                                "HPC2N-2002-2.1-cln.swf.gz"))
-    if not trace.exists():
-        pytest.skip(f"{trace} not found")
-    w = read_swf(trace, limit=10000)
+    from tests._data import HPC2N
+    w = read_swf(HPC2N, limit=10000)
     fails = failure_plan(w.machine, float(w.submit[0]), float(w.submit[-1]), 6 * 3600.0, 3600.0, seed=5)
     for pol in ("baseline", "sfsj"):
         a = simulate(w, pol, failures=fails)

@@ -4,8 +4,6 @@ overlap on a 16,384-node machine; runs through the compiled and the plain-Python
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -25,6 +23,7 @@ from malleable.controller.experiments import failure_plan
 from malleable.controller.sched import _kernels
 from malleable.controller.sched._nodes import NodeRun
 from malleable.errors import PolicyError
+from tests._data import HPC2N
 
 from ._ref_engine import ref_simulate
 
@@ -152,14 +151,10 @@ def test_workload_rows_become_jobs_by_chunks(monkeypatch):
         assert np.array_equal(getattr(whole, f), getattr(chunked, f))
 
 
-TRACE = Path(__file__).resolve().parents[3] / "shared" / "workloads" / "HPC2N-2002-2.1-cln.swf.gz"
-
-
-@pytest.mark.skipif(not TRACE.exists(), reason="HPC2N trace not available")
 def test_easy_with_the_queue_index_on_a_long_queue_trace():
     """HPC2N with its inter-arrival times halved (queues of thousands): EASY through the ledger's queue index
     makes the schedule of the plain scan (the old engine's queue has no index)."""
-    w = read_swf(TRACE, limit=12000)
+    w = read_swf(HPC2N, limit=12000)
     w.submit = w.submit / 2
     same(w, "easy")
 

@@ -34,7 +34,7 @@ import pytest
 
 from malleable.controller.daemon._hostpool import HostPool
 from malleable.errors import ConfigError
-from malleable.launch import expand_hostlist
+from malleable.launch import compress_hostlist, expand_hostlist
 from tests._procs import running
 from tests.controller._daemon_util import TOKEN
 
@@ -294,7 +294,7 @@ def test_controller_inside_a_real_allocation(slurm, tmp_path, monkeypatch):
     assert heat[0]["size"] == 1 and heat[0]["hosts"] == alloc[:1], heat
     assert any(x.get("size") == 3 and sorted(x["hosts"]) == sorted(alloc) for x in heat), heat
     assert heat[-1]["done"] and heat[-1]["ok"] and heat[-1]["sizes"] == [1, 3], heat   # exact result
-    assert f"expand    3 nodes  {','.join(alloc)}" in res["info_malleable"], res["info_malleable"]
+    assert f"expand    3 nodes  {compress_hostlist(alloc)}" in res["info_malleable"], res["info_malleable"]
 
     # the controller stopped (it cancelled the malleable job) and nothing of the jobs is left
     assert res["stop_rc"] == 0, why

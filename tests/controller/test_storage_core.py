@@ -19,6 +19,7 @@ from malleable.controller.daemon._events import (
     StartFs,
     StopFs,
 )
+from malleable.controller.daemon._fsrecord import FsPhase, JobFs
 from malleable.controller.sched import get_policy
 from malleable.errors import ProtocolError, Refusal
 from tests.controller._core_shell import Shell
@@ -39,6 +40,11 @@ def submit(core, bb=0.0, nodes=1, servers=0, stage_in=(), stage_out=(), t=0.0):
 
 def of(actions, kind):
     return [a for a in actions if isinstance(a, kind)]
+
+
+def only_old(fs):
+    """The job's file-system record holds only the earlier one, being stopped."""
+    return fs.old is not None and fs == JobFs(old=fs.old)
 
 
 def test_capacity_is_the_sum_over_storage_hosts_and_too_much_is_refused(tmp_path):
@@ -62,23 +68,23 @@ def test_a_job_with_a_buffer_runs_after_its_file_system_is_ready_and_stops_it_af
     (start,) = of(acts, StartFs)
     # the metadata server on its host, the data servers on the storage host (it holds none itself)
     assert start == StartFs(jid, "n1", ("n2", "n2"), int(1.5 * G), (("/d/in.bin", "/in.bin"),))
-    assert core.jobs[jid].fs["phase"] == "starting" and core.jobs[jid].reason == "StageIn"
+    assert core.jobs[jid].fs.phase == "starting" and core.jobs[jid].reason == "StageIn"
     assert of(core.schedule(1.5), StartFs) == []                        # asked once
     core.do(FsProgress(2.0, jid, "in", "/d/in.bin", "/in.bin", 1234))
     (launch,) = of(core.do(FsReady(2.5, jid, "tcp://n1:5000")), Launch)
-    assert launch.job.fs["address"] == "tcp://n1:5000" and launch.job.start == 2.5
+    assert launch.job.fs.address == "tcp://n1:5000" and launch.job.start == 2.5
     rec = core.store.load_job(jid)
-    assert rec.state == "RUNNING" and rec.fs["stage_in"] == [["/d/in.bin", "/in.bin", 1234, ""]]
+    assert rec.state == "RUNNING" and rec.fs.stage_in == [("/d/in.bin", "/in.bin", 1234, "")]
     core.launched(jid, 100, 5.0, 2.6)
     acts = core.exited(jid, 1, 9.0)                                    # failed: its files still come out
     assert of(acts, StopFs) == [StopFs(jid, "tcp://n1:5000", ("n1", "n2"), (("/out.bin", "/d/out.bin"),))]
     rec = core.store.load_job(jid)
-    assert rec.state == "FAILED" and rec.fs["phase"] == "staging-out"
+    assert rec.state == "FAILED" and rec.fs.phase == "staging-out"
     assert core.snapshot(9.1).bb_free == 1 * G                          # held until the servers are gone
     core.do(FsProgress(9.5, jid, "out", "/out.bin", "/d/out.bin", 77))
     core.do(FsStopped(10.0, jid, ()))
     rec = core.store.load_job(jid)
-    assert rec.fs["phase"] == "stopped" and rec.fs["stage_out"] == [["/out.bin", "/d/out.bin", 77, ""]]
+    assert rec.fs.phase == "stopped" and rec.fs.stage_out == [("/out.bin", "/d/out.bin", 77, "")]
     assert core.snapshot(10.1).bb_free == 4 * G
     kinds = [e["kind"] for e in core.store.events(jid)]
     assert kinds.count("fs-start") == 1 and "fs-ready" in kinds and "fs-stopped" in kinds
@@ -108,7 +114,7 @@ def test_a_failed_stage_in_fails_the_job_with_the_reason_and_frees_everything(tm
     core.do(FsFailed(2.0, jid, "stage-in: /nope is not a readable file"))
     rec = core.store.load_job(jid)
     assert rec.state == "FAILED" and rec.reason == "file system: stage-in: /nope is not a readable file"
-    assert rec.fs["phase"] == "failed" and not rec.launched
+    assert rec.fs.phase == "failed" and not rec.launched
     assert core.snapshot(2.1).bb_free == 12 * G
 
 
@@ -148,15 +154,16 @@ def test_a_restart_while_the_file_system_starts_stops_it_and_starts_a_new_one_af
     again = make(tmp_path, storage=("n2",))                            # the shell that was starting it is gone
     # its servers are stopped by their tag on the hosts recorded (no address yet), its buffer held meanwhile
     assert again.first == [StopFs(jid, "", ("n1", "n2"), ())]
-    assert again.jobs[jid].state == "STARTING" and list(again.jobs[jid].fs) == ["old"]
-    assert again.core.fs_old[jid][2] is again.jobs[jid].fs["old"] and again.core.fs_old[jid][2]["phase"] == "abandoned"
+    assert again.jobs[jid].state == "STARTING" and only_old(again.jobs[jid].fs)
+    assert again.core.state.stopping[jid].fs is again.jobs[jid].fs.old
+    assert again.core.state.stopping[jid].fs.phase == "abandoned"
     assert again.snapshot(2.0).bb_free == 2 * G                        # the job's buffer and the old file system's
     assert of(again.schedule(2.0), StartFs) == []                      # not before the old one is gone
     (start,) = of(again.do(FsStopped(3.0, jid, ("n2",))), StartFs)    # then a new one, staged in again
     assert again.snapshot(3.1).bb_free == 3 * G
     assert start == StartFs(jid, "n1", ("n2",), G, (("/d/in.bin", "/in.bin"),))
     (launch,) = of(again.do(FsReady(4.0, jid, "tcp://n1:8")), Launch)
-    assert launch.job.fs["address"] == "tcp://n1:8"
+    assert launch.job.fs.address == "tcp://n1:8"
 
 
 def test_a_file_system_being_stopped_for_a_cancelled_or_requeued_job_is_stopped_again_after_a_restart(tmp_path):
@@ -169,15 +176,15 @@ def test_a_file_system_being_stopped_for_a_cancelled_or_requeued_job_is_stopped_
     host = core.jobs[b].hosts[0]
     core.do(HostDown(3.0, host, "failure", 3.5))                       # b interrupted: back in the queue
     (stop,) = of(core.exited(b, None, 3.2), StopFs)                     # its processes gone: its servers stop
-    assert core.jobs[b].state == "PENDING" and core.store.load_job(b).fs["old"]["phase"] == "stopping"
+    assert core.jobs[b].state == "PENDING" and core.store.load_job(b).fs.old.phase == "stopping"
     again = make(tmp_path)                                             # the controller dies before either stop ends
     stops = {s.job_id: s for s in again.first}
     assert stops[a] == StopFs(a, "", ("n1",), ()) and stops[b] == StopFs(b, "tcp://n2:7", (host,), ())
     assert again.snapshot(4.0).bb_free == 12 * G - 2 * G               # both old file systems' buffers held
     again.do(FsStopped(5.0, b, ()))
-    assert again.store.load_job(b).fs == {}                            # stopped: b gets a new one when it starts
+    assert again.store.load_job(b).fs.empty                            # stopped: b gets a new one when it starts
     again.do(FsStopped(5.1, a, ()))
-    assert again.store.load_job(a).fs["phase"] == "stopped" and again.snapshot(5.2).bb_free == 12 * G
+    assert again.store.load_job(a).fs.phase == "stopped" and again.snapshot(5.2).bb_free == 12 * G
 
 
 def test_a_restart_between_ready_and_launch_stops_that_file_system_at_its_address(tmp_path):
@@ -185,11 +192,11 @@ def test_a_restart_between_ready_and_launch_stops_that_file_system_at_its_addres
     jid = submit(core, bb=G)
     assert of(core.schedule(1.0), StartFs)
     rec = core.jobs[jid]
-    rec.fs.update(phase="ready", address="tcp://n1:5")                 # FsReady handled, launch not yet saved
+    rec.fs.phase, rec.fs.address = FsPhase.READY, "tcp://n1:5"     # FsReady handled, launch not yet saved
     core.store.save_job(rec)
     again = make(tmp_path)
     assert again.first == [StopFs(jid, "tcp://n1:5", ("n1",), ())]
-    assert list(again.jobs[jid].fs) == ["old"] and of(again.schedule(2.0), StartFs) == []
+    assert only_old(again.jobs[jid].fs) and of(again.schedule(2.0), StartFs) == []
 
 
 def test_a_restart_during_the_stage_out_does_the_rest_of_it_and_holds_the_buffer(tmp_path):
@@ -210,9 +217,9 @@ def test_a_restart_during_the_stage_out_does_the_rest_of_it_and_holds_the_buffer
     again.do(FsProgress(10.6, jid, "out", "/c.bin", "/d/c.bin", 30))
     again.do(FsStopped(11.0, jid, ()))
     rec = again.store.load_job(jid)
-    assert rec.state == "COMPLETED" and rec.fs["phase"] == "stopped" and rec.fs["restarted"] == "staging-out"
-    assert rec.fs["stage_out"] == [["/a.bin", "/d/a.bin", 10, ""], ["/b.bin", "/d/b.bin", 20, ""],
-                                   ["/c.bin", "/d/c.bin", 30, ""]]
+    assert rec.state == "COMPLETED" and rec.fs.phase == "stopped" and rec.fs.restarted == "staging-out"
+    assert rec.fs.stage_out == [("/a.bin", "/d/a.bin", 10, ""), ("/b.bin", "/d/b.bin", 20, ""),
+                                ("/c.bin", "/d/c.bin", 30, "")]
     assert again.snapshot(11.1).bb_free == 4 * G
     third = make(tmp_path, storage=("n2",))                            # stopped: nothing to do any more
     assert third.first == [] and third.snapshot(12.0).bb_free == 4 * G
@@ -225,14 +232,14 @@ def test_a_restart_while_stopping_stops_it_again(tmp_path):
     core.do(FsReady(2.0, jid, "tcp://n1:7"))
     core.launched(jid, 100, 5.0, 2.1)
     assert of(core.exited(jid, 3, 9.0), StopFs)                       # nothing to stage out: "stopping"
-    assert core.store.load_job(jid).fs["phase"] == "stopping"
+    assert core.store.load_job(jid).fs.phase == "stopping"
     again = make(tmp_path)
     assert again.first == [StopFs(jid, "tcp://n1:7", ("n1",), ())]
     assert again.snapshot(10.0).bb_free == 11 * G and again.jobs == {}
     again.do(FsStopped(11.0, jid, ()))
     assert again.snapshot(11.1).bb_free == 12 * G
     rec = again.store.load_job(jid)
-    assert rec.fs["phase"] == "stopped" and rec.fs["restarted"] == "stopping" and rec.state == "FAILED"
+    assert rec.fs.phase == "stopped" and rec.fs.restarted == "stopping" and rec.state == "FAILED"
 
 
 def test_a_file_system_taken_over_is_resized_again_once_it_answers(tmp_path):
@@ -242,11 +249,11 @@ def test_a_file_system_taken_over_is_resized_again_once_it_answers(tmp_path):
     core.do(FsReady(2.0, jid, "tcp://n1:7"))
     core.launched(jid, 100, 5.0, 2.1)
     again = make(tmp_path)
-    assert again.jobs[jid].fs["taken_over"]
+    assert again.jobs[jid].fs.taken_over
     again.do(FsAttached(3.0, jid, "ServerUnavailable: no answer"))   # not answering: not resized
-    assert again.jobs[jid].fs["taken_over"]
+    assert again.jobs[jid].fs.taken_over
     again.do(FsAttached(3.5, jid))
-    assert "taken_over" not in again.jobs[jid].fs and "taken_over" not in again.store.load_job(jid).fs
+    assert not again.jobs[jid].fs.taken_over and not again.store.load_job(jid).fs.taken_over
 
 
 def test_replicas_go_from_the_submit_to_the_start_and_are_checked(tmp_path):
@@ -278,13 +285,13 @@ def test_a_restart_while_the_job_runs_takes_its_file_system_over_and_stops_it_af
     core.launched(jid, 100, 5.0, 2.1)
     again = make(tmp_path, storage=("n2",))                            # the controller restarted on its state
     assert again.first == [AttachFs(jid, "tcp://n1:7", ())]
-    assert again.jobs[jid].fs["phase"] == "ready" and again.snapshot(3.0).bb_free == 3 * G
+    assert again.jobs[jid].fs.phase == "ready" and again.snapshot(3.0).bb_free == 3 * G
     again.do(FsAttached(3.0, jid))
     assert again.store.events(jid)[-1]["kind"] == "fs-attach"
     acts = again.exited(jid, 0, 9.0)                                   # staged out and stopped as usual
     assert of(acts, StopFs) == [StopFs(jid, "tcp://n1:7", ("n1", "n2"), (("/o.bin", "/d/o.bin"),))]
     again.do(FsStopped(10.0, jid, ()))
-    assert again.store.load_job(jid).fs["phase"] == "stopped" and again.snapshot(10.1).bb_free == 4 * G
+    assert again.store.load_job(jid).fs.phase == "stopped" and again.snapshot(10.1).bb_free == 4 * G
 
 
 def test_a_file_system_that_does_not_answer_after_a_restart_or_loses_a_server_is_a_fault(tmp_path):
@@ -299,7 +306,7 @@ def test_a_file_system_that_does_not_answer_after_a_restart_or_loses_a_server_is
     assert ev["kind"] == "fs-fault" and "tcp://n1:7 does not answer after the restart" in ev["text"]
     again.do(FsFault(4.0, jid, (1,), "file system at tcp://n1:7: data server(s) 1 on n1 do not answer", ("n3",)))
     rec = again.store.load_job(jid)
-    assert rec.fs["lost"] == [1] and "data server(s) 1 on n1" in rec.fs["error"] and rec.state == "RUNNING"
+    assert rec.fs.lost == [1] and "data server(s) 1 on n1" in rec.fs.error and rec.state == "RUNNING"
     assert again.store.events(jid)[-1]["kind"] == "fs-fault"
     (stop,) = of(again.exited(jid, 3, 9.0), StopFs)                   # still stopped after the job, the lost
     assert "n3" in stop.hosts                                          # server's host searched for leftovers too

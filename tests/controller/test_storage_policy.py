@@ -104,18 +104,16 @@ def test_a_host_is_taken_back_only_when_the_storage_gain_is_worth_the_compute_lo
 
 
 def test_the_core_prices_a_host_with_the_job_s_measured_or_declared_intensity(tmp_path):
-    from malleable.controller.daemon import _storage
-
     core = Shell(str(tmp_path / "s.sqlite"), ("n1", "n2"), get_policy("fcfs-bb"), bb_capacity=1 << 30)
     jid = core.submit(P.Submit("w", ["prog"], 1, 1, 1, False, 100.0, "", "", "/work", {}, bb=float(1 << 28),
                                fs_min=1, fs_max=2, io_rate=500 * MB, io_intensity=0.25), 0.0)
     j = core.jobs[jid]
-    assert _storage._state(core.core, j, 1.0).intensity == 0.25                  # declared
+    assert core.core.parts.scaling.fs_state(j, 1.0).intensity == 0.25      # declared
     j.progress["io"] = {"io_seconds": 3.0, "seconds": 4.0, "bytes": 10}
-    assert _storage._state(core.core, j, 1.0).intensity == 0.75                  # measured replaces it
+    assert core.core.parts.scaling.fs_state(j, 1.0).intensity == 0.75      # measured replaces it
     j.progress.clear()
     j.io_intensity = 0.0
-    assert _storage._state(core.core, j, 1.0).intensity == 1.0                   # unknown: waits for its I/O
+    assert core.core.parts.scaling.fs_state(j, 1.0).intensity == 1.0       # unknown: waits for its I/O
 
 
 def test_a_host_being_taken_back_is_waited_for_then_used():
@@ -190,8 +188,8 @@ def test_the_core_grows_a_running_job_file_system_and_records_it(tmp_path):
         assert not [a for a in core.do(FsSample(t, jid, 50 * MB, ((1, "n1"),))) if isinstance(a, ScaleFs)]
     core.do(FsScaled(21.0, jid, "add", "n2", 2))
     rec = core.store.load_job(jid)
-    assert rec.fs["data"] == ["n1", "n2"] and rec.fs["servers"] == [[1, "n1"], [2, "n2"]]
-    assert [d["kind"] for d in rec.fs["decisions"]] == ["keep", "add"]          # window not full, then growth
+    assert rec.fs.data == ["n1", "n2"] and rec.fs.servers == [(1, "n1"), (2, "n2")]
+    assert [d.kind for d in rec.fs.decisions] == ["keep", "add"]          # window not full, then growth
     kinds = [e["kind"] for e in core.store.events(jid)]
     assert "fs-grow" in kinds and "fs-grown" in kinds
     # at --fs-max now: the rule keeps however slow it is
@@ -199,7 +197,7 @@ def test_the_core_grows_a_running_job_file_system_and_records_it(tmp_path):
     for i in range(4):
         acts += core.do(FsSample(40.0 + 2 * i, jid, 50 * MB, ((1, "n1"), (2, "n2"))))
     assert not [a for a in acts if isinstance(a, ScaleFs)]
-    assert "n_max=2" in core.jobs[jid].fs["decisions"][-1]["reason"]
+    assert "n_max=2" in core.jobs[jid].fs.decisions[-1].reason
     # the stop looks for leftovers on every host a server ran on
     (stop,) = [a for a in core.exited(jid, 0, 60.0) if isinstance(a, StopFs)]
     assert set(stop.hosts) == {"n1", "n2"}
@@ -223,13 +221,13 @@ def test_a_host_taken_back_from_a_malleable_job_is_lent_to_the_file_system_then_
     core.launched(w, 20, 5.0, 2.1)
     for i in range(3):                                                 # too slow: growth, nothing free
         core.do(FsSample(10.0 + 2 * i, w, 50 * MB, ((1, "n3"),)))
-    assert core.jobs[w].fs["reclaiming"] == "n2" and core.jobs[mal].order is not None
+    assert core.jobs[w].fs.reclaiming == "n2" and core.jobs[mal].order is not None
     o = core.poll(P.Poll(mal, 2), 15.0)
     assert (o.procs, o.hosts) == (1, [])
     core.committed(P.Committed(mal, o.seq, "shrink", 2, 1, 0.1, ["n2"], ["n1"], 0), 15.5)
     (add,) = [a for a in core.host_clean("n2", 16.0) if isinstance(a, ScaleFs)]   # its server at once
     assert (add.kind, add.host) == ("add", "n2")
-    assert core.jobs[w].fs["lent"] == ["n2"] and "n2" not in core.snapshot(16.1).free
+    assert core.jobs[w].fs.lent == ["n2"] and "n2" not in core.snapshot(16.1).free
     view = DaemonViews()
     view.core = core.core
     rows = {r["name"]: (r["state"], r["job"]) for r in view.nodes(P.Nodes()).rows}
@@ -247,7 +245,7 @@ def test_a_host_taken_back_from_a_malleable_job_is_lent_to_the_file_system_then_
     (rm,) = [a for a in acts if isinstance(a, ScaleFs)]
     assert (rm.kind, rm.host, rm.sid) == ("remove", "n2", 2)
     core.do(FsScaled(37.0, w, "remove", "n2", 2))
-    assert core.jobs[w].fs["lent"] == [] and "n2" in core.snapshot(37.1).free
+    assert core.jobs[w].fs.lent == [] and "n2" in core.snapshot(37.1).free
     core.schedule(37.2)
     assert core.poll(P.Poll(mal, 3), 37.3).hosts == ["n2"]             # and the malleable job grows back
     kinds = [e["kind"] for e in core.store.events(w)]

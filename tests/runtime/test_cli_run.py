@@ -51,7 +51,8 @@ def test_run_starts_anchor_and_spawns_the_rest_locally(mpi):
 
 def test_mpiexec_habits(tmp_path):
     """-np as mpiexec spells it; --rigid starts N processes of a program that never calls init_adapt; without
-    it such a program is refused with one line, never run silently as one process."""
+    it a Python program that never imports malleable is refused with one line before it runs, and any other
+    command that never called init_adapt with one line after it ran, never silently as one process."""
     import subprocess
     import sys
 
@@ -62,7 +63,13 @@ def test_mpiexec_habits(tmp_path):
     assert sorted(x.split(" on ")[0] for x in p.stdout.splitlines()) == [
         "Hello, World! I am process 0 of 2", "Hello, World! I am process 1 of 2"]
     p = subprocess.run([*run, "-n", "2", "--", *hello], capture_output=True, text=True, timeout=120)
-    assert p.returncode == 1
+    assert p.returncode == 1 and p.stdout == ""                      # refused before it ran
+    assert p.stderr == (
+        "malleable run: error: -m mpi4py.bench never imports malleable, so it cannot call init_adapt() and would run "
+        "as 1 process, not 2: use --rigid to start 2 processes as mpiexec -n does\n")
+    p = subprocess.run([*run, "-n", "2", "--", "sh", "-c", " ".join(hello)], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 1 and p.stdout.startswith("Hello, World! I am process 0 of 1")  # not Python: it ran
     assert p.stderr.strip().splitlines()[-1] == (
         "malleable run: error: the program never called init_adapt(), so it ran as 1 process, not 2: it is not "
         "malleable; use --rigid to start 2 processes as mpiexec -n does")
@@ -74,3 +81,30 @@ def test_mpiexec_habits(tmp_path):
     p = subprocess.run([*run, "-np", "2", "--", sys.executable, "-m", "malleable.apps.jacobi", "--n", "64",
                         "--iters", "5", "--out", str(out)], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and out.exists(), p.stderr               # a malleable program under -np
+
+
+def test_a_python_program_is_refused_only_when_nothing_it_imports_imports_malleable(tmp_path, monkeypatch):
+    """The scan behind the refusal: local modules, packages and relative imports are followed; computed imports,
+    code given with -c and non-Python commands get the benefit of the doubt."""
+    from malleable.runtime._progscan import never_imports_malleable as never
+
+    (tmp_path / "plain.py").write_text("import numpy\nfrom mpi4py import MPI\n")
+    (tmp_path / "uses_helper.py").write_text("import helper\nhelper.go()\n")
+    (tmp_path / "helper.py").write_text("def go():\n    from malleable import runtime as mr\n    mr.init_adapt()\n")
+    (tmp_path / "dyn.py").write_text("import importlib\nimportlib.import_module('mall' + 'eable')\n")
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "app.py").write_text("from .solver import run\nrun()\n")
+    (pkg / "solver.py").write_text("import malleable.runtime as mr\ndef run():\n    mr.init_adapt()\n")
+    (pkg / "other.py").write_text("from pkg import util\n")
+    (pkg / "util.py").write_text("import os\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert never(["python3", "-u", "plain.py", "arg"]) == "plain.py"
+    assert never(["python", "-X", "dev", str(tmp_path / "plain.py")]) == str(tmp_path / "plain.py")
+    assert never(["python", "-m", "pkg.other"]) == "-m pkg.other"
+    for cmd in (["python", "uses_helper.py"], ["python", "-m", "pkg.app"], ["python", "dyn.py"],
+                ["python", "-c", "print(1)"], ["sh", "run.sh"], ["python", "-m", "malleable.apps.jacobi"],
+                ["python", "missing.py"], ["python", "-m", "no_such_module"]):
+        assert never(cmd) is None, cmd
