@@ -48,10 +48,9 @@ REF = np.arange(N * COLS, dtype=np.float64).reshape(N, COLS) * 1.5
 
 
 def _netns_pids(host, freed):
-    """PIDs inside a test-cluster host's network namespace (pids are shared across namespaces).
-
-    For a host the runtime reported free, the job's application processes are gone already; hydra's
-    proxy on that host exits right after its children, so allow it up to 2 s to go too.
+    """PIDs of this program's processes inside a test-cluster host's network namespace (pids are shared across
+    namespaces). For a host the runtime reported free they are gone already; a process still tearing down there
+    gets up to 2 s.
     """
     import subprocess
     import time
@@ -66,11 +65,15 @@ def _netns_pids(host, freed):
 
 
 def _of_this_job(pid):
-    """Whether ``pid`` descends from this job's mpiexec (other test sessions may use the same hosts)."""
+    """Whether ``pid`` is a process of this program in this job: it runs this file and descends from the job's
+    launcher (other test sessions may use the same hosts; the launcher's own daemons are not the job's processes)."""
     me = psutil.Process()
     launcher = next((p.pid for p in me.parents() if p.name().startswith(("mpiexec", "prterun"))), None)
     try:
-        return launcher is None or launcher in {p.pid for p in psutil.Process(pid).parents()}
+        proc = psutil.Process(pid)
+        if not any(a.endswith(os.path.basename(__file__)) for a in proc.cmdline()):
+            return False
+        return launcher is None or launcher in {p.pid for p in proc.parents()}
     except psutil.NoSuchProcess:
         return False
 
