@@ -92,15 +92,15 @@ def build_rev(rev: str, mpis: list[str]) -> Tree:
         print(f"building {rev} ({commit[:10]}) for {name} in {venv}", file=sys.stderr, flush=True)
         steps = [[sys.executable, "-m", "venv", str(venv)],
                  [str(venv / "bin" / "pip"), "install", "-q", "-r", str(tmp / f"req-{name}.txt")],
-                 [str(venv / "bin" / "pip"), "install", "-q", "--no-deps", "--no-build-isolation", "-e",
-                  str(tmp / "src")]]
+                 # REV's own build requirements, in isolation (the venvs' setuptools may be older than it needs)
+                 [str(venv / "bin" / "pip"), "install", "-q", "--no-deps", "-e", str(tmp / "src")]]
         for step in steps:
             out = subprocess.run(step, capture_output=True, text=True)
             if out.returncode:
-                print(f"{rev} for {name}: {' '.join(step[:4])} failed: {out.stderr.strip()[-300:]}", file=sys.stderr)
-                break
-        else:
-            tree.pythons[name] = venv / "bin" / "python"
+                tree.close()
+                sys.exit(f"reconfig.py: building {rev} for {name}: {' '.join(step[:4])} failed: "
+                         f"{out.stderr.strip()[-300:]}")
+        tree.pythons[name] = venv / "bin" / "python"
     return tree
 
 
