@@ -54,8 +54,9 @@ def _who(j: JobRec) -> dict[str, Any]:
     """The identity and time bound of a job's staging: its submitting user's uid and gid (the daemon's own for a
     record from before jobs had a user), its time limit (0: none)."""
     limit = j.time_limit if j.time_limit and math.isfinite(j.time_limit) and j.time_limit > 0 else 0.0
-    uid, gid = (j.uid, j.gid) if j.uid >= 0 else (None, None)    # -1: a record from before jobs had a user
-    return {"uid": uid, "gid": gid if gid >= 0 else None, "limit": float(limit)}
+    # None: stage as the daemon (a root job's, or a record from before jobs had a user: uid -1)
+    uid, gid = (j.uid, j.gid) if j.uid > 0 else (None, None)
+    return {"uid": uid, "gid": gid if gid is not None and gid >= 0 else None, "limit": float(limit)}
 
 
 def submitted(m: P.Submit) -> dict[str, Any]:
