@@ -176,14 +176,21 @@ def test_the_time_limit_covers_the_stage_in(env, tmp_path):
         wait_for(lambda: not scan_tagged(d.fs.tag(jid)), 30, "the servers to stop")
 
 
+def _cmdline(p: psutil.Process) -> list[str]:
+    """A child's command line, or nothing when it ended meanwhile (a zombie has none)."""
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return []
+
+
 @pytest.mark.timeout(180)
 def test_cancel_during_stage_in_stops_it_frees_the_buffer_and_the_servers(env, tmp_path):
     _big_sparse(tmp_path / "big")
     with daemon(tmp_path, 64 * G) as (d, c):
         jid = c.submit(["true"], 1, env=env, bb=100 * G, stage_in=[f"{tmp_path}/big:/big"])
-        wait_for(lambda: [p for p in psutil.Process().children(recursive=True)
-                          if "malleable.controller.daemon._stager" in " ".join(p.cmdline())], 60,
-                 "the stage-in to be copying")
+        wait_for(lambda: any("malleable.controller.daemon._stager" in " ".join(_cmdline(p))
+                             for p in psutil.Process().children(recursive=True)), 60, "the stage-in to be copying")
         c.call(P.Cancel(jid))
         assert wait_final(c, [jid], 30)[jid] == "CANCELLED"
         wait_for(lambda: d.core.status()["bb_free"] == 128 * G, 30, "the buffer to be free")
