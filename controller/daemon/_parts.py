@@ -6,6 +6,7 @@ under one list of column names, and a column whose value is the same in every ro
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from operator import itemgetter
 from typing import Any
 
@@ -70,36 +71,40 @@ def join(part: Table) -> list[dict[str, Any]]:
     return [{**first, **r} for r in part.rows]
 
 
-def encode_reply(msg: Message, wire: Wire, rid: int) -> list[list[Any]]:
+def encode_reply(msg: Message, wire: Wire, rid: int) -> Iterator[list[Any]]:
     """The messages (each a list of frames) answering request ``rid`` with ``msg``: one, or a table in parts
-    halved while one does not fit a header. A single answer too large to send becomes an error that says so."""
+    halved while one does not fit a header. A single answer too large to send becomes an error that says so.
+    Parts come one at a time: the first is on its way (and being decoded) while the next is encoded."""
     if not isinstance(msg, Table):
         try:
-            return [encode_keyed(msg, wire, rid)]
+            yield encode_keyed(msg, wire, rid)
         except ProtocolError as e:
-            return [encode_keyed(Error("ProtocolError", f"the answer is too large: {e}"), wire, rid)]
+            yield encode_keyed(Error("ProtocolError", f"the answer is too large: {e}"), wire, rid)
+        return
     if msg.cols:
         cols, vals = msg.cols, msg.vals
     else:
         by_cols = columns(msg.rows)
         if by_cols is None:                 # rows of differing fields go whole
-            return _in_parts(msg.rows, lambda part, more: Table(part, more=more), wire, rid)
+            yield from _in_parts(msg.rows, lambda part, more: Table(part, more=more), wire, rid)
+            return
         cols, vals = by_cols
-    return _in_parts(vals, lambda part, more: compact(cols, part, more), wire, rid)
+    yield from _in_parts(vals, lambda part, more: compact(cols, part, more), wire, rid)
 
 
-def _in_parts(rows: list[Any], part_of: Any, wire: Wire, rid: int) -> list[list[Any]]:
-    out: list[list[Any]] = []
+def _in_parts(rows: list[Any], part_of: Callable[[list[Any], bool], Table], wire: Wire,
+              rid: int) -> Iterator[list[Any]]:
     n, start, step = len(rows), 0, TABLE_PART
     while True:
         last = start + step >= n
         try:
-            out.append(encode_keyed(part_of(rows[start:start + step], not last), wire, rid))
+            frames = encode_keyed(part_of(rows[start:start + step], not last), wire, rid)
         except ProtocolError:
             if step == 1:
                 raise
             step = max(1, step // 2)
             continue
+        yield frames
         if last:
-            return out
+            return
         start += step
