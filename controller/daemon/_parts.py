@@ -35,7 +35,12 @@ def columns(rows: list[dict[str, Any]]) -> tuple[list[str], list[Any]] | None:
 
 def _constant(column: tuple[Any, ...]) -> bool:
     first = column[0]
-    return column.count(first) == len(column) and len(set(map(type, column))) == 1   # 1 is not 1.0 nor True
+    if column != (first,) * len(column):
+        return False
+    return type(first) not in _NUMBERS or len(set(map(type, column))) == 1   # 1 equals 1.0 and True, but differs
+
+
+_NUMBERS = (int, float, bool)
 
 
 def compact(cols: list[str], vals: list[Any], more: bool = False) -> Table:

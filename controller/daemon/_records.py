@@ -7,7 +7,7 @@ from __future__ import annotations
 import enum
 import json
 from dataclasses import dataclass, field, fields
-from operator import attrgetter
+from operator import itemgetter
 from typing import Any
 
 from ._fsrecord import JobFs
@@ -161,7 +161,7 @@ class JobRec:
 
     def public_values(self) -> list[Any]:
         """The values of :meth:`public`, in :data:`PUBLIC_COLS` order (a long table sends rows this way)."""
-        out = list(_GET_PUBLIC(self))
+        out = list(_GET_PUBLIC(vars(self)))      # fields are instance attributes: read as one lookup each
         out[_AT_STATE] = str(self.state)
         if self.order is not None:
             out[_AT_ORDER] = self.order.to_dict()
@@ -176,7 +176,7 @@ _JOB_FIELDS = frozenset(f.name for f in fields(JobRec))
 _PUBLIC_FIELDS = tuple(f.name for f in fields(JobRec) if f.name != "env")  # no environment: it holds secrets
 PUBLIC_COLS = (*_PUBLIC_FIELDS, "size")
 """The names of a job's public fields (:meth:`JobRec.public`), in order."""
-_GET_PUBLIC = attrgetter(*_PUBLIC_FIELDS)
+_GET_PUBLIC = itemgetter(*_PUBLIC_FIELDS)
 
 
 _AT_STATE, _AT_ORDER, _AT_FS, _AT_USER = (_PUBLIC_FIELDS.index(n) for n in ("state", "order", "fs", "user"))
