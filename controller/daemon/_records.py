@@ -177,8 +177,6 @@ _PUBLIC_FIELDS = tuple(f.name for f in fields(JobRec) if f.name != "env")  # no 
 PUBLIC_COLS = (*_PUBLIC_FIELDS, "size")
 """The names of a job's public fields (:meth:`JobRec.public`), in order."""
 _GET_PUBLIC = itemgetter(*_PUBLIC_FIELDS)
-
-
 _AT_STATE, _AT_ORDER, _AT_FS, _AT_USER = (_PUBLIC_FIELDS.index(n) for n in ("state", "order", "fs", "user"))
 
 
