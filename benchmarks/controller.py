@@ -577,6 +577,7 @@ def main() -> int:
     ap.add_argument("--skip-live", action="store_true", help="skip the namespace-host sections")
     ap.add_argument("--only-keys", action="store_true", help="run only the submit-with-keys section")
     ap.add_argument("--only-queue", action="store_true", help="run only the long-queue section")
+    ap.add_argument("--queue-reps", type=int, default=3, help="rounds of the long-queue section")
     ap.add_argument("--against", default="", metavar="PYTHON",
                     help="also time the long queue with this Python's build (e.g. the previous commit's worktree "
                          "venv), in turns with this one")
@@ -591,7 +592,7 @@ def main() -> int:
     if args.only_queue:
         out = Path(args.out)
         old = json.loads(out.read_text()) if out.exists() else {}
-        old["queue"] = q = bench_queue(against=args.against)
+        old["queue"] = q = bench_queue(reps=args.queue_reps, against=args.against)
         _print_queue(q)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(old, indent=2) + "\n")
@@ -604,7 +605,7 @@ def main() -> int:
     result["submit"] = s = bench_submit()
     print(f"submit: daemon {s['daemon_per_s']:.0f}/s, raw zmq envelope {s['raw_zmq_envelope_per_s']:.0f}/s, "
           f"CLI {s['cli_per_s']:.1f}/s")
-    result["queue"] = q = bench_queue(against=args.against)
+    result["queue"] = q = bench_queue(reps=args.queue_reps, against=args.against)
     _print_queue(q)
     result["keys"] = k = bench_keys(args.key_submits, args.key_reps)
     print(f"{'submits/s (medians of ' + str(k['rounds']) + ')':<28} " + " ".join(f"{m:>14}" for m in KEY_MODES))
