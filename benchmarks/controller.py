@@ -13,7 +13,8 @@
    envelope. ``--only-keys`` runs this section alone.
    **Long queue** (2c): ``queue`` with 100,000 pending jobs (answered in parts) through the client and the
    command line, against a JSON round trip of the same rows; the daemon's memory per pending job against a daemon
-   on an empty state. ``--only-queue`` runs this section alone.
+   on an empty state. ``--only-queue`` runs this section alone; ``--against PYTHON`` also times another build
+   (the previous commit's, in a worktree with its own venv) on the same state, the two builds taking turns.
 3. **Decision to new size** on namespace hosts: a malleable job repeatedly grown and shrunk by the policy (rigid
    jobs arrive); time from the policy's decision to the runtime's acknowledgement, and to the shrunk hosts being
    checked empty, against the runtime's own reconfiguration time reported in the same acknowledgement.
@@ -31,6 +32,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -136,18 +138,30 @@ def bench_pass(policy_name: str, hosts: int = 512, queued: int = 1000, passes: i
 
 
 # ------------------------------------------------------------------------------------------------ 2. submits
-def _daemon(state: str, *pool: str, policy: str = "easy", env: dict | None = None) -> int:
+def _daemon(state: str, *pool: str, policy: str = "easy", env: dict | None = None, python: str = "") -> int:
     e = dict(os.environ, MALLEABLE_TOKEN=TOKEN, **(env or {}))
-    out = subprocess.run([sys.executable, "-m", "malleable", "controller", "start", *pool, "--policy", policy,
+    out = subprocess.run([python or sys.executable, "-m", "malleable", "controller", "start", *pool, "--policy", policy,
                           "--state", state, "--tick", "0.2"], env=e, capture_output=True, text=True, timeout=60)
     if out.returncode:
         raise RuntimeError(out.stderr)
     return json.loads(Path(state + ".addr").read_text())["pid"]
 
 
-def _stop(state: str) -> None:
-    subprocess.run([sys.executable, "-m", "malleable", "controller", "stop", "--cancel-jobs", "--state", state],
+def _stop(state: str, python: str = "", pid: int = 0) -> None:
+    """Stop the daemon on ``state``; given its ``pid``, leave the jobs queued (cancelling 100,000 takes minutes)
+    and make sure it is gone."""
+    import psutil
+
+    cancel = [] if pid else ["--cancel-jobs"]
+    subprocess.run([python or sys.executable, "-m", "malleable", "controller", "stop", *cancel, "--state", state],
                    env=dict(os.environ, MALLEABLE_TOKEN=TOKEN), capture_output=True, timeout=60, check=False)
+    if pid and psutil.pid_exists(pid):
+        p = psutil.Process(pid)
+        try:
+            p.wait(30)
+        except psutil.TimeoutExpired:
+            p.kill()
+            p.wait(10)
 
 
 def bench_submit(n: int = 1000, n_cli: int = 10) -> dict:
@@ -209,11 +223,24 @@ def bench_submit(n: int = 1000, n_cli: int = 10) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ 2c. long queue
-def bench_queue(n: int = 100_000, reps: int = 3) -> dict:
+_ROWS_TIMED = """
+import sys, time
+from malleable.controller.daemon import _protocol as P
+from malleable.controller.daemon._client import Client
+with Client(state=sys.argv[1], token=sys.argv[2].encode(), timeout=60) as c:
+    t0 = time.perf_counter()
+    n = len(c.rows(P.Queue()))
+    print(time.perf_counter() - t0, n)
+"""
+
+
+def bench_queue(n: int = 100_000, reps: int = 3, against: str = "") -> dict:
     """``queue`` with ``n`` pending jobs (written to a real state file, then loaded by a daemon process, as after
     a restart): the answer in parts through :class:`Client` and through the command line; baseline: a JSON
     round trip of the same rows in this process (what any JSON answer costs at least). Daemon memory per
-    pending job: its RSS against a daemon of the same build on an empty state."""
+    pending job: its RSS against a daemon of the same build on an empty state. With ``against`` (the Python of
+    another build, e.g. the previous commit's worktree), both builds answer the same state in turns, each
+    ``Client.rows`` timed in a fresh process of its build."""
     import psutil
 
     from malleable.controller.daemon import _protocol as P
@@ -230,15 +257,17 @@ def bench_queue(n: int = 100_000, reps: int = 3) -> dict:
             st.save_job(JobRec(i, f"job{i}", ["sleep", "600"], 2, 2, 2, False, 3600.0, os.devnull, os.devnull,
                                tmp, {"PATH": "/usr/bin:/bin"}, now, user="bench"))
     st.close()
-    rss = {}
+    pristine = os.path.join(tmp, "pristine.sqlite")
+    shutil.copyfile(state, pristine)
+    rss, pid = {}, 0
     for name, path in (("empty", empty), ("full", state)):
         pid = _daemon(path, "--local", "1")
         rss[name] = psutil.Process(pid).memory_info().rss
         if name == "empty":
-            _stop(path)
+            _stop(path, pid=pid)
+    e = dict(os.environ, MALLEABLE_TOKEN=TOKEN)
     try:
         client_s, cli_s, rows = [], [], []
-        e = dict(os.environ, MALLEABLE_TOKEN=TOKEN)
         for _ in range(reps):
             with Client(state=state, token=TOKEN.encode(), timeout=60) as c:
                 t0 = time.perf_counter()
@@ -256,12 +285,41 @@ def bench_queue(n: int = 100_000, reps: int = 3) -> dict:
             json.loads(json.dumps(rows))
             base_s.append(time.perf_counter() - t0)
     finally:
-        _stop(state)
-    return {"pending": n, "client_s_median": statistics.median(client_s), "client_s": client_s,
-            "cli_s_median": statistics.median(cli_s), "cli_s": cli_s,
-            "json_roundtrip_s_median": statistics.median(base_s),
-            "daemon_rss_empty_mib": rss["empty"] / 2**20, "daemon_rss_full_mib": rss["full"] / 2**20,
-            "bytes_per_pending_job": (rss["full"] - rss["empty"]) / n}
+        _stop(state, pid=pid)
+    result = {"pending": n, "client_s_median": statistics.median(client_s), "client_s": client_s,
+              "cli_s_median": statistics.median(cli_s), "cli_s": cli_s,
+              "json_roundtrip_s_median": statistics.median(base_s),
+              "daemon_rss_empty_mib": rss["empty"] / 2**20, "daemon_rss_full_mib": rss["full"] / 2**20,
+              "bytes_per_pending_job": (rss["full"] - rss["empty"]) / n}
+    if against:
+        result["paired"] = _queue_paired(pristine, n, reps, {"this": sys.executable, "against": against}, e)
+    return result
+
+
+def _queue_paired(pristine: str, n: int, reps: int, builds: dict[str, str], env: dict) -> dict:
+    """Each build's daemon on its own copy of the same state, one at a time, the order swapped every round:
+    ``Client.rows`` (in a fresh process of that build) and ``malleable queue``."""
+    times: dict[str, dict[str, list[float]]] = {b: {"client_s": [], "cli_s": []} for b in builds}
+    for rnd in range(reps):
+        for b in (list(builds) if rnd % 2 == 0 else list(builds)[::-1]):
+            py, state = builds[b], pristine + f".{b}.sqlite"
+            shutil.copyfile(pristine, state)
+            pid = _daemon(state, "--local", "1", python=py)
+            try:
+                out = subprocess.run([py, "-c", _ROWS_TIMED, state, TOKEN], env=env, capture_output=True,
+                                     text=True, check=True, timeout=120)
+                secs, got = out.stdout.split()
+                assert int(got) == n
+                times[b]["client_s"].append(float(secs))
+                t0 = time.perf_counter()
+                q = subprocess.run([py, "-m", "malleable", "queue", "--state", state], env=env,
+                                   capture_output=True, check=True, timeout=120)
+                times[b]["cli_s"].append(time.perf_counter() - t0)
+                assert q.stdout.count(b"\n") == n + 1
+            finally:
+                _stop(state, python=py, pid=pid)
+    return {b: {**t, "client_s_median": statistics.median(t["client_s"]),
+                "cli_s_median": statistics.median(t["cli_s"]), "python": builds[b]} for b, t in times.items()}
 
 
 def _print_queue(q: dict) -> None:
@@ -270,6 +328,9 @@ def _print_queue(q: dict) -> None:
           f"{q['json_roundtrip_s_median']:.2f} s; "
           f"daemon {q['daemon_rss_full_mib']:.0f} MiB vs {q['daemon_rss_empty_mib']:.0f} MiB empty: "
           f"{q['bytes_per_pending_job'] / 1024:.1f} KiB per pending job")
+    for b, t in q.get("paired", {}).items():
+        print(f"  paired, {b} build ({t['python']}): client {t['client_s_median']:.2f} s, 'malleable queue' "
+              f"{t['cli_s_median']:.2f} s (medians of {len(t['cli_s'])}, turns alternating)")
 
 
 # ------------------------------------------------------------------------------------------------ 2b. keys
@@ -516,6 +577,10 @@ def main() -> int:
     ap.add_argument("--skip-live", action="store_true", help="skip the namespace-host sections")
     ap.add_argument("--only-keys", action="store_true", help="run only the submit-with-keys section")
     ap.add_argument("--only-queue", action="store_true", help="run only the long-queue section")
+    ap.add_argument("--queue-reps", type=int, default=3, help="rounds of the long-queue section")
+    ap.add_argument("--against", default="", metavar="PYTHON",
+                    help="also time the long queue with this Python's build (e.g. the previous commit's worktree "
+                         "venv), in turns with this one")
     ap.add_argument("--key-submits", type=int, default=300, help="submits per mode and round of the keys section")
     ap.add_argument("--key-reps", type=int, default=5, help="rounds of the keys section (modes take turns)")
     ap.add_argument("--out", default=str(HERE / "results" / "controller.json"))
@@ -527,7 +592,7 @@ def main() -> int:
     if args.only_queue:
         out = Path(args.out)
         old = json.loads(out.read_text()) if out.exists() else {}
-        old["queue"] = q = bench_queue()
+        old["queue"] = q = bench_queue(reps=args.queue_reps, against=args.against)
         _print_queue(q)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(old, indent=2) + "\n")
@@ -540,7 +605,7 @@ def main() -> int:
     result["submit"] = s = bench_submit()
     print(f"submit: daemon {s['daemon_per_s']:.0f}/s, raw zmq envelope {s['raw_zmq_envelope_per_s']:.0f}/s, "
           f"CLI {s['cli_per_s']:.1f}/s")
-    result["queue"] = q = bench_queue()
+    result["queue"] = q = bench_queue(reps=args.queue_reps, against=args.against)
     _print_queue(q)
     result["keys"] = k = bench_keys(args.key_submits, args.key_reps)
     print(f"{'submits/s (medians of ' + str(k['rounds']) + ')':<28} " + " ".join(f"{m:>14}" for m in KEY_MODES))

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,12 +36,14 @@ _ESCAPES: dict[int, str] = {
     **{c: f"\\u{c:04x}" for c in (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))},
 }
 
+_UNSAFE = re.compile("[" + "".join(re.escape(chr(c)) for c in _ESCAPES) + "]")
+
 
 def terminal_safe(text: str) -> str:
     """``text`` with every control character (C0, DEL, C1) and bidirectional override written as an escape
     (``\\x1b``, ``\\n``, ``\\u202e``): a job's name or path, chosen by whoever submitted it, cannot move the
     operator's cursor, forge a line or recolour the terminal. The ``--json`` documents keep the exact text."""
-    return text.translate(_ESCAPES)
+    return text.translate(_ESCAPES) if _UNSAFE.search(text) else text     # most lines have nothing to escape
 
 
 def _safe(lines: list[str]) -> list[str]:
@@ -166,8 +169,9 @@ def _kind(j: dict[str, Any]) -> str:
 def queue_lines(rows: list[dict[str, Any]], now: float) -> list[str]:
     """squeue's table: running jobs, then the queue in its order."""
     out = [f"{'JOBID':>6} {'NAME':<14} {'USER':<8} {'KIND':<9} {'ST':<3} {'TIME':>9} {'NODES':>9}  NODELIST(REASON)"]
+    zero = format_duration(0)
     for j in rows:
-        t = format_duration(elapsed(j, now))
+        t = format_duration(elapsed(j, now)) if j["start"] else zero     # a pending job has not run
         out.append(f"{j['id']:>6} {j['name'][:14]:<14} {j.get('user', '')[:8]:<8} {_kind(j):<9} {_short_state(j):<3} "
                    f"{t:>9} {_size(j):>9}  {_nodelist(j)}")
     return _safe(out)

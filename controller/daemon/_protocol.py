@@ -114,11 +114,15 @@ class Submitted(Message):
 
 @_msg("table")
 class Table(Message):
-    """Rows of ``queue``, ``history`` or ``nodes`` (JSON objects, one per job or node)."""
+    """Rows of ``queue``, ``history`` or ``nodes``: JSON objects (``rows``), or value lists (``vals``) under the
+    column names ``cols``, each column named in ``same`` left out of every value list (its value is the same in
+    each row). :func:`~._parts.join` turns either form into objects."""
 
     rows: list[dict]
     more: bool = False  # a long table comes in parts under one request id; the last has more False
-    same: dict = field(default_factory=dict)  # a full first row; a row leaves out each field equal to it
+    same: dict = field(default_factory=dict)  # with rows: a full first row; a row leaves out each field equal to it
+    cols: list[str] = field(default_factory=list, metadata={"optional": ()})
+    vals: list[list] = field(default_factory=list, metadata={"optional": ()})
 
 
 @_msg("job_info")
@@ -380,8 +384,8 @@ def prepare_socket(sock: zmq.Socket[Any], key: Credential | bytes, server_key: s
 
 # ------------------------------------------------------------------------------------------- codec
 _JSON = {"int": int, "str": str, "float": float, "bool": bool, "dict": dict, "list[str]": list, "list[dict]": list,
-         "list[int]": list}
-_ITEM = {"list[str]": str, "list[dict]": dict, "list[int]": int}
+         "list[int]": list, "list[list]": list}
+_ITEM = {"list[str]": str, "list[dict]": dict, "list[int]": int, "list[list]": list}
 
 
 def _spec(cls: type[Message]) -> dict[str, Any]:
@@ -417,6 +421,16 @@ def _check_value(where: str, name: str, typ: str, val: Any) -> None:
                 raise ProtocolError(f"{where}: field {name!r} must hold ints in 0..{MAX_INT}")
     elif typ == "dict" and len(val) > MAX_ENV:
         raise ProtocolError(f"{where}: field {name!r} has more than {MAX_ENV} entries")
+
+
+def _check_columns(m: Table) -> None:
+    if m.rows:
+        raise ProtocolError("table: rows come as objects or as value lists, not both")
+    if len(set(m.cols)) != len(m.cols) or not m.same.keys() <= set(m.cols):
+        raise ProtocolError("table: columns must be distinct and name every field of 'same'")
+    width = len(m.cols) - len(m.same)
+    if any(len(r) != width for r in m.vals):
+        raise ProtocolError(f"table: every value list must hold {width} values")
 
 
 def _check_submit(m: Submit) -> None:
@@ -549,4 +563,6 @@ def _message(header: dict[str, Any], payloads: list[Any]) -> tuple[Message, int]
         _check_history(msg)
     elif isinstance(msg, (AddUser, RemoveUser)):
         _check_user(msg)
+    elif isinstance(msg, Table) and (msg.cols or msg.vals):
+        _check_columns(msg)
     return msg, rid

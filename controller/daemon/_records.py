@@ -7,11 +7,12 @@ from __future__ import annotations
 import enum
 import json
 from dataclasses import dataclass, field, fields
+from operator import itemgetter
 from typing import Any
 
 from ._fsrecord import JobFs
 
-__all__ = ["HostRec", "JobRec", "JobState", "ResizeOrder"]
+__all__ = ["PUBLIC_COLS", "HostRec", "JobRec", "JobState", "ResizeOrder"]
 
 
 class JobState(str, enum.Enum):
@@ -156,17 +157,27 @@ class JobRec:
 
     def public(self) -> dict[str, Any]:
         """The fields shown by ``queue``/``info``/``history`` (no environment: it holds the secret)."""
-        out = {n: getattr(self, n) for n in _PUBLIC_FIELDS}
-        out["state"] = str(self.state)
-        out["order"] = self.order.to_dict() if self.order is not None else None
-        out["fs"] = self.fs.to_dict()
-        out["size"] = self.size
-        out["user"] = self.user or self.env.get("USER", "")     # records written before the field existed
+        return dict(zip(PUBLIC_COLS, self.public_values()))
+
+    def public_values(self) -> list[Any]:
+        """The values of :meth:`public`, in :data:`PUBLIC_COLS` order (a long table sends rows this way)."""
+        out = list(_GET_PUBLIC(vars(self)))      # fields are instance attributes: read as one lookup each
+        out[_AT_STATE] = str(self.state)
+        if self.order is not None:
+            out[_AT_ORDER] = self.order.to_dict()
+        out[_AT_FS] = self.fs.to_dict()
+        if not self.user:                        # records written before the field existed
+            out[_AT_USER] = self.env.get("USER", "")
+        out.append(len(self.hosts))
         return out
 
 
 _JOB_FIELDS = frozenset(f.name for f in fields(JobRec))
 _PUBLIC_FIELDS = tuple(f.name for f in fields(JobRec) if f.name != "env")  # no environment: it holds secrets
+PUBLIC_COLS = (*_PUBLIC_FIELDS, "size")
+"""The names of a job's public fields (:meth:`JobRec.public`), in order."""
+_GET_PUBLIC = itemgetter(*_PUBLIC_FIELDS)
+_AT_STATE, _AT_ORDER, _AT_FS, _AT_USER = (_PUBLIC_FIELDS.index(n) for n in ("state", "order", "fs", "user"))
 
 
 @dataclass

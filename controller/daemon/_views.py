@@ -19,6 +19,7 @@ from ._core import Core
 from ._events import Request
 from ._hostpool import HostPool
 from ._identity import refuse_name
+from ._records import PUBLIC_COLS, JobRec
 from ._store import Store
 
 __all__ = ["VIEWS", "DaemonViews"]
@@ -54,7 +55,13 @@ class DaemonViews:
         system (Slurm lists a job in stage-out too)."""
         running = sorted((j for j in self.core.jobs.values() if j.state != "PENDING"), key=lambda j: j.id)
         held = sorted((s.job for s in self.core.state.stopping.values() if s.fs.phase == "held"), key=lambda j: j.id)
-        return P.Table([self.row(j) for j in running + self.core.queue() + held])
+        reservation = self.core.reservation
+        vals = []
+        for j in running + self.core.queue() + held:
+            v = j.public_values()
+            v.append(reservation(j.id))
+            vals.append(v)
+        return P.Table([], cols=QUEUE_COLS, vals=vals)
 
     def nodes(self, m: P.Nodes) -> P.Message:
         """Every host: idle, alloc, draining, alloc+drain, storage (lent to a job's file system: ``job`` is that
@@ -138,12 +145,15 @@ class DaemonViews:
         """Every user and when they got their key."""
         return P.Table([{"name": n, "added": t} for n, (_, t) in sorted(self.store.load_users().items())])
 
-    def row(self, j: Any) -> dict[str, Any]:
+    def row(self, j: JobRec) -> dict[str, Any]:
         """A job's public record, with the start the policy expects for it."""
         r = j.public()
         r["expected_start"] = self.core.reservation(j.id)
         return r
 
+
+QUEUE_COLS = [*PUBLIC_COLS, "expected_start"]
+"""A ``queue`` row's fields: a job's public record and the start the policy expects for it."""
 
 VIEWS: dict[type, Callable[[Any, Any], P.Message]] = {
     P.Queue: DaemonViews.queue,

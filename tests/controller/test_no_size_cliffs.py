@@ -119,7 +119,7 @@ def test_table_parts_split_long_rows_to_fit():
 
     rows = [{"id": i, "name": "x" * 4000 + str(i), "cmd": ["a" * 3000]} for i in range(3000)]
     w = Wire(b"k")
-    parts = encode_reply(P.Table(rows), w, 9)
+    parts = list(encode_reply(P.Table(rows), w, 9))
     assert len(parts) > 1 and all(len(p[1]) <= MAX_HEADER for p in parts)
     back: list[dict] = []
     for i, p in enumerate(parts):
@@ -127,3 +127,42 @@ def test_table_parts_split_long_rows_to_fit():
         assert rid == 9 and m.more == (i < len(parts) - 1)
         back += join(m)
     assert back == rows
+
+
+def test_table_rows_as_value_lists_come_back_exact_and_in_order():
+    """Rows go as value lists with the part's constant columns sent once; the client gets the same objects
+    back, keys in the same order, and a constant-looking column of 1, 1.0 and True keeps each type."""
+    from malleable._wire import Wire
+    from malleable.controller.daemon._parts import encode_reply, join
+
+    rows = [{"id": i, "n": [1, 1.0, True][i % 3] if i > 2000 else 1, "cmd": ["sleep", "60"], "fs": {},
+             "end": None, "name": f"j{i}"} for i in range(2500)]
+    w = Wire(b"k")
+    back: list[dict] = []
+    frames = list(encode_reply(P.Table(rows), w, 3))
+    for p in frames:
+        m, _ = P.decode(p, b"k")
+        assert m.cols == list(rows[0]) and not m.rows
+        back += join(m)
+    assert back == rows and all(list(b) == list(r) for b, r in zip(back, rows))
+    assert [type(b["n"]) for b in back] == [type(r["n"]) for r in rows]
+    first, _ = P.decode(next(encode_reply(P.Table(rows[:1000]), w, 4)), b"k")
+    assert set(first.same) == {"n", "cmd", "fs", "end"}                        # sent once, not 1,000 times
+    ragged = [{"id": 1}, {"id": 2, "x": 0}]                                    # differing fields go whole
+    assert join(P.decode(next(encode_reply(P.Table(ragged), w, 5)), b"k")[0]) == ragged
+
+
+@pytest.mark.parametrize("fields, why", [
+    ({"cols": ["a", "b"], "vals": [[1]]}, "every value list must hold 2 values"),
+    ({"cols": ["a", "b"], "same": {"a": 1}, "vals": [[1, 2]]}, "every value list must hold 1 values"),
+    ({"cols": ["a"], "same": {"z": 1}, "vals": [[1]]}, "name every field of 'same'"),
+    ({"cols": ["a", "a"], "vals": [[1, 2]]}, "columns must be distinct"),
+    ({"rows": [{"a": 1}], "cols": ["a"], "vals": [[1]]}, "not both"),
+    ({"cols": ["a"], "vals": [1]}, "must hold only lists"),
+])
+def test_hostile_value_list_tables_are_refused(fields, why):
+    from malleable._wire import pack
+
+    header = {"v": P.VERSION, "type": "table", "id": 1, "rows": [], "more": False, "same": {}, **fields}
+    with pytest.raises(ProtocolError, match=why):
+        P.decode(pack(header, b"k"), b"k")
