@@ -186,19 +186,32 @@ def _write_file(fs: Any, src: str, dfd: int, name: str, shown: str) -> int:
 _STALE = re.compile(r"\..+\.stage-out\.(\d+)\.[0-9a-f]{8}")
 
 
+def _stager_alive(pid: int) -> bool:
+    """Whether ``pid`` may still be a stager writing its file: it exists, is not a zombie (a stager killed with its
+    controller stays one until reaped) and runs this module; another user's process counts as alive (not ours to
+    judge)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read()
+    except (OSError, IndexError):
+        return False
+    return state != b"Z" and b"malleable.controller.daemon._stager" in cmd
+
+
 def _clear_stale(dfd: int) -> None:
     """Remove from folder ``dfd`` the temporary files of stage-outs whose process died mid-copy (a controller
     killed): this user's regular files named as :func:`_write_file` names them, of a process that is gone."""
     for entry in os.listdir(dfd):
         m = _STALE.fullmatch(entry)
-        if m is None or int(m.group(1)) == os.getpid():
-            continue
-        try:
-            os.kill(int(m.group(1)), 0)
-            continue                                        # still running (or another user's): not ours to judge
-        except ProcessLookupError:
-            pass
-        except PermissionError:
+        if m is None or int(m.group(1)) == os.getpid() or _stager_alive(int(m.group(1))):
             continue
         try:
             st = os.stat(entry, dir_fd=dfd, follow_symlinks=False)
