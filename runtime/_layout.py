@@ -12,24 +12,21 @@ host is not free.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from malleable.errors import AdaptError
-from malleable.runtime._record import Record
 
-__all__ = ["ExpandPlan", "Group", "GroupLayout", "ShrinkPlan", "plan_expand", "plan_shrink", "split_hosts", "spread"]
+__all__ = ["ExpandPlan", "Group", "GroupLayout", "ShrinkPlan", "plan_expand", "plan_shrink", "spread"]
 
 
-class Group(Record):
+@dataclass(frozen=True, slots=True)
+class Group:
     """One spawn (or the launcher's processes): ``hosts[i]`` is where member i runs."""
 
-    __slots__ = ("gid", "hosts", "active", "base")
     gid: int
     hosts: tuple[str, ...]
     active: int
-    base: bool
-
-    def __init__(self, gid: int, hosts: tuple[str, ...], active: int, base: bool = False) -> None:
-        self._init(gid=gid, hosts=hosts, active=active, base=base)
+    base: bool = False
 
     @property
     def size(self) -> int:
@@ -37,14 +34,11 @@ class Group(Record):
         return len(self.hosts)
 
 
-class GroupLayout(Record):
+@dataclass(frozen=True, slots=True)
+class GroupLayout:
     """The job's groups in rank order. Invariant: every group has ``active`` >= 1 (0 means gone)."""
 
-    __slots__ = ("groups",)
     groups: tuple[Group, ...]
-
-    def __init__(self, groups: tuple[Group, ...]) -> None:
-        self._init(groups=groups)
 
     @property
     def world_size(self) -> int:
@@ -87,16 +81,13 @@ class GroupLayout(Record):
         return cls(tuple(Group(d["gid"], tuple(d["hosts"]), d["active"], d["base"]) for d in data))
 
 
-class ExpandPlan(Record):
+@dataclass(frozen=True, slots=True)
+class ExpandPlan:
     """Spawn ``counts[i]`` processes on ``hosts[i]`` (None: let the launcher place them), one group each."""
 
-    __slots__ = ("hosts", "counts", "first_gid")
     hosts: tuple[str | None, ...]
     counts: tuple[int, ...]
     first_gid: int
-
-    def __init__(self, hosts: tuple[str | None, ...], counts: tuple[int, ...], first_gid: int) -> None:
-        self._init(hosts=hosts, counts=counts, first_gid=first_gid)
 
     @property
     def joining(self) -> int:
@@ -104,20 +95,16 @@ class ExpandPlan(Record):
         return sum(self.counts)
 
 
-class ShrinkPlan(Record):
+@dataclass(frozen=True, slots=True)
+class ShrinkPlan:
     """Ranks >= ``target`` leave; ``gone`` groups exit now, ``split`` ones keep idle members."""
 
-    __slots__ = ("target", "leaving", "gone", "split", "freed_hosts", "after")
     target: int
     leaving: int
     gone: tuple[int, ...]
     split: tuple[int, ...]
     freed_hosts: tuple[str, ...]
     after: GroupLayout
-
-    def __init__(self, target: int, leaving: int, gone: tuple[int, ...], split: tuple[int, ...],
-                 freed_hosts: tuple[str, ...], after: GroupLayout) -> None:
-        self._init(target=target, leaving=leaving, gone=gone, split=split, freed_hosts=freed_hosts, after=after)
 
 
 def spread(n: int, hosts: Sequence[str]) -> list[tuple[str | None, int]]:
@@ -152,15 +139,6 @@ def apply_expand(layout: GroupLayout, plan: ExpandPlan, member_hosts: Sequence[S
     return GroupLayout(layout.groups + new)
 
 
-def split_hosts(hosts: Sequence[str], counts: Sequence[int]) -> list[list[str]]:
-    """The hosts of each new group's members, from every joiner's host in rank order and the groups' sizes."""
-    out, at = [], 0
-    for c in counts:
-        out.append([str(h) for h in hosts[at:at + c]])
-        at += c
-    return out
-
-
 def plan_shrink(layout: GroupLayout, target: int) -> ShrinkPlan:
     """Who leaves when ``layout`` shrinks to ``target`` processes, and which hosts get free.
 
@@ -184,7 +162,7 @@ def plan_shrink(layout: GroupLayout, target: int) -> ShrinkPlan:
             kept.append(g)
             room -= g.active
         elif room > 0:
-            kept.append(g.replace(active=room))
+            kept.append(replace(g, active=room))
             split.append(g.gid)
             room = 0
         else:
