@@ -82,8 +82,14 @@ def test_open_mpi_refuses_remote_spawns_and_launches_across_hosts(netns_cluster)
     # host is refused before anything is spawned, and the job goes on
     plan = [{"at_probe": 2, "procs": 3, "hosts": ["node3"]}]
     decisions = [{"at_probe": 2, "procs": 3, "hosts": ["node3"]}, {"at_probe": 3, "procs": 3}]
-    rows, reports, errors, proc = run_prog(mpi, 2, [], iters=4, hosts=["node1", "node2"],
-                                           env=dict(netns_cluster.env(), PROG_DECISIONS=json.dumps(decisions)))
+    for _ in range(2):
+        rows, reports, errors, proc = run_prog(mpi, 2, [], iters=4, hosts=["node1", "node2"], check=False,
+                                               env=dict(netns_cluster.env(), PROG_DECISIONS=json.dumps(decisions)))
+        # PRRTE's daemon on a namespace host may lose its TCP link to prterun on a busy machine: a launcher fault
+        # that ends the job early whatever the runtime does, said in so many words; the launch is tried once more
+        if "PRTE has lost communication with a remote daemon" not in proc.stdout + proc.stderr:
+            break
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     assert [r["hosts"] for r in rows][0] == ["node1", "node2"]
     refused = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith('{"refused"')]
     assert len(refused) == 1 and "cannot spawn processes onto another host" in refused[0]["refused"]
