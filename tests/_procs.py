@@ -1,4 +1,5 @@
-"""Process checks shared by the tests: is a pid still a running process (a zombie is not)? Kill one and wait."""
+"""Process checks shared by the tests: is a pid still a running process (a zombie is not)? Its command line? Kill
+one and wait."""
 
 import contextlib
 import os
@@ -16,6 +17,14 @@ def running(pid: int) -> bool:
     except psutil.NoSuchProcess:
         return False
 
+
+
+def cmdline(pid: int) -> list[str]:
+    """The command line of ``pid``, or nothing when it ended meanwhile (a zombie has none)."""
+    try:
+        return psutil.Process(pid).cmdline()
+    except psutil.Error:
+        return []
 
 def kill9(pid: int, timeout: float = 10.0) -> None:
     """SIGKILL ``pid`` and wait until it is gone (its handle is taken first: a parent may reap it at once)."""

@@ -16,6 +16,7 @@ import pytest
 
 from malleable.controller.daemon import _protocol as P
 from malleable.controller.daemon._hostpool import HostPool, scan_tagged
+from tests._procs import cmdline
 from tests.controller._daemon_util import TOKEN, cli, daemon_thread, isolate, kill_tagged, wait_final, wait_for
 
 M = 1 << 20
@@ -176,20 +177,12 @@ def test_the_time_limit_covers_the_stage_in(env, tmp_path):
         wait_for(lambda: not scan_tagged(d.fs.tag(jid)), 30, "the servers to stop")
 
 
-def _cmdline(p: psutil.Process) -> list[str]:
-    """A child's command line, or nothing when it ended meanwhile (a zombie has none)."""
-    try:
-        return p.cmdline()
-    except psutil.Error:
-        return []
-
-
 @pytest.mark.timeout(180)
 def test_cancel_during_stage_in_stops_it_frees_the_buffer_and_the_servers(env, tmp_path):
     _big_sparse(tmp_path / "big")
     with daemon(tmp_path, 64 * G) as (d, c):
         jid = c.submit(["true"], 1, env=env, bb=100 * G, stage_in=[f"{tmp_path}/big:/big"])
-        wait_for(lambda: any("malleable.controller.daemon._stager" in " ".join(_cmdline(p))
+        wait_for(lambda: any("malleable.controller.daemon._stager" in " ".join(cmdline(p.pid))
                              for p in psutil.Process().children(recursive=True)), 60, "the stage-in to be copying")
         c.call(P.Cancel(jid))
         assert wait_final(c, [jid], 30)[jid] == "CANCELLED"

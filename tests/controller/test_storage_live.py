@@ -14,6 +14,7 @@ import pytest
 
 from malleable.controller.daemon import _protocol as P
 from malleable.controller.daemon._hostpool import HostPool, scan_tagged
+from tests._procs import cmdline
 from tests.controller._daemon_util import TOKEN, cli, daemon_thread, isolate, wait_final, wait_for
 
 M = 1 << 20
@@ -65,19 +66,10 @@ def test_job_file_system_stage_in_write_stage_out_and_clean_hosts(env, tmp_path,
         assert fs["stage_out"] == [["/out/result.bin", f"{tmp_path}/result.bin", 2 * M + 5, ""]]
         assert no_servers_left(d, jid)
         for h in hosts:                                  # nothing of this checkout's adhocfs in any namespace
-            cmds = [" ".join(psutil_cmdline(p)) for p in netns_cluster.pids_on(h)]
+            cmds = [" ".join(cmdline(p)) for p in netns_cluster.pids_on(h)]
             assert not [x for x in cmds if "malleable.adhocfs" in x and PY in x], (h, cmds)
         code, out, _ = cli("info", str(jid), "--state", str(tmp_path / "ctl.sqlite"))
         assert code == 0 and f"Fs={addr} FsState=stopped" in out and "stage-out: 1/1 file(s) done" in out
-
-
-def psutil_cmdline(pid):
-    import psutil
-
-    try:
-        return psutil.Process(pid).cmdline()
-    except psutil.Error:
-        return []
 
 
 @pytest.mark.netns
@@ -140,8 +132,6 @@ def test_bad_submit_input_is_one_line(env, tmp_path):
             assert text in err and "Traceback" not in err, (args, err)
         assert c.rows(P.History(0)) == []                                  # nothing was queued
         assert d.core.status()["bb_free"] == 2 * G
-
-
 
 
 @pytest.mark.timeout(120)
@@ -231,7 +221,7 @@ def test_a_job_file_system_grows_onto_another_host_while_the_job_writes(env, tmp
         assert "fs-grow" in kinds and "fs-grown" in kinds
         assert no_servers_left(d, jid)
         for h in hosts:                                  # nothing of this test's adhocfs in any namespace
-            cmds = [" ".join(psutil_cmdline(p)) for p in netns_cluster.pids_on(h)]
+            cmds = [" ".join(cmdline(p)) for p in netns_cluster.pids_on(h)]
             assert not [x for x in cmds if "malleable.adhocfs" in x and PY in x and fs["address"].rsplit(":", 1)[1]
                         in x], (h, cmds)
             assert not [x for x in cmds if "malleable.adhocfs._data" in x and fs["address"] in x], (h, cmds)
