@@ -1,0 +1,37 @@
+"""A controller daemon as a separate process for the benchmarks: start it on a state file, stop it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+TOKEN = "bench-controller-token"  # noqa: S105 - a benchmark secret
+
+
+def _daemon(state: str, *pool: str, policy: str = "easy", env: dict | None = None, python: str = "") -> int:
+    e = dict(os.environ, MALLEABLE_TOKEN=TOKEN, **(env or {}))
+    out = subprocess.run([python or sys.executable, "-m", "malleable", "controller", "start", *pool, "--policy", policy,
+                          "--state", state, "--tick", "0.2"], env=e, capture_output=True, text=True, timeout=60)
+    if out.returncode:
+        raise RuntimeError(out.stderr)
+    return json.loads(Path(state + ".addr").read_text())["pid"]
+
+
+def _stop(state: str, python: str = "", pid: int = 0) -> None:
+    """Stop the daemon on ``state``; given its ``pid``, leave the jobs queued (cancelling 100,000 takes minutes)
+    and make sure it is gone."""
+    import psutil
+
+    cancel = [] if pid else ["--cancel-jobs"]
+    subprocess.run([python or sys.executable, "-m", "malleable", "controller", "stop", *cancel, "--state", state],
+                   env=dict(os.environ, MALLEABLE_TOKEN=TOKEN), capture_output=True, timeout=60, check=False)
+    if pid and psutil.pid_exists(pid):
+        p = psutil.Process(pid)
+        try:
+            p.wait(30)
+        except psutil.TimeoutExpired:
+            p.kill()
+            p.wait(10)
