@@ -379,8 +379,8 @@ class Daemon(DaemonViews):
             self.allowed.pop(jid, None)
             self.termed.pop(jid, None)
             code, _ = read_rc(self.jobs_dir, jid)
-            if code is None and sig is not None and sig < 0:
-                code = 128 - sig
+            if code is None and sig is not None:      # no file (a full disk): the shepherd exits with the job's code
+                code = sig if sig >= 0 else 128 - sig
             j = self.core.jobs.get(jid)
             if code != 0 and self.config.host_check and self.pool.kind != "local" and j and not j.stop_at:
                 self.held_exits.held.append(JobExited(now, jid, code))     # a lost host may explain it

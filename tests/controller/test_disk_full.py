@@ -107,3 +107,36 @@ def test_a_full_disk_refuses_new_work_and_the_daemon_carries_on(env, small_disk)
             cli("controller", "stop", "--state", state, "--cancel-jobs")
             kill_leftovers(pid if psutil.pid_exists(pid) else 0, "")
             wait_for(lambda: not psutil.pid_exists(pid), 10, "the daemon to exit")
+
+
+def test_a_job_ending_on_a_full_disk_keeps_its_exit_code(env, small_disk):
+    """The shepherd cannot write the exit-code file on a full disk; the daemon takes the code from the shepherd's
+    own exit status, and the job's end is saved once space returns."""
+    state = str(small_disk / "ctl.sqlite")
+    go = env / "go"
+    pid = 0
+    try:
+        code, out, err = cli("controller", "start", "--local", "1", "--state", state, "--tick", "0.2")
+        assert code == 0, err
+        pid = json.loads(addr_file(state).read_text())["pid"]
+        code, out, err = cli("submit", "--state", state, "--parsable", "-o", str(env / "o%j"), "--", "sh", "-c",
+                             f"while [ ! -e {go} ]; do sleep 0.05; done; exit 3")
+        assert code == 0, err
+        jid = int(out)
+        wait_for(lambda: cli("queue", "--state", state, "--json")[0] == 0 and [
+            j["state"] for j in json.loads(cli("queue", "--state", state, "--json")[1])["jobs"]] == ["RUNNING"], 30,
+            "the job to run")
+        filler = small_disk / "filler"
+        fill(filler)
+        go.touch()
+        wait_for(lambda: not any(p.info["cmdline"] and str(go) in " ".join(p.info["cmdline"])
+                                 for p in psutil.process_iter(["cmdline"])), 30, "the job to end")
+        filler.unlink()
+        rows = wait_for(lambda: [r for r in json.loads(cli("history", "--state", state, "--json")[1])["jobs"]
+                                 if r["id"] == jid and r["state"] != "RUNNING"] or None, 30, "the job's end saved")
+        assert rows[0]["state"] == "FAILED" and rows[0]["exit_code"] == 3, rows
+    finally:
+        if pid:
+            cli("controller", "stop", "--state", state, "--cancel-jobs")
+            kill_leftovers(pid if psutil.pid_exists(pid) else 0, "")
+            wait_for(lambda: not psutil.pid_exists(pid), 10, "the daemon to exit")
