@@ -27,6 +27,7 @@ __all__ = ["one_line", "register"]
 _STATE_HELP = ("controller state file (default $MALLEABLE_CONTROLLER_STATE or "
                "~/.local/state/malleable/controller.sqlite)")
 _FILE = {"bash": "_shtab_compgen_files", "zsh": "_files", "tcsh": "f"}  # shtab: complete file names here
+START_WAIT = 120.0  # seconds `controller start` waits for the daemon to answer (100,000 queued jobs load in 15-25 s)
 
 
 def _file_arg(p: Any, *names: str, **kw: Any) -> None:
@@ -306,8 +307,12 @@ def _start(args: argparse.Namespace) -> int:
     with os.fdopen(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600), "ab") as log_f:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_f, stderr=log_f, start_new_session=True,
                                 close_fds=True)
-    deadline = time.monotonic() + 30
+    t0 = time.monotonic()
+    deadline, said = t0 + START_WAIT, t0
     while time.monotonic() < deadline:
+        if time.monotonic() - said >= 10:   # a large state takes a while to load: say so
+            said = time.monotonic()
+            print(f"waiting for the controller (pid {proc.pid}) to load its state: {said - t0:.0f} s", file=sys.stderr)
         if proc.poll() is not None:
             pid = lock_holder(cfg.state)
             if pid is not None:         # another start won the race
@@ -327,7 +332,7 @@ def _start(args: argparse.Namespace) -> int:
         time.sleep(0.05)
     proc.kill()
     proc.wait(5)
-    raise ConfigError(f"the controller did not come up within 30 s; see {log_path}")
+    raise ConfigError(f"the controller did not come up within {START_WAIT:.0f} s; see {log_path}")
 
 
 def _run_foreground(cfg: Any) -> int:
