@@ -214,7 +214,7 @@ def _w2_claims(quick: bool) -> list[Claim]:
               "%", 0, note="17.5% cannot be node occupancy: the jobs alone fill 35,916 node-seconds"),
         Claim("10% malleable", "|best strategy - rigid FCFS| makespan", "~1 min", about(1.0, 0.5),
               lambda runs, s: abs(_best("10%", "makespan")(runs, s) - runs("rigid", "fcfs", s, "makespan")) * m,
-              " min"),
+              " min", floor=0.0),
         Claim("100%, FPSMA+PWMA", "makespan", "38 min", exact(38, 1), value("100%", "fpsma-pwma", "makespan", m),
               " min", controls=tuple(Control(NAMES[n], value("100%", n, "makespan", m)) for n in STRATEGIES[1:])
               + (bound,)),
@@ -229,7 +229,7 @@ def _w2_claims(quick: bool) -> list[Claim]:
     ]
     for f in ("50%", "100%"):
         out.append(Claim(f"{f}, FPSMA+PWMA", "AWT", "~8 min", about(8), value(f, "fpsma-pwma", "mean_wait", m),
-                         " min", note="with min = 1 every waiting job can be admitted by shrinking"))
+                         " min", note="with min = 1 every waiting job can be admitted by shrinking", floor=0.0))
         out.append(Claim(f"{f}, FPSMA+PWMA", "AWT vs rigid FCFS", "-48.5%", effect(-48.5, 0.1),
                          change(f, "fpsma-pwma", "fcfs", "mean_wait", base_case="rigid"), "%"))
     out += [

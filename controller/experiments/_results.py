@@ -35,8 +35,8 @@ def per_seed(stat: Stat, runs: Runs) -> list[float]:
 
 
 def _row(c: Claim, runs: Runs) -> dict[str, Any]:
-    ours = estimate(per_seed(c.stat, runs))
-    controls = [(k.label, estimate(per_seed(k.stat, runs))) for k in c.controls]
+    ours = estimate(per_seed(c.stat, runs), floor=c.floor)
+    controls = [(k.label, estimate(per_seed(k.stat, runs), floor=c.floor)) for k in c.controls]
     verdict, reason = judge(c.rule, ours, controls)
     return {"scenario": c.scenario, "metric": c.metric, "published": c.published,
             "rule": None if c.rule is None else c.rule.text(), "unit": c.unit, "digits": c.digits,

@@ -118,6 +118,8 @@ class Claim:
         digits: decimals printed.
         controls: the same statistic without the credited mechanism.
         note: what the reader should know about this row.
+        floor: the least value the statistic can take (0 for a time or an absolute difference), where its interval
+            is cut; None when it can take any value.
     """
 
     scenario: str
@@ -129,6 +131,7 @@ class Claim:
     digits: int = 1
     controls: tuple[Control, ...] = ()
     note: str = ""
+    floor: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

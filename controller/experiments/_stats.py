@@ -44,10 +44,10 @@ class Estimate:
         return (self.hi - self.lo) / 2.0
 
     def text(self, digits: int = 1) -> str:
-        """``mean ± half`` (``mean`` alone for one value)."""
+        """``mean ± half`` (``mean [lo, hi]`` when cut at a floor, ``mean`` alone for one value)."""
         from malleable.controller.report._format import estimate_text
 
-        return estimate_text(self.mean, self.half, self.n, digits)
+        return estimate_text(self.mean, self.lo, self.hi, self.n, digits)
 
     def as_dict(self) -> dict[str, object]:
         return {"mean": self.mean, "lo": self.lo, "hi": self.hi, "n": self.n, "values": list(self.values)}
@@ -58,8 +58,11 @@ class Estimate:
                         tuple(float(x) for x in d.get("values", ())))
 
 
-def estimate(values: Iterable[float], level: float = LEVEL) -> Estimate:
-    """The mean of ``values`` with its Student t interval at ``level`` (NaN values are left out)."""
+def estimate(values: Iterable[float], level: float = LEVEL, floor: float | None = None) -> Estimate:
+    """The mean of ``values`` with its Student t interval at ``level`` (NaN values are left out).
+
+    ``floor`` is the least value the statistic can take (0 for a time or an absolute difference): the interval is
+    cut there, since a confidence interval intersected with the statistic's possible values keeps its coverage."""
     xs = tuple(float(x) for x in values if not math.isnan(float(x)))
     n = len(xs)
     if n == 0:
@@ -69,7 +72,8 @@ def estimate(values: Iterable[float], level: float = LEVEL) -> Estimate:
         return Estimate(mean, mean, mean, 1, xs)
     sd = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1))
     half = t_quantile(level, n - 1) * sd / math.sqrt(n)
-    return Estimate(mean, mean - half, mean + half, n, xs)
+    lo = mean - half if floor is None else max(floor, mean - half)
+    return Estimate(mean, lo, mean + half, n, xs)
 
 
 def relative_change(new: float, old: float) -> float:
