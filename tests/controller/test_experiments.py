@@ -60,6 +60,21 @@ def test_the_interval_covers_the_mean_of_a_known_distribution_95_percent_of_the_
     assert 0.88 <= float(np.mean(hits)) <= 0.95
 
 
+
+def test_a_statistic_that_cannot_be_negative_has_its_interval_cut_at_0():
+    xs = [0.0, 0.0, 0.0, 0.0, 9.7]                   # an absolute difference over five seeds
+    free, cut = estimate(xs), estimate(xs, floor=0.0)
+    assert free.lo < 0.0 and cut.lo == 0.0 and (cut.mean, cut.hi) == (free.mean, free.hi)
+    assert cut.text() == f"1.9 [0.0, {free.hi:.1f}]" and free.text() == f"1.9 ± {free.half:.1f}"
+    assert estimate(range(1, 11), floor=0.0) == estimate(range(1, 11))      # far from the floor: unchanged
+    # cutting keeps the coverage: |N(0.3, 1)| has mean E|X|, covered at least as often as without the cut
+    rng = np.random.default_rng(11)
+    true = float(np.mean(np.abs(rng.normal(0.3, 1.0, 2_000_000))))
+    samples = np.abs(rng.normal(0.3, 1.0, (4000, 5)))
+    free_hits = [(e := estimate(x)).lo <= true <= e.hi for x in samples]
+    cut_hits = [(e := estimate(x, floor=0.0)).lo <= true <= e.hi for x in samples]
+    assert free_hits == cut_hits
+
 # -- verdicts -------------------------------------------------------------------------------------------------
 
 def E(*xs):
