@@ -102,8 +102,11 @@ class BlockReader:
             self._read_range(pos, out)
             return
         bs = self.block_size
-        if pos != self._last_end or self._pf_size != self._size:
-            self._pf_reset()  # not sequential, or the file grew: a block fetched short may have more bytes now
+        if abs(pos - self._last_end) > ahead * bs or self._pf_size != self._size:
+            # far from the last read (readers that are sequential overall, such as the kernel's concurrent
+            # read-ahead of a mount, arrive a little out of order: they keep it), or the file grew (a block
+            # fetched short may have more bytes now)
+            self._pf_reset()
         first, last = pos // bs, (pos + n - 1) // bs
         end = min(-(-self._size // bs), last + 1 + ahead)
         if (
