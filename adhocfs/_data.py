@@ -55,6 +55,8 @@ __all__ = ["DataServer", "main"]
 
 log = logging.getLogger(__name__)
 
+IO_THREADS = 2  # zmq I/O threads: each client's connection is received on one of them, so that the bytes of two
+# clients are taken off the network (and their fresh pages faulted in, most of a server's time) on two cores at once
 GC_THRESHOLD = 50_000  # allocations between collections of the youngest generation (Python's default: 700)
 STEP = 1.0  # seconds per AIO time step
 WINDOW = 60  # samples kept
@@ -322,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     token = load_token()
     keep_freed_buffers()  # blocks dropped free their buffers for the next ones received (no new page faults)
     store: BlockStore = DirStore(args.dir) if args.dir else MemoryStore()
-    ctx = zmq.Context()
+    ctx = zmq.Context(io_threads=IO_THREADS)
     sock, addr = bind_socket(ctx, zmq.ROUTER, args.host, args.port, token)
     server = DataServer(store, token, args.sid, args.max_rate, args.capacity)
     try:

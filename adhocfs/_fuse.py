@@ -180,9 +180,9 @@ class MountOps(mfusepy.Operations):
         if conn_info is not None:
             conn_info.max_write = MAX_WRITE
             conn_info.max_readahead = READ_AHEAD_KB << 10
-            # the kernel's read-ahead requests come one after the other, in file order: the client's own
-            # read-ahead (many blocks in flight) serves them, where concurrent ones would arrive out of order
-            conn_info.want &= ~FUSE_CAP_ASYNC_READ
+            # the kernel's read-ahead requests go out together (several in flight, taken by different threads,
+            # a little out of order): the client's read-ahead keeps serving them from blocks fetched ahead
+            conn_info.want |= FUSE_CAP_ASYNC_READ
         if config is not None:
             # close-to-open across hosts: attributes are never cached, so a stat, or a read past the size the
             # kernel knows, asks again (an open sees another host's published size at its first read); names

@@ -102,8 +102,11 @@ class BlockReader:
             self._read_range(pos, out)
             return
         bs = self.block_size
-        if pos != self._last_end or self._pf_size != self._size:
-            self._pf_reset()  # not sequential, or the file grew: a block fetched short may have more bytes now
+        if abs(pos - self._last_end) > ahead * bs or self._pf_size != self._size:
+            # far from the last read (readers that are sequential overall, such as the kernel's concurrent
+            # read-ahead of a mount, arrive a little out of order: they keep it), or the file grew (a block
+            # fetched short may have more bytes now)
+            self._pf_reset()
         first, last = pos // bs, (pos + n - 1) // bs
         end = min(-(-self._size // bs), last + 1 + ahead)
         if (
@@ -123,6 +126,10 @@ class BlockReader:
             if self._pf_next <= last or end - self._pf_next >= step:
                 self._pf_send(end)
             data = self._pf_data
+            missing = [b for b in range(first, last + 1) if b not in data]
+            if missing:  # behind the blocks fetched ahead (read out of order, or again): ask for those not in flight
+                flight = {b for rec in self._pf_pending.values() for b in rec.blocks}
+                self._pf_request([b for b in missing if b not in flight])
             dest = 0
             for b, off, ln in block_range(pos, n, bs):
                 while b not in data:
@@ -144,12 +151,17 @@ class BlockReader:
             raise
 
     def _pf_send(self, end: int) -> None:
-        """Request blocks ``[_pf_next, end)`` (the whole block each), in requests of up to ``GET_BYTES`` per
-        server."""
+        """Request blocks ``[_pf_next, end)``."""
+        self._pf_request(range(self._pf_next, end))
+        self._pf_next = max(self._pf_next, end)
+        self._pf_size = self._size
+
+    def _pf_request(self, blocks_wanted: Iterable[int]) -> None:
+        """Request ``blocks_wanted`` (the whole block each), in requests of up to ``GET_BYTES`` per server."""
         bs = self.block_size
         per = max(1, GET_BYTES // bs)
         by_server: dict[int, tuple[Peer, list[int]]] = {}
-        for b in range(self._pf_next, end):
+        for b in blocks_wanted:
             sid, p = self._where(b)
             blocks = by_server.setdefault(sid, (p, []))[1]
             blocks.append(b)
@@ -158,8 +170,6 @@ class BlockReader:
                 del by_server[sid]
         for sid, (p, blocks) in by_server.items():
             self._pf_ask(sid, p, blocks)
-        self._pf_next = max(self._pf_next, end)
-        self._pf_size = self._size
 
     def _pf_ask(self, sid: int, p: Peer, blocks: list[int]) -> None:
         rid = p.send(GetBlocks(self.fid, blocks, self.block_size, self.version))

@@ -9,8 +9,9 @@ clients): ``--configs 1,2,4,2r2,4r2,2enc``.
 The baseline of a configuration with N servers is raw pyzmq in the same pattern: P client processes (DEALER
 sockets) and N server processes (ROUTER) doing the minimum: writes send the same bytes in 512 KiB messages
 spread over the servers, which count and drop them and acknowledge the end (``raw``), or keep them in memory as a
-store must (``keep``, a second write phase: what holding new memory costs); reads ask each server for a share, which
-it streams back in 512 KiB messages, the frames it kept, as received (zero copy). No envelope, no MAC. The raw
+store must (``keep``, a second write phase: what holding new memory costs; with R replicas each message is kept by
+R servers, as the file system keeps R copies, while ``raw`` still carries each byte once); reads ask each server for
+a share, which it streams back in 512 KiB messages, the frames it kept, as received (zero copy). No envelope, no MAC. The raw
 processes use the same socket options and malloc settings as the file system's (``adhocfs/_buffers.py``), and an
 encrypted configuration's baseline is encrypted the same way.
 
@@ -163,10 +164,11 @@ def worker_raw_server() -> None:
     ctx.term()
 
 
-def worker_raw_client(addrs: str, nbytes: int, op: str, start_at: float) -> None:
+def worker_raw_client(addrs: str, nbytes: int, op: str, start_at: float, copies: int = 1) -> None:
     """Raw baseline client: one DEALER per server; writes ``nbytes`` in XFER messages spread round-robin over the
-    servers (then waits for every server's acknowledgement; ``keep``: the servers keep the bytes in memory), or
-    reads the same share back from each."""
+    servers (then waits for every server's acknowledgement; ``keep``: the servers keep the bytes in memory, each
+    message on ``copies`` consecutive servers, as a replicated store must), or reads the same share back from
+    each."""
     import zmq
 
     from malleable.adhocfs._buffers import keep_freed_buffers
@@ -190,7 +192,8 @@ def worker_raw_client(addrs: str, nbytes: int, op: str, start_at: float) -> None
     if op in ("write", "keep"):
         kind = b"W" if op == "write" else b"K"
         for i in range(n):
-            socks[i % len(socks)].send_multipart([kind, buf], copy=False)
+            for c in range(copies if op == "keep" else 1):
+                socks[(i + c) % len(socks)].send_multipart([kind, buf], copy=False)
         for s in socks:
             s.send_multipart([b"E"])
         for s in socks:
@@ -208,7 +211,7 @@ def worker_raw_client(addrs: str, nbytes: int, op: str, start_at: float) -> None
                     except zmq.Again:
                         break
     t1, c1 = time.time(), _own_cpu()
-    assert got == n * XFER, (got, n * XFER)
+    assert got == n * XFER * (copies if op == "keep" else 1), (got, n * XFER)
     for s in socks:
         s.close()
     ctx.term()
@@ -328,8 +331,8 @@ def pair_run(v: Variant, nservers: int, replicas: int, nclients: int, per: int, 
     with raw_servers(nservers) as (raw_addrs, raw_pids), fs_servers(v, nservers, replicas) as (fs_addr, fs_pids):
 
         def raw(op: str) -> dict[str, float]:
-            return _phase(lambda i, at: _spawn("raw_client", raw_addrs, str(per), op, str(at)), nclients, raw_pids,
-                          per, op)
+            return _phase(lambda i, at: _spawn("raw_client", raw_addrs, str(per), op, str(at), str(replicas)),
+                          nclients, raw_pids, per, op)
 
         def fs(op: str) -> dict[str, float]:
             return _phase(lambda i, at: subprocess.Popen(
@@ -564,7 +567,7 @@ if __name__ == "__main__":
         elif kind == "raw_server":
             worker_raw_server()
         elif kind == "raw_client":
-            worker_raw_client(rest[0], int(rest[1]), rest[2], float(rest[3]))
+            worker_raw_client(rest[0], int(rest[1]), rest[2], float(rest[3]), *map(int, rest[4:5]))
         elif kind == "fs_serve":
             worker_fs_serve(int(rest[0]), int(rest[1]))
         sys.exit(0)
