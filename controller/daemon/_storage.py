@@ -52,11 +52,13 @@ HELD_REASON = "StageOutFailed"
 
 def _who(j: JobRec) -> dict[str, Any]:
     """The identity and time bound of a job's staging: its submitting user's uid and gid (the daemon's own for a
-    record from before jobs had a user), its time limit (0: none)."""
+    record from before jobs had a user), its time limit (0: none), and its hosts (where its file system is
+    mounted, when the controller mounts them)."""
     limit = j.time_limit if j.time_limit and math.isfinite(j.time_limit) and j.time_limit > 0 else 0.0
     # None: stage as the daemon (a root job's, or a record from before jobs had a user: uid -1)
     uid, gid = (j.uid, j.gid) if j.uid > 0 else (None, None)
-    return {"uid": uid, "gid": gid if gid is not None and gid >= 0 else None, "limit": float(limit)}
+    return {"uid": uid, "gid": gid if gid is not None and gid >= 0 else None, "limit": float(limit),
+            "mount_hosts": tuple(j.hosts)}
 
 
 def submitted(m: P.Submit) -> dict[str, Any]:
