@@ -1,4 +1,4 @@
-"""Job mounts: a job's own file system mounted at ``<root>/<job id>`` on every host of the job, for unmodified
+"""Job mounts: a job's own file system mounted at ``<root>/<job id>/fs`` on every host of the job, for unmodified
 programs (``$MALLEABLE_FS_MOUNT``).
 
 The operator names the root (``controller start --bb-mount-root DIR``); :func:`check_root` makes sure it is a
@@ -6,11 +6,19 @@ folder that only the daemon's user may change (a user who could write there coul
 is made). Before a job with a burst buffer is launched, the shell (:mod:`._fsshell`) calls :meth:`JobMounts.mount`:
 on each host of the job a small child (``python -m malleable.controller.daemon._jobmount``, reached like the data
 servers: directly, through ``netns-launch`` or ssh) reads its request on stdin (the address, the file system's
-secret, the job's user), makes the mount point ``<root>/<job id>`` as root inside the root folder by descriptor
-(``O_NOFOLLOW``, ``fstat``-checked, ``fchown`` to the job's user, mode 0700), then *drops to the job's user* and
-mounts with adhocfs's own :func:`~malleable.adhocfs._fuse_mount.mount`: the mount is the user's (FUSE without
-``allow_other``: only that user's processes get in), and the mount daemon runs as the user, never as root on the
-user's behalf. A root job's mount is root's.
+secret, the job's user) and mounts with adhocfs's own :func:`~malleable.adhocfs._fuse_mount.mount`. Its mount
+daemon is the operator's code under the operator's credential, so it runs as the daemon's user (root); it touches
+no path of the user's, only the network and the mount point, which is made where no user can write:
+
+1. ``<root>/<job id>`` is made root's, mode 0700, and ``fs`` in it, by descriptor (``O_NOFOLLOW``,
+   ``fstat``-checked): nobody else can put a link on the way;
+2. the file system is mounted on ``<root>/<job id>/fs`` with ``allow_other`` and ``default_permissions``, every
+   file shown as the job's user's (so the kernel lets the user do what an owner may);
+3. only then is ``<root>/<job id>`` given to the job's user (``fchown``, still 0700): the user gets in, other users
+   do not (the folder is the user's alone), and the user cannot move the mount point (the kernel refuses to
+   rename a mount point).
+
+A root job's mount is root's alone (no ``allow_other``).
 
 Every mount daemon carries the tag ``<controller>.mnt<job>`` (``MALLEABLE_JOB_TAG``), by which it is found again
 without any record: :meth:`JobMounts.unmount` (after the stage-out, on every host) and :meth:`JobMounts.sweep` (at
@@ -135,7 +143,7 @@ class JobMounts:
 
     def path(self, job_id: int) -> str:
         """Where job ``job_id``'s file system is mounted."""
-        return os.path.join(self.root, str(job_id))
+        return os.path.join(self.root, str(job_id), "fs")
 
     def tag(self, job_id: int) -> str:
         """The tag of job ``job_id``'s mount daemons."""
@@ -284,12 +292,12 @@ def _unmount_here(root: str, jobs: set[int] | None, cid: str, keep: set[int] | N
         jid = tag[len(prefix):]
         if not jid.isdigit() or (jobs is not None and int(jid) not in jobs) or (keep and int(jid) in keep):
             continue
-        path = os.path.join(root, jid)
-        for p in procs:
-            done = subprocess.run(["nsenter", f"--mount=/proc/{p.pid}/ns/mnt", "--", "umount", "-l", "-c", path],
-                                  capture_output=True, text=True, timeout=30, check=False)
-            if done.returncode and "not mounted" not in done.stderr:
-                errors.append(f"umount {path} (pid {p.pid}): {' '.join(done.stderr.split())[:200]}")
+        for p in procs:                          # the mount as its daemon's namespace has it
+            for path in mounts_under(os.path.join(root, jid), f"/proc/{p.pid}/mountinfo"):
+                done = subprocess.run(["nsenter", f"--mount=/proc/{p.pid}/ns/mnt", "--", "umount", "-l", "-c",
+                                       path], capture_output=True, text=True, timeout=30, check=False)
+                if done.returncode and "not mounted" not in done.stderr:
+                    errors.append(f"umount {path} (pid {p.pid}): {' '.join(done.stderr.split())[:200]}")
             waits.append(p.pid)
     _end(waits)
     for path in mounts_under(root):             # a mount whose daemon is gone answers ENOTCONN: detach it too
@@ -298,8 +306,8 @@ def _unmount_here(root: str, jobs: set[int] | None, cid: str, keep: set[int] | N
             subprocess.run(["umount", "-l", "-c", path], capture_output=True, timeout=30, check=False)
     for name in os.listdir(root):
         if name.isdigit() and (jobs is None or int(name) in jobs) and not (keep and int(name) in keep):
-            with contextlib.suppress(OSError):
-                os.rmdir(os.path.join(root, name))
+            if not mounts_under(os.path.join(root, name)):
+                _remove(root, name)
     return errors
 
 
@@ -320,17 +328,34 @@ def _end(pids: list[int]) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ the child
-def _mount_point(root: str, name: str, uid: int, gid: int) -> None:
-    """Make ``<root>/<name>`` (a folder, not through a link) owned by ``uid``/``gid``, mode 0700, by descriptor."""
+def _mount_point(root: str, name: str) -> None:
+    """Make ``<root>/<name>/fs`` (folders, not through a link), ``<root>/<name>`` root's with mode 0700."""
     rfd = os.open(root, _DIR)
     try:
         with contextlib.suppress(FileExistsError):
             os.mkdir(name, 0o700, dir_fd=rfd)
         fd = os.open(name, _DIR, dir_fd=rfd)
         try:
-            st, rst = os.fstat(fd), os.fstat(rfd)
-            if st.st_dev != rst.st_dev:
+            st = os.fstat(fd)
+            if st.st_dev != os.fstat(rfd).st_dev:
                 raise OSError(f"{root}/{name} is a mount already")
+            os.fchown(fd, os.geteuid(), os.getegid())
+            os.fchmod(fd, 0o700)
+            with contextlib.suppress(FileExistsError):
+                os.mkdir("fs", 0o755, dir_fd=fd)
+            os.close(os.open("fs", _DIR, dir_fd=fd))          # a folder, not a link
+        finally:
+            os.close(fd)
+    finally:
+        os.close(rfd)
+
+
+def _give(root: str, name: str, uid: int, gid: int) -> None:
+    """``<root>/<name>`` (the folder holding the mount point) becomes the job's user's, mode 0700."""
+    rfd = os.open(root, _DIR)
+    try:
+        fd = os.open(name, _DIR, dir_fd=rfd)
+        try:
             os.fchown(fd, uid, gid)
             os.fchmod(fd, 0o700)
         finally:
@@ -339,22 +364,42 @@ def _mount_point(root: str, name: str, uid: int, gid: int) -> None:
         os.close(rfd)
 
 
+def _remove(root: str, name: str) -> None:
+    """Remove ``<root>/<name>`` and what it holds (after its mount is gone): taken back first, then removed without
+    following links (a user's folder may hold anything the user put there)."""
+    import shutil
+
+    rfd = os.open(root, _DIR)
+    try:
+        try:
+            fd = os.open(name, _DIR, dir_fd=rfd)
+        except OSError:
+            return
+        try:
+            os.fchown(fd, os.geteuid(), os.getegid())
+            os.fchmod(fd, 0o700)
+        finally:
+            os.close(fd)
+        if shutil.rmtree.avoids_symlink_attacks:
+            shutil.rmtree(name, dir_fd=rfd, ignore_errors=True)
+    finally:
+        os.close(rfd)
+
+
 def _child_mount(req: dict[str, Any]) -> dict[str, Any]:
     from malleable.adhocfs._fuse_mount import mount
 
-    from ._stager import drop_privileges
-
     uid, gid = req.get("uid"), req.get("gid")
-    as_user = os.geteuid() == 0 and uid not in (None, 0)
-    _mount_point(req["root"], os.path.basename(req["dir"]), uid if as_user else os.geteuid(),
-                 (gid if gid is not None else uid) if as_user else os.getegid())
+    other = os.geteuid() == 0 and uid not in (None, 0)
+    name = os.path.relpath(req["dir"], req["root"]).split("/")[0]
+    _mount_point(req["root"], name)
     os.environ["MALLEABLE_TOKEN"] = req["secret"]
     os.environ[TAG_VAR] = req["tag"]
-    if as_user:
-        for k in ("XDG_RUNTIME_DIR", "HOME", "MALLEABLE_KEY_FILE"):
-            os.environ.pop(k, None)
-        drop_privileges(uid, gid)
-    rec = mount(req["address"], req["dir"])
+    gid = gid if gid is not None else uid
+    rec = mount(req["address"], req["dir"], allow_other=other, uid=uid if other else None,
+                gid=gid if other else None)
+    if other:
+        _give(req["root"], name, uid, gid)
     return {"pid": rec.pid}
 
 
