@@ -140,6 +140,7 @@ class JobMounts:
         self.wrapper = ""
         if pool.kind == "netns":
             self.wrapper = self._write_wrapper()
+            os.makedirs(os.path.join(root, _NS), mode=0o755, exist_ok=True)
 
     def path(self, job_id: int) -> str:
         """Where job ``job_id``'s file system is mounted."""
