@@ -260,6 +260,8 @@ exec {real} "$@"
             Path(self.root, _NS, str(job_id)).rmdir()
         if errors:
             log.warning("job %d: unmounting %s: %s", job_id, self.path(job_id), "; ".join(errors))
+        else:
+            log.info("job %d: %s unmounted on every host, its mount point removed", job_id, self.path(job_id))
         return "; ".join(errors)
 
     def sweep(self, keep: set[int]) -> None:
