@@ -130,7 +130,8 @@ class Daemon(DaemonViews):
         self.fs = FsShell(self.pool, self.token, cid, JobMounts(self.pool, config.mount_root, cid)
                           if config.mount_root else None)
         self.curve_public = server_public_key(self.token) if encryption_wanted() else ""
-        self.core = Core(self.pool.nodes, make_policy(config.policy, config.params), config.core,
+        core = dataclasses.replace(config.core, mounts=bool(config.mount_root))   # the core names the mount hosts
+        self.core = Core(self.pool.nodes, make_policy(config.policy, config.params), core,
                          hosts=self.store.load_hosts(), jobs=self.store.load_jobs(),
                          ended=self.store.ended_jobs(), policy_name=config.policy)
         if self.fs.mounts is not None:            # mounts a killed controller left: all but its running jobs'
