@@ -184,3 +184,22 @@ def test_a_mount_whose_job_died_with_the_controller_is_swept_at_the_restart(env,
         pid = 0
     finally:
         kill_leftovers(pid, cid)
+
+
+def test_the_core_names_the_jobs_hosts_for_its_mount_only_when_the_controller_mounts(tmp_path):
+    from malleable.controller.daemon import _protocol as P
+    from malleable.controller.daemon._events import FsReady, StartFs, StopFs
+    from malleable.controller.sched import get_policy
+    from tests.controller._core_shell import Shell
+
+    for mounts, want in ((True, ("n1", "n2")), (False, ())):
+        core = Shell(str(tmp_path / f"{mounts}.sqlite"), ("n1", "n2", "n3"), get_policy("fcfs-bb"),
+                     bb_capacity=M * 64, mounts=mounts)
+        jid = core.submit(P.Submit("j", ["prog"], 2, 2, 2, False, 100.0, "", "", "/work", {}, bb=16 * M,
+                                   stage_out=["/o:/d/o"]), 0.0)
+        (start,) = [a for a in core.schedule(1.0) if isinstance(a, StartFs)]
+        assert start.mount_hosts == want                      # mounted on both hosts of the job, before its launch
+        core.do(FsReady(2.0, jid, "tcp://n1:5"))
+        core.launched(jid, 100, 5.0, 2.1)
+        (stop,) = [a for a in core.exited(jid, 0, 9.0) if isinstance(a, StopFs)]
+        assert stop.mount_hosts == want and stop.stage_out == (("/o", "/d/o"),)   # taken down after the stage-out
