@@ -178,9 +178,14 @@ class JobMounts:
         real = str(self.pool.launcher_exec)
         text = f"""#!/bin/sh
 # Written by the malleable controller: netns-launch, from the mount namespace of the job's mount on that host.
-h=""
-for a in "$@"; do
-  case $a in -*) ;; *) h=${{a##*@}}; break ;; esac
+h=""; skip=""
+for a in "$@"; do                  # the host: the first word that is no ssh option (nor an option's value)
+  if [ -n "$skip" ]; then skip=""; continue; fi
+  case $a in
+    -[BbcDEeFIiJLlmOopQRSWw]) skip=1 ;;
+    -*) ;;
+    *) h=${{a##*@}}; break ;;
+  esac
 done
 j=${{{TAG_VAR}:-}}; j=${{j##*.}}
 f="{self.root}/{_NS}/$j/$h"
@@ -203,8 +208,9 @@ exec {real} "$@"
     # -- mount -------------------------------------------------------------------------------------------------
     def mount(self, job_id: int, address: str, secret: str, hosts: Sequence[str], uid: int | None,
               gid: int | None) -> str:
-        """Mount job ``job_id``'s file system at ``address`` on every one of ``hosts`` (concurrently), as the job's
-        user; "" when every host has it, else why not (the mounts made are then taken down)."""
+        """Mount job ``job_id``'s file system at ``address`` on every one of ``hosts`` (concurrently), for the job's
+        user ``uid``/``gid`` (None: the daemon's); "" when every host has it, else why not (the mounts made are then
+        taken down)."""
         targets = self.targets(hosts)
         req = {"address": address, "secret": secret, "dir": self.path(job_id), "root": self.root,
                "uid": uid, "gid": gid, "tag": self.tag(job_id)}
