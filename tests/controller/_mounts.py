@@ -6,8 +6,10 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+from collections.abc import Iterator
 
 import psutil
+import pytest
 
 from malleable.controller.daemon._jobmount import mounts_under
 
@@ -42,3 +44,16 @@ def clean_mounts(root: str) -> set[tuple[int, str]]:
         subprocess.run(["nsenter", f"--mount=/proc/{pid}/ns/mnt", "--", "umount", "-l", "-c", path],
                        capture_output=True, timeout=30, check=False)
     return left
+
+
+@contextlib.contextmanager
+def checked_root(path: str) -> Iterator[str]:
+    """A mount root for a test (skips where FUSE is unavailable); fails the test if a mount under it outlives the
+    block (and takes it down)."""
+    from malleable.adhocfs._fuse_mount import fuse_unavailable
+
+    why = fuse_unavailable()
+    if why:
+        pytest.skip(f"FUSE is unavailable: {why}")
+    yield path
+    assert not clean_mounts(path), "a job mount outlived the test"

@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
 import pytest
 
@@ -21,8 +18,9 @@ from malleable.controller.daemon._jobmount import check_root
 from malleable.controller.daemon._paths import addr_file
 from tests._procs import kill9
 from tests.controller._daemon_util import TOKEN, cli, daemon_thread, isolate, kill_leftovers, wait_final, wait_for
-from tests.controller._mounts import clean_mounts, mount_daemons, mounts_anywhere
+from tests.controller._mounts import checked_root, mount_daemons, mounts_anywhere
 from tests.controller._users import unix_users
+from tests.controller.test_identity import workdir  # noqa: F401 - a fixture: a folder test users can enter
 
 M = 1 << 20
 PY = sys.executable
@@ -36,26 +34,18 @@ def env(monkeypatch, tmp_path):
 
 
 @pytest.fixture
-def workdir():
-    """A folder every test user can enter (pytest's own are root's, mode 0700), removed after."""
-    d = Path(tempfile.mkdtemp(prefix="mlb-mount-", dir="/tmp"))
-    os.chmod(d, 0o755)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
-@pytest.fixture
 def root(workdir):
-    """The mount root of the test (users can reach it); fails the test if a mount outlives it (and takes it
-    down)."""
-    from malleable.adhocfs._fuse_mount import fuse_unavailable
+    """The mount root of the test, in a folder the test users can enter."""
+    with checked_root(str(workdir / "mnt")) as path:
+        yield path
 
-    why = fuse_unavailable()
-    if why:
-        pytest.skip(f"FUSE is unavailable: {why}")
-    path = str(workdir / "mnt")
-    yield path
-    assert not clean_mounts(path), "a job mount outlived the test"
+
+def start(state: str, root: str) -> int:
+    """``malleable controller start`` on one local slot with job mounts under ``root``; returns its pid."""
+    code, _, err = cli("controller", "start", "--local", "1", "--policy", "fcfs-bb", "--bb-capacity", "64M",
+                       "--state", state, "--tick", "0.2", "--bb-mount-root", root)
+    assert code == 0, err
+    return json.loads(addr_file(state).read_text())["pid"]
 
 
 def fs_phase(c, jid):
@@ -113,12 +103,6 @@ def test_a_users_job_has_its_mount_other_users_do_not_and_it_is_gone_after(env, 
 def test_a_killed_controller_leaves_the_mount_to_its_job_and_none_after_it_ended(env, tmp_path, root):
     state = str(tmp_path / "ctl.sqlite")
 
-    def start() -> int:
-        code, _, err = cli("controller", "start", "--local", "1", "--policy", "fcfs-bb", "--bb-capacity", "64M",
-                           "--state", state, "--tick", "0.2", "--bb-mount-root", root)
-        assert code == 0, err
-        return json.loads(addr_file(state).read_text())["pid"]
-
     script = ("import os, time\n"
               "m = os.environ['MALLEABLE_FS_MOUNT']\n"
               "for i in range(400):\n"
@@ -129,7 +113,7 @@ def test_a_killed_controller_leaves_the_mount_to_its_job_and_none_after_it_ended
               "        while not os.path.exists('restarted'):\n"
               "            time.sleep(0.05)\n")
     (tmp_path / "job.py").write_text(script)
-    pid, cid = start(), ""
+    pid, cid = start(state, root), ""
     try:
         with Client(state=state, token=TOKEN.encode()) as c:
             cid = c.status()["controller_id"]
@@ -138,7 +122,7 @@ def test_a_killed_controller_leaves_the_mount_to_its_job_and_none_after_it_ended
             wait_for(lambda: (tmp_path / "tick").exists(), 60, "the job to write through its mount")
         kill9(pid)
         assert mounts_anywhere(root) and mount_daemons(root)          # the mount outlives the controller
-        pid = start()
+        pid = start(state, root)
         with Client(state=state, token=TOKEN.encode()) as c:
             assert {m for _, m in mounts_anywhere(root)} == {f"{root}/{jid}/fs"}   # kept: its job still runs
             (tmp_path / "restarted").touch()
@@ -159,13 +143,7 @@ def test_a_killed_controller_leaves_the_mount_to_its_job_and_none_after_it_ended
 def test_a_mount_whose_job_died_with_the_controller_is_swept_at_the_restart(env, tmp_path, root):
     state = str(tmp_path / "ctl.sqlite")
 
-    def start() -> int:
-        code, _, err = cli("controller", "start", "--local", "1", "--policy", "fcfs-bb", "--bb-capacity", "64M",
-                           "--state", state, "--tick", "0.2", "--bb-mount-root", root)
-        assert code == 0, err
-        return json.loads(addr_file(state).read_text())["pid"]
-
-    pid, cid = start(), ""
+    pid, cid = start(state, root), ""
     try:
         with Client(state=state, token=TOKEN.encode()) as c:
             cid = c.status()["controller_id"]
@@ -177,7 +155,7 @@ def test_a_mount_whose_job_died_with_the_controller_is_swept_at_the_restart(env,
             for p in procs:
                 kill9(p.pid)
         assert {m for _, m in mounts_anywhere(root)} == {f"{root}/{jid}/fs"}
-        pid = start()
+        pid = start(state, root)
         wait_for(lambda: not mounts_anywhere(root) and not mount_daemons(root) and os.listdir(root) == [], 60,
                  "the stale mount and its mount point to go")
         assert cli("controller", "stop", "--state", state)[0] == 0

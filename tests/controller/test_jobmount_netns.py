@@ -10,7 +10,6 @@ import filecmp
 import json
 import os
 import sys
-from pathlib import Path
 
 import h5py
 import pytest
@@ -20,7 +19,7 @@ from malleable.controller.daemon._hostpool import HostPool, netns_of, scan_tagge
 from malleable.controller.daemon._paths import addr_file
 from tests._procs import kill9
 from tests.controller._daemon_util import TOKEN, cli, daemon_thread, isolate, kill_leftovers, wait_final, wait_for
-from tests.controller._mounts import clean_mounts, mount_daemons, mounts_anywhere
+from tests.controller._mounts import checked_root, mount_daemons, mounts_anywhere
 
 pytestmark = pytest.mark.netns
 
@@ -61,14 +60,8 @@ def env(monkeypatch, tmp_path):
 
 @pytest.fixture
 def root(tmp_path):
-    from malleable.adhocfs._fuse_mount import fuse_unavailable
-
-    why = fuse_unavailable()
-    if why:
-        pytest.skip(f"FUSE is unavailable: {why}")
-    path = str(tmp_path / "mnt")
-    yield path
-    assert not clean_mounts(path), "a job mount outlived the test"
+    with checked_root(str(tmp_path / "mnt")) as path:
+        yield path
 
 
 def fs_phase(c, jid):
@@ -152,7 +145,7 @@ def test_a_controller_killed_with_its_job_leaves_no_mount_on_any_host(env, tmp_p
         wait_for(lambda: sorted(os.listdir(root)) == [".netns-launch", ".ns"] and not os.listdir(f"{root}/.ns"), 30,
                  "the mount point to be removed")
         for h in hosts:                                   # and a login on each host sees none either
-            out = netns_cluster_cat_mounts(netns_cluster, h)
+            out = login_mounts(netns_cluster, h)
             assert "fuse.adhocfs" not in out, (h, out)
         assert cli("controller", "stop", "--state", state)[0] == 0
         pid = 0
@@ -160,7 +153,7 @@ def test_a_controller_killed_with_its_job_leaves_no_mount_on_any_host(env, tmp_p
         kill_leftovers(pid, cid)
 
 
-def netns_cluster_cat_mounts(cluster, host: str) -> str:
+def login_mounts(cluster, host: str) -> str:
     """``/proc/self/mounts`` as a new login on ``host`` sees it."""
     import subprocess
 
@@ -169,10 +162,3 @@ def netns_cluster_cat_mounts(cluster, host: str) -> str:
     assert done.returncode == 0, done.stderr
     return done.stdout
 
-
-def test_docs_path_layout_is_what_the_code_uses(tmp_path):
-    from malleable.controller.daemon._jobmount import JobMounts
-
-    m = JobMounts(HostPool.local(1), str(tmp_path), "c1")
-    assert m.path(7) == f"{tmp_path}/7/fs" and m.job_env(7) == {"MALLEABLE_FS_MOUNT": f"{tmp_path}/7/fs"}
-    assert Path(tmp_path).exists()
