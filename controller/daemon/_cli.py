@@ -124,9 +124,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="data servers one job's file system may run on a storage host (1-64, default 4): "
                         "'submit --fs-servers/--fs-max' beyond N x the storage hosts are refused")
     p.add_argument("--bb-mount-root", metavar="DIR",
-                   help="mount each --bb job's file system at DIR/<job id> on every host of the job before it starts "
-                        "($MALLEABLE_FS_MOUNT), as the job's user; DIR must be the controller user's and not "
-                        "writable by others (default: no mounts)")
+                   help="mount each --bb job's file system at DIR/<job id>/fs on every host of the job before it "
+                        "starts ($MALLEABLE_FS_MOUNT; its files shown as the job's user's, other users kept out); "
+                        "DIR must be the controller user's and not writable by others (default: no mounts)")
     p.add_argument("--foreground", action="store_true", help="run in this process (logs to stderr)")
     p.set_defaults(func=one_line(_start))
 
