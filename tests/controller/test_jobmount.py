@@ -181,3 +181,23 @@ def test_the_core_names_the_jobs_hosts_for_its_mount_only_when_the_controller_mo
         core.launched(jid, 100, 5.0, 2.1)
         (stop,) = [a for a in core.exited(jid, 0, 9.0) if isinstance(a, StopFs)]
         assert stop.mount_hosts == want and stop.stage_out == (("/o", "/d/o"),)   # taken down after the stage-out
+
+
+@pytest.mark.timeout(120)
+def test_a_failed_stage_out_keeps_the_data_but_not_the_mount(env, tmp_path, root, monkeypatch):
+    body = bytes(range(256)) * 1000
+    (tmp_path / "src.bin").write_bytes(body)
+    with daemon_thread(tmp_path / "ctl.sqlite", HostPool.local(1), "fcfs-bb", bb_capacity=64 * M,
+                       mount_root=check_root(root)) as (d, c):
+        jid = c.submit(["sh", "-c", f'cp {tmp_path}/src.bin "$MALLEABLE_FS_MOUNT/r.bin"'], 1, env=env, bb=16 * M,
+                       stage_out=[f"/r.bin:{tmp_path}/later/r.bin"])        # no such folder yet: the copy fails
+        assert wait_final(c, [jid], 60)[jid] == "COMPLETED"
+        wait_for(lambda: fs_phase(c, jid) == "held", 60, "the failed stage-out")
+        wait_for(lambda: not mounts_anywhere(root) and not mount_daemons(root), 30, "the mount to go")
+        assert os.listdir(root) == [] and c.info(jid).job["reason"].startswith("StageOutFailed")
+        (tmp_path / "later").mkdir()
+        monkeypatch.setenv("MALLEABLE_CONTROLLER", c.address)
+        code, _, err = cli("fs", "stage-out", "--job", str(jid))           # the data was kept: the retry has it
+        assert code == 0, err
+        assert (tmp_path / "later" / "r.bin").read_bytes() == body
+        wait_for(lambda: fs_phase(c, jid) == "stopped", 30, "the file system to stop")
