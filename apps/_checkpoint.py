@@ -142,8 +142,12 @@ class AdhocStore(Store):
 
 
 def open_store(path: str, fs_addr: str | None = None) -> Store:
-    """The store for ``--checkpoint-dir PATH``: in the adhocfs at ``fs_addr`` (default ``MALLEABLE_FS``) if there
-    is one, else a local directory."""
+    """The store for ``--checkpoint-dir PATH``: a local directory when ``PATH`` is under the job's mount
+    (``MALLEABLE_FS_MOUNT``: plain h5py through the mount), else in the adhocfs at ``fs_addr`` (default
+    ``MALLEABLE_FS``) if there is one, else a local directory."""
+    mount = os.environ.get("MALLEABLE_FS_MOUNT", "")
+    if mount and os.path.abspath(path).startswith(mount.rstrip("/") + "/"):
+        return LocalStore(path)
     addr = fs_addr if fs_addr is not None else os.environ.get("MALLEABLE_FS", "")
     return AdhocStore(addr, path) if addr else LocalStore(path)
 

@@ -124,6 +124,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fs-per-host", type=int, default=4, metavar="N",
                    help="data servers one job's file system may run on a storage host (1-64, default 4): "
                         "'submit --fs-servers/--fs-max' beyond N x the storage hosts are refused")
+    p.add_argument("--bb-mount-root", metavar="DIR",
+                   help="mount each --bb job's file system at DIR/<job id>/fs on every host of the job before it "
+                        "starts ($MALLEABLE_FS_MOUNT; its files shown as the job's user's, other users kept out); "
+                        "DIR must be the controller user's and not writable by others (default: no mounts)")
     p.add_argument("--foreground", action="store_true", help="run in this process (logs to stderr)")
     p.set_defaults(func=one_line(_start))
 
@@ -240,8 +244,13 @@ def _daemon_config(args: argparse.Namespace) -> Any:
     core = CoreConfig(slots=args.slots, ack_timeout=args.ack_timeout, default_time=parse_limit(args.default_time),
                       kill_wait=args.kill_wait, bb_capacity=bb, storage_hosts=storage, fs_per_host=args.fs_per_host)
     state = _state_path(args.state or default_state())
+    root = ""
+    if args.bb_mount_root is not None:
+        from ._jobmount import check_root
+
+        root = check_root(args.bb_mount_root)
     return DaemonConfig(state, pool, args.policy, params, args.bind, args.port, args.tick, core,
-                        host_check=args.host_check)
+                        host_check=args.host_check, mount_root=root)
 
 
 def _storage_opts(args: argparse.Namespace, nodes: tuple[str, ...]) -> tuple[float, tuple[str, ...]]:
@@ -386,7 +395,7 @@ def _start_argv(args: argparse.Namespace, state: str) -> list[str]:
         out += ["--hostfile", os.path.abspath(args.hostfile)]
     else:
         out += ["--hosts", args.hosts]
-    for opt in ("launcher_exec", "bind", "port", "bb_capacity", "storage_hosts", "fs_per_host"):
+    for opt in ("launcher_exec", "bind", "port", "bb_capacity", "storage_hosts", "fs_per_host", "bb_mount_root"):
         v = getattr(args, opt)
         if v is not None:
             out += ["--" + opt.replace("_", "-"), str(v)]

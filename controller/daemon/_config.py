@@ -26,6 +26,8 @@ class DaemonConfig:
         tick: seconds between periodic scheduling passes.
         core: settings of the core.
         host_check: seconds between checks that every host answers (0: never).
+        mount_root: where jobs' file systems are mounted, ``<root>/<job id>`` on each of their hosts ("": not
+            mounted).
     """
 
     state: str
@@ -37,3 +39,4 @@ class DaemonConfig:
     tick: float = 1.0
     core: CoreConfig = field(default_factory=CoreConfig)
     host_check: float = 5.0
+    mount_root: str = ""

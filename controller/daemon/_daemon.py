@@ -73,9 +73,11 @@ from ._fsshell import FsShell
 from ._gate import Gate
 from ._hostpool import HeldExits, Prober, application, proc_info, scan_tagged
 from ._identity import run_as
+from ._jobmount import JobMounts
 from ._keys import job_credential
 from ._launch import job_argv, job_env, read_rc, start_job, stop_job
 from ._parts import encode_reply
+from ._records import JobState
 from ._paths import addr_file, jobs_dir
 from ._statefile import StateLock, check_state
 from ._store import Store
@@ -125,11 +127,16 @@ class Daemon(DaemonViews):
         self.cgroups = JobCgroups(cid)
         self.prober = Prober(self.pool)
         self.held_exits = HeldExits()
-        self.fs = FsShell(self.pool, self.token, cid)
+        self.fs = FsShell(self.pool, self.token, cid, JobMounts(self.pool, config.mount_root, cid)
+                          if config.mount_root else None)
         self.curve_public = server_public_key(self.token) if encryption_wanted() else ""
-        self.core = Core(self.pool.nodes, make_policy(config.policy, config.params), config.core,
+        core = dataclasses.replace(config.core, mounts=bool(config.mount_root))   # the core names the mount hosts
+        self.core = Core(self.pool.nodes, make_policy(config.policy, config.params), core,
                          hosts=self.store.load_hosts(), jobs=self.store.load_jobs(),
                          ended=self.store.ended_jobs(), policy_name=config.policy)
+        if self.fs.mounts is not None:            # mounts a killed controller left: all but its running jobs'
+            self.fs.mounts.sweep({j.id for j in self.core.jobs.values() if j.launched and j.fs.address
+                                  and not JobState(j.state).final})
         self._do(self.core.take_actions())        # its records, and the file systems to take over
         self.jobs_dir = jobs_dir(config.state)
         self.ctx: zmq.Context[Any] | None = None
@@ -301,7 +308,7 @@ class Daemon(DaemonViews):
         j = a.job
         now = time.time()
         try:
-            argv = job_argv(j, self.pool, self.config.core.slots)
+            argv = self.fs.job_argv(j, job_argv(j, self.pool, self.config.core.slots))
             env = job_env(j, self.pool, self.config.core.slots, self.job_address,
                           job_credential(self.token, self.cid, j.id), self.tag(j.id), self.curve_public)
             env.update(self.fs.job_env(j))

@@ -353,6 +353,7 @@ class StartFs:
     uid: int | None = None          # the user the stage-in runs as (None: the daemon's own)
     gid: int | None = None
     limit: float = 0.0              # seconds the stage-in may take (the job's time limit; 0: none)
+    mount_hosts: tuple[str, ...] = ()   # the job's hosts: where it is mounted before the launch (a mount root set)
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,6 +368,7 @@ class StopFs:
     uid: int | None = None          # the user the stage-out runs as (None: the daemon's own)
     gid: int | None = None
     limit: float = 0.0              # seconds the stage-out may take (0: none)
+    mount_hosts: tuple[str, ...] = ()   # the job's hosts: where its mount is taken down after the stage-out
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,9 @@ lost (adhocfs's ``lose``), so the job's writes go on with the other copies.
 After a restart, a file system taken over (:class:`~._events.AttachFs`) gets its handle rebuilt from the metadata
 server's status, so it is measured, grown and shrunk as before; a stop without an address (a start cut by the
 restart) kills the servers by their tag on the hosts given.
+
+With a mount root (``controller start --bb-mount-root``), the file system is also mounted on every host of the job
+before it is launched and taken down after its stage-out (:mod:`._jobmount`).
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from ._events import (
     StopFs,
 )
 from ._hostpool import TAG_VAR, HostPool
+from ._jobmount import JobMounts
 from ._stager import Staged
 from ._stager import run as run_stager
 
@@ -87,10 +91,12 @@ class FsShell:
         pool: the host pool (how to reach hosts and look for leftovers).
         token: the operator's secret (each file system's secret is derived from it).
         cid: the controller id (part of the servers' tag and of the derivation).
+        mounts: the job mounts (None: file systems are not mounted).
     """
 
-    def __init__(self, pool: HostPool, token: bytes, cid: str) -> None:
+    def __init__(self, pool: HostPool, token: bytes, cid: str, mounts: JobMounts | None = None) -> None:
         self.pool = pool
+        self.mounts = mounts
         self.token = token
         self.cid = cid
         self.results: queue.Queue[Any] = queue.Queue()
@@ -124,7 +130,16 @@ class FsShell:
     def job_env(self, job: Any) -> dict[str, str]:
         """What a job with a ready file system gets in its environment: the address and the file system's secret."""
         addr = job.fs.address if job.bb else ""
-        return {FS_ENV: addr, TOKEN_ENV: self.secret(job.id)} if addr else {}
+        if not addr:
+            return {}
+        env = {FS_ENV: addr, TOKEN_ENV: self.secret(job.id)}
+        if self.mounts is not None:
+            env.update(self.mounts.job_env(job.id))
+        return env
+
+    def job_argv(self, job: Any, argv: list[str]) -> list[str]:
+        """The mpiexec command line of a job whose file system is mounted (its launcher enters each host's mount)."""
+        return self.mounts.job_argv(argv) if self.mounts is not None and job.bb and job.fs.address else argv
 
     def _server_env(self, job_id: int) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in ("MALLEABLE_KEY", "MALLEABLE_KEY_FILE")}
@@ -221,6 +236,13 @@ class FsShell:
                 self._post(FsFailed(time.time(), jid, f"stage-in {bad.src if bad else ''} -> "
                                                       f"{bad.dst if bad else ''}: {why}"[:500]))
                 return
+        if self.mounts is not None and a.mount_hosts:
+            err = self.mounts.mount(jid, dep.address, self.secret(jid), a.mount_hosts, a.uid, a.gid)
+            if err or self._aborted(jid):
+                self.mounts.unmount(jid, a.mount_hosts)
+                self._shut(jid, dep.address, (a.meta, *a.data))
+                self._post(FsFailed(time.time(), jid, err[:500] or "stage-in cancelled"))
+                return
         self._post(FsReady(time.time(), jid, dep.address))
 
     def _stage(self, jid: int, address: str, direction: str, pairs: Any, uid: int | None, gid: int | None,
@@ -273,7 +295,7 @@ class FsShell:
         jid = a.job_id
         with self.lock:
             self.stopped.add(jid)
-        errors = []
+        errors, held = [], False
         if a.stage_out:
             try:
                 done = self._stage(jid, a.address, "out", a.stage_out, a.uid, a.gid, a.limit)
@@ -281,13 +303,21 @@ class FsShell:
                 with self.lock:
                     self.aborts.pop(jid, None)
             errors = [f"stage-out {s.src}: {s.error}" for s in done if s.error]
-            if errors or len(done) < len(a.stage_out):   # nothing is deleted before its copy is complete
-                with self.lock:
-                    self.stopped.discard(jid)
-                self._post(FsHeld(time.time(), jid, "; ".join(errors or ["stage-out incomplete"])[:500]))
-                return
+            held = bool(errors) or len(done) < len(a.stage_out)     # nothing is deleted before its copy is complete
+        self._unmount(a)
+        if held:
+            with self.lock:
+                self.stopped.discard(jid)
+            self._post(FsHeld(time.time(), jid, "; ".join(errors or ["stage-out incomplete"])[:500]))
+            return
         left, err = self._shut(jid, a.address, a.hosts)
         self._post(FsStopped(time.time(), jid, left, err[:500]))
+
+    def _unmount(self, a: StopFs) -> None:
+        """The job's processes are gone: its mount is taken down on every host (after its stage-out, even a failed
+        one: a held file system keeps its servers and data, not its mount)."""
+        if self.mounts is not None:
+            self.mounts.unmount(a.job_id, a.mount_hosts)
 
     def _shut(self, jid: int, address: str, hosts: Any) -> tuple[tuple[str, ...], str]:
         """Stop the servers, wait for them, kill what is left on ``hosts``; returns (hosts with leftovers, error)."""

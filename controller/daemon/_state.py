@@ -52,6 +52,8 @@ class CoreConfig:
         storage_hosts: the hosts that may run data servers (empty: every host of the pool).
         fs_per_host: data servers a job's file system may run on one storage host (its ``--fs-servers`` and
             ``--fs-max`` are at most this times the storage hosts).
+        mounts: job file systems are mounted on their jobs' hosts (``controller start --bb-mount-root``): the
+            core names those hosts in :class:`~._events.StartFs` and :class:`~._events.StopFs`.
     """
 
     slots: int = 1
@@ -63,6 +65,7 @@ class CoreConfig:
     bb_capacity: float = 0.0
     storage_hosts: tuple[str, ...] = ()
     fs_per_host: int = 4
+    mounts: bool = False
 
 
 class StoppingFs(NamedTuple):

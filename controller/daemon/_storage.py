@@ -50,13 +50,15 @@ HELD_REASON = "StageOutFailed"
 """The reason of an ended job whose stage-out failed (shown beside its own exit code until a retry succeeds)."""
 
 
-def _who(j: JobRec) -> dict[str, Any]:
+def _who(j: JobRec, mounts: bool = False) -> dict[str, Any]:
     """The identity and time bound of a job's staging: its submitting user's uid and gid (the daemon's own for a
-    record from before jobs had a user), its time limit (0: none)."""
+    record from before jobs had a user), its time limit (0: none), and, when the controller ``mounts`` job file
+    systems, its hosts (where its file system is mounted)."""
     limit = j.time_limit if j.time_limit and math.isfinite(j.time_limit) and j.time_limit > 0 else 0.0
     # None: stage as the daemon (a root job's, or a record from before jobs had a user: uid -1)
     uid, gid = (j.uid, j.gid) if j.uid > 0 else (None, None)
-    return {"uid": uid, "gid": gid if gid is not None and gid >= 0 else None, "limit": float(limit)}
+    return {"uid": uid, "gid": gid if gid is not None and gid >= 0 else None, "limit": float(limit),
+            "mount_hosts": tuple(j.hosts) if mounts else ()}
 
 
 def submitted(m: P.Submit) -> dict[str, Any]:
@@ -116,7 +118,7 @@ class Storage(Part):
                            f"{len(data)} data server(s) on {host_list(data)}, {len(stage_in)} file(s) to stage in",
                            now)
         self.out.emit(StartFs(j.id, meta, data, math.ceil(j.bb / len(data)), stage_in, j.fs_replicas or 1,
-                              **_who(j)))
+                              **_who(j, self.config.mounts)))
         return False
 
     def forget(self, j: JobRec, now: float) -> None:
@@ -164,7 +166,7 @@ class Storage(Part):
         fs.phase = FsPhase.STAGING_OUT if out else FsPhase.STOPPING
         self._hold(j, fs)
         self.out.log_event(j.id, "fs-stop", f"{len(out)} file(s) to stage out, then the servers stop", now)
-        self.out.emit(StopFs(j.id, fs.address, fs.hosts(), out, **_who(j)))
+        self.out.emit(StopFs(j.id, fs.address, fs.hosts(), out, **_who(j, self.config.mounts)))
 
     def _keep_old(self, j: JobRec) -> None:
         """A job back in the queue keeps the file system being stopped for it in its record (``fs.old``, until
@@ -267,7 +269,7 @@ class Storage(Part):
         fs.phase = FsPhase.STAGING_OUT
         self.out.save(j)
         self.out.log_event(j.id, "fs-stop", f"stage-out tried again: {len(out)} file(s), then the servers stop", now)
-        self.out.emit(StopFs(j.id, fs.address, fs.hosts(), out, **_who(j)))
+        self.out.emit(StopFs(j.id, fs.address, fs.hosts(), out, **_who(j, self.config.mounts)))
         self.out.emit(Reply(P.Ok()))
 
     def release(self, m: StageOutAgain, now: float) -> None:
@@ -278,7 +280,7 @@ class Storage(Part):
         self.out.save(j)
         self.out.log_event(j.id, "fs-stop", "released by its owner: the files not staged out are dropped, the "
                            "servers stop", now)
-        self.out.emit(StopFs(j.id, fs.address, fs.hosts(), (), **_who(j)))
+        self.out.emit(StopFs(j.id, fs.address, fs.hosts(), (), **_who(j, self.config.mounts)))
         self.out.emit(Reply(P.Ok()))
 
     def attached(self, e: FsAttached) -> None:
@@ -379,4 +381,4 @@ class Storage(Part):
         self._hold(j, fs)
         log.info("job %d: the controller restarted while its file system was %s: %d file(s) left to stage out, "
                  "then its servers are stopped", j.id, phase, len(out))
-        self.out.emit(StopFs(j.id, fs.address, fs.hosts(), out, **_who(j)))
+        self.out.emit(StopFs(j.id, fs.address, fs.hosts(), out, **_who(j, self.config.mounts)))

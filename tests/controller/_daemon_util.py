@@ -57,10 +57,11 @@ def wait_for(pred: Callable[[], Any], timeout: float, what: str, every: float = 
 
 @contextlib.contextmanager
 def daemon_thread(state: Path, pool: HostPool, policy: str = "easy", tick: float = 0.2, host_check: float = 5.0,
-                  params: dict[str, Any] | None = None, **core: Any) -> Iterator[tuple[Daemon, Client]]:
+                  params: dict[str, Any] | None = None, mount_root: str = "",
+                  **core: Any) -> Iterator[tuple[Daemon, Client]]:
     """A daemon serving in a thread, and a client. On exit every job is cancelled and waited for (bounded)."""
     d = Daemon(DaemonConfig(str(state), pool, policy, params or {}, tick=tick, core=CoreConfig(**core),
-                            host_check=host_check), token=TOKEN.encode())
+                            host_check=host_check, mount_root=mount_root), token=TOKEN.encode())
     addr = d.start()
     stop = threading.Event()
     t = threading.Thread(target=d.serve, args=(stop,), daemon=True)
