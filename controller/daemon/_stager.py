@@ -28,6 +28,7 @@ import json
 import os
 import re
 import pwd
+import queue
 import secrets
 import signal
 import stat
@@ -42,6 +43,9 @@ from typing import Any
 __all__ = ["Staged", "run"]
 
 CHUNK = 4 << 20
+STREAMS = 4
+"""Files of a folder copied at once, each stream over a connection of its own (the per-file round trips to the
+metadata and data servers overlap)."""
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _DIR = os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -83,38 +87,129 @@ def _open_source(path: str, dir_fd: int | None = None, shown: str = "") -> int:
         raise StageFailure(f"{shown}: {e.strerror}") from None
 
 
-def _copy_in_fd(fs: Any, fd: int, name: str, dst: str) -> int:
-    """Copy what descriptor ``fd`` (a regular file or a folder) holds to ``dst`` in the file system."""
-    st = os.fstat(fd)
-    if stat.S_ISDIR(st.st_mode):
-        fs.makedirs(dst, exist_ok=True)
-        total = 0
-        for entry in sorted(os.listdir(fd)):
-            child = _open_source(entry, fd, f"{name.rstrip('/')}/{entry}")
+class Streams:
+    """``n`` threads, each with a connection of its own to the file system, copying the files handed to them, so
+    that the round trips of many files (and the servers' work) overlap. A job is ``fn(fs) -> bytes copied``, called
+    with the thread's connection, or with None once a copy failed (it then only releases what it holds: a
+    descriptor). :meth:`join` returns the bytes copied, or raises the first failure."""
+
+    def __init__(self, open_fs: Callable[[], Any], n: int) -> None:
+        self._q: queue.Queue[Callable[[Any], int] | None] = queue.Queue(maxsize=2 * n)
+        self._lock = threading.Lock()
+        self.total = 0
+        self.error: BaseException | None = None
+        self._threads = [threading.Thread(target=self._work, args=(open_fs,), name=f"stager-{i}", daemon=True)
+                         for i in range(n)]
+        for t in self._threads:
+            t.start()
+
+    def _work(self, open_fs: Callable[[], Any]) -> None:
+        fs = None
+        try:
+            fs = open_fs()
+        except BaseException as e:  # noqa: BLE001 - reported by join
+            self._fail(e)
+        while (job := self._q.get()) is not None:
             try:
-                total += _copy_in_fd(fs, child, f"{name}/{entry}", f"{dst.rstrip('/')}/{entry}")
-            finally:
-                os.close(child)
+                n = job(None if self.error is not None else fs)
+                with self._lock:
+                    self.total += n
+            except BaseException as e:  # noqa: BLE001 - reported by join
+                self._fail(e)
+        if fs is not None:
+            fs.close()
+
+    def _fail(self, e: BaseException) -> None:
+        with self._lock:
+            if self.error is None:
+                self.error = e
+
+    def put(self, job: Callable[[Any], int]) -> None:
+        """Hand ``job`` to a thread (waits while every thread has two waiting)."""
+        self._q.put(job)
+
+    def join(self) -> int:
+        for _ in self._threads:
+            self._q.put(None)
+        for t in self._threads:
+            t.join()
+        if self.error is not None:
+            raise self.error
+        return self.total
+
+
+def _copy_file_in(fd: int, dst: str) -> Callable[[Any], int]:
+    """The job copying what descriptor ``fd`` (checked regular) holds to ``dst``; it closes ``fd``."""
+    def job(fs: Any) -> int:
+        total = 0
+        try:
+            if fs is None:
+                return 0
+            with fs.open(dst, "wb") as out:
+                while chunk := os.read(fd, CHUNK):
+                    total += out.write(chunk)
+        finally:
+            os.close(fd)
         return total
-    if not stat.S_ISREG(st.st_mode):
-        raise StageFailure(f"{name} is {_kind(st.st_mode)}: only regular files and folders are staged")
-    parent = dst.rstrip("/").rsplit("/", 1)[0]
-    if parent:
-        fs.makedirs(parent, exist_ok=True)
-    total = 0
-    with fs.open(dst, "wb") as out:
-        while chunk := os.read(fd, CHUNK):
-            total += out.write(chunk)
-    return total
+    return job
 
 
-def stage_in(fs: Any, src: str, dst: str) -> int:
-    """Copy local ``src`` (a file, or a folder and all it holds) to ``dst`` in the file system ``fs``."""
+def _plan_in(fs: Any, fd: int, name: str, dst: str, streams: Streams, own: bool) -> None:
+    """Hand the copy of what descriptor ``fd`` (a regular file or a folder) holds to ``streams``, folders made
+    here first; ``fd`` is closed here (a folder's) or by its job (a file's), ``own`` when it is ours to close."""
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            fs.makedirs(dst, exist_ok=True)
+            for entry in sorted(os.listdir(fd)):
+                if streams.error is not None:
+                    return
+                child = _open_source(entry, fd, f"{name.rstrip('/')}/{entry}")
+                _plan_in(fs, child, f"{name}/{entry}", f"{dst.rstrip('/')}/{entry}", streams, True)
+            return
+        if not stat.S_ISREG(st.st_mode):
+            raise StageFailure(f"{name} is {_kind(st.st_mode)}: only regular files and folders are staged")
+    except BaseException:
+        if own:
+            os.close(fd)
+        raise
+    if own:
+        streams.put(_copy_file_in(fd, dst))
+        return
+    streams.put(_copy_file_in(os.dup(fd), dst))
+
+
+def stage_in(fs: Any, src: str, dst: str, open_fs: Callable[[], Any] | None = None, streams: int = 1) -> int:
+    """Copy local ``src`` (a file, or a folder and all it holds) to ``dst`` in the file system ``fs``, the files
+    over ``streams`` connections made by ``open_fs`` (default: ``fs`` alone)."""
     fd = _open_source(src.rstrip("/") or "/")
     try:
-        return _copy_in_fd(fs, fd, src, dst)
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            parent = dst.rstrip("/").rsplit("/", 1)[0]
+            if parent:
+                fs.makedirs(parent, exist_ok=True)
+            streams = 1
+        pool = Streams(open_fs or (lambda: _Shared(fs)), streams if open_fs else 1)
+        try:
+            _plan_in(fs, fd, src, dst, pool, False)
+        finally:
+            total = pool.join()
+        return total
     finally:
         os.close(fd)
+
+
+class _Shared:
+    """The caller's own connection lent to one stream (not closed by it)."""
+
+    def __init__(self, fs: Any) -> None:
+        self._fs = fs
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fs, name)
+
+    def close(self) -> None:
+        pass
 
 
 def _open_folder(path: str, make_last: bool) -> int:
@@ -221,34 +316,44 @@ def _clear_stale(dfd: int) -> None:
             pass
 
 
-def _copy_out(fs: Any, src: str, dfd: int, name: str, shown: str) -> int:
+def _plan_out(fs: Any, src: str, dfd: int, name: str, shown: str, streams: Streams, dirs: list[int]) -> None:
+    """Hand the copy of ``src`` (a file, or a folder: made here, its descriptor kept in ``dirs`` until the copies
+    are done) to ``name`` in folder ``dfd`` to ``streams``."""
     if not fs.stat(src).is_dir:
-        return _write_file(fs, src, dfd, name, shown)
+        streams.put(lambda f: _write_file(f, src, dfd, name, shown) if f is not None else 0)
+        return
     sub = _make_dir_at(name, dfd, shown)
-    try:
-        return _copy_tree_out(fs, src, sub, shown)
-    finally:
-        os.close(sub)
+    dirs.append(sub)
+    _plan_tree_out(fs, src, sub, shown, streams, dirs)
 
 
-def _copy_tree_out(fs: Any, src: str, dfd: int, shown: str) -> int:
+def _plan_tree_out(fs: Any, src: str, dfd: int, shown: str, streams: Streams, dirs: list[int]) -> None:
     _clear_stale(dfd)
-    total = 0
     for entry in sorted(fs.listdir(src)):
-        total += _copy_out(fs, f"{src.rstrip('/')}/{entry}", dfd, entry, f"{shown.rstrip('/')}/{entry}")
-    os.fsync(dfd)
-    return total
+        if streams.error is not None:
+            return
+        _plan_out(fs, f"{src.rstrip('/')}/{entry}", dfd, entry, f"{shown.rstrip('/')}/{entry}", streams, dirs)
 
 
-def stage_out(fs: Any, src: str, dst: str) -> int:
-    """Copy ``src`` of the file system ``fs`` (a file, or a folder and all it holds) to local ``dst``; a folder's
-    last level is made, the folders above it must exist."""
+def stage_out(fs: Any, src: str, dst: str, open_fs: Callable[[], Any] | None = None, streams: int = 1) -> int:
+    """Copy ``src`` of the file system ``fs`` (a file, or a folder and all it holds) to local ``dst``, the files
+    over ``streams`` connections made by ``open_fs`` (default: ``fs`` alone); a folder's last level is made, the
+    folders above it must exist."""
     if fs.stat(src).is_dir:
         dfd = _open_folder(dst, make_last=True)
+        dirs = [dfd]
+        pool = Streams(open_fs or (lambda: _Shared(fs)), streams if open_fs else 1)
         try:
-            return _copy_tree_out(fs, src, dfd, dst)
+            try:
+                _plan_tree_out(fs, src, dfd, dst, pool, dirs)
+            finally:
+                total = pool.join()
+            for d in reversed(dirs):
+                os.fsync(d)
+            return total
         finally:
-            os.close(dfd)
+            for d in dirs:
+                os.close(d)
     head, _, name = dst.rpartition("/")
     if not name:
         raise StageFailure(f"{dst}: a file is staged out to a file name, not a folder")
@@ -299,10 +404,12 @@ def main() -> int:
 
     copy = stage_in if req["direction"] == "in" else stage_out
     keep_going = req["direction"] == "out"
-    with connect(req["address"], token=req["secret"].encode()) as fs:
+    token = req["secret"].encode()
+    n_streams = max(1, min(int(req.get("streams") or STREAMS), 16))
+    with connect(req["address"], token=token) as fs:
         for src, dst in req["pairs"]:
             try:
-                n, err = copy(fs, src, dst), ""
+                n, err = copy(fs, src, dst, lambda: connect(req["address"], token=token), n_streams), ""
             except (StageFailure, MalleableError, OSError) as e:
                 n, err = 0, " ".join(str(e).split())[:400] or type(e).__name__
             print(json.dumps({"src": src, "dst": dst, "size": n, "error": err}), flush=True)

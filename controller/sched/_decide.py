@@ -33,10 +33,18 @@ def start(self: Ledger, d: StartJob, now: float, effects: list[Effect], released
     k = len(nodes)
     if not job.min_procs <= k <= job.max_procs:
         raise Bad(f"{k} nodes: the job allows {job.min_procs}..{job.max_procs}")
-    if job.bb and job.bb > self.bb_total - self.bb_used + 1e-9 * max(1.0, job.bb):
-        raise Bad(f"needs {job.bb:g} of burst buffer, {self.bb_total - self.bb_used:g} free")
-    self._owner_for = job.id
-    self._take(nodes, released)
+    early = self.release_bb(job.id, early=True) if self._early else 0.0     # its full record is queued again
+    if early:
+        job = self.queued[job.id]
+    try:
+        if job.bb and job.bb > self.bb_total - self.bb_used + 1e-9 * max(1.0, job.bb):
+            raise Bad(f"needs {job.bb:g} of burst buffer, {self.bb_total - self.bb_used:g} free")
+        self._owner_for = job.id
+        self._take(nodes, released)
+    except Bad:
+        if early:
+            self.hold_bb(job.id, early, early=True)
+        raise
     nodes = self._free.own(nodes)
     del self.queued[job.id]
     q = self.queue
