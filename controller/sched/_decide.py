@@ -33,18 +33,17 @@ def start(self: Ledger, d: StartJob, now: float, effects: list[Effect], released
     k = len(nodes)
     if not job.min_procs <= k <= job.max_procs:
         raise Bad(f"{k} nodes: the job allows {job.min_procs}..{job.max_procs}")
-    early = self.release_bb(job.id, early=True) if self._early else 0.0     # its full record is queued again
-    if early:
-        job = self.queued[job.id]
-    try:
-        if job.bb and job.bb > self.bb_total - self.bb_used + 1e-9 * max(1.0, job.bb):
-            raise Bad(f"needs {job.bb:g} of burst buffer, {self.bb_total - self.bb_used:g} free")
-        self._owner_for = job.id
-        self._take(nodes, released)
-    except Bad:
-        if early:
-            self.hold_bb(job.id, early, early=True)
-        raise
+    if job.bb:
+        free = self.bb_total - self.bb_used + self.early_bb(job.id)     # its own early hold is its own
+        if job.bb > free + 1e-9 * max(1.0, job.bb):
+            if job.bb <= free + self.bb_early - self.early_bb(job.id) + 1e-9 * max(1.0, job.bb):
+                raise Busy(f"job {job.id} cannot start now: the burst buffer it needs is held for other jobs' "
+                           "stage-in")
+            raise Bad(f"needs {job.bb:g} of burst buffer, {free:g} free")
+    self._owner_for = job.id
+    self._take(nodes, released)
+    if job.bb and self.bb_early:
+        self.release_bb(job.id, early=True)                             # the run's hold below takes its place
     nodes = self._free.own(nodes)
     del self.queued[job.id]
     q = self.queue

@@ -146,7 +146,7 @@ class Ledger:
         self.bb_total = float(bb_total)
         self._bb_used = 0.0           # burst buffer held: the sum of the holds (hold_bb/release_bb)
         self._bb_holds: dict[tuple[int, int], float] = {}
-        self._early: dict[int, Job] = {}   # queued jobs whose buffer is held before their start: their full record
+        self._bb_early = 0.0          # the part held early, for queued jobs (hold_bb(early=True))
         self.points: set[int] = set()  # running phased malleable jobs at a scheduling point (set by the engine)
         self.track_owner = False      # keep ``owner`` (node -> job) as nodes are taken (live); else looked up
         self._dirty_release = False
@@ -244,7 +244,7 @@ class Ledger:
     def dequeue(self, job_id: int, keep_reservation: bool = False) -> Job:
         """Remove a queued job (cancelled before it started, or held back until its old processes are gone: then
         its reservation, if any, is kept)."""
-        if self._early:
+        if self._bb_early:
             self.release_bb(job_id, early=True)
         job = self.queued.pop(job_id)
         self._unqueue(job)
@@ -278,7 +278,8 @@ class Ledger:
         return Snapshot(now, self.nodes, free_t, run_t, LedgerQueue(q, self._index), changed,
                         len(q) if arrived < 0 else arrived, self._res, self.memo, down,
                         MappingProxyType(dict(self.requests)) if self.requests else NO_REQUESTS,
-                        StorageView(self.bb_total, self.bb_total - self.bb_used, frozenset(self.points))
+                        StorageView(self.bb_total, self.bb_total - self.bb_used + self._bb_early,
+                                    frozenset(self.points))
                         if self.bb_total or self.points else None)
 
     def view(self, job_id: int) -> RunningJob | None:
@@ -474,39 +475,34 @@ class Ledger:
         holds a job's ``Job.bb`` from its start to its end or interruption (the simulator and the live controller
         alike); the live controller also holds it ``after_run``, while the job's file system is staged out and
         stopped, which may overlap a next run of a re-queued job, and ``early``, for a queued job whose stage-in
-        runs before its start: the policies then see that job needing only the rest of its buffer, and its start
-        turns the early hold into the run's (counted once)."""
+        runs before its start. Policies see an early hold as free (``Snapshot.bb_free``: their plans stay those of
+        a machine without early stage-in); only its job may start on it (another start that would need it is
+        deferred), and that start turns it into the run's hold (counted once)."""
         if not amount:
             return
         key = (job_id, _AFTER if after_run else _EARLY if early else _RUN)
         self._bb_holds[key] = self._bb_holds.get(key, 0.0) + amount
         self._bb_used += amount
-        if early and job_id in self.queued:
-            job = self._early.setdefault(job_id, self.queued[job_id])
-            self._swap_queued(replace(job, bb=max(0.0, job.bb - self._bb_holds[key])))
+        if early:
+            self._bb_early += amount
 
     def release_bb(self, job_id: int, *, after_run: bool = False, early: bool = False) -> float:
         """Free what :meth:`hold_bb` holds for job ``job_id`` (0 when it holds nothing); returns the amount."""
         amount = self._bb_holds.pop((job_id, _AFTER if after_run else _EARLY if early else _RUN), 0.0)
         if amount:
             self._bb_used = max(0.0, self._bb_used - amount)
-        if early:
-            job = self._early.pop(job_id, None)
-            if job is not None and job_id in self.queued:
-                self._swap_queued(job)
+            if early:
+                self._bb_early = max(0.0, self._bb_early - amount)
         return amount
+
+    @property
+    def bb_early(self) -> float:
+        """Bytes of the burst buffer held early, for queued jobs' stage-in."""
+        return self._bb_early
 
     def early_bb(self, job_id: int) -> float:
         """The buffer held early for queued job ``job_id`` (0: none)."""
         return self._bb_holds.get((job_id, _EARLY), 0.0)
-
-    def _swap_queued(self, job: Job) -> None:
-        """Put ``job`` in place of the queued record with its id (same place in the queue)."""
-        old = self.queued[job.id]
-        q = self.queue
-        q[next(i for i, x in enumerate(q) if x is old)] = job
-        self.queued[job.id] = job
-        self._qix = None
 
     def _release_bb(self, job: Job) -> None:
         if job.bb:
