@@ -22,13 +22,13 @@ side: it starts the child, reports each pair as it is done, and kills the child 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import json
 import os
 import re
 import pwd
-import queue
 import secrets
 import signal
 import stat
@@ -40,9 +40,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ._streams import CHUNK, Parts, Shared, Streams, ranges
+
 __all__ = ["Staged", "run"]
 
-CHUNK = 4 << 20
+SPLIT = 32 << 20
+"""A file of at least this many bytes is copied in byte ranges (aligned to :data:`CHUNK`) by every stream at once."""
 STREAMS = 4
 """Files of a folder copied at once, each stream over a connection of its own (the per-file round trips to the
 metadata and data servers overlap)."""
@@ -87,55 +90,22 @@ def _open_source(path: str, dir_fd: int | None = None, shown: str = "") -> int:
         raise StageFailure(f"{shown}: {e.strerror}") from None
 
 
-class Streams:
-    """``n`` threads, each with a connection of its own to the file system, copying the files handed to them, so
-    that the round trips of many files (and the servers' work) overlap. A job is ``fn(fs) -> bytes copied``, called
-    with the thread's connection, or with None once a copy failed (it then only releases what it holds: a
-    descriptor). :meth:`join` returns the bytes copied, or raises the first failure."""
-
-    def __init__(self, open_fs: Callable[[], Any], n: int) -> None:
-        self._q: queue.Queue[Callable[[Any], int] | None] = queue.Queue(maxsize=2 * n)
-        self._lock = threading.Lock()
-        self.total = 0
-        self.error: BaseException | None = None
-        self._threads = [threading.Thread(target=self._work, args=(open_fs,), name=f"stager-{i}", daemon=True)
-                         for i in range(n)]
-        for t in self._threads:
-            t.start()
-
-    def _work(self, open_fs: Callable[[], Any]) -> None:
-        fs = None
+def _copy_range_in(fd: int, dst: str, off: int, length: int, parts: Parts) -> Callable[[Any], int]:
+    """The job copying bytes ``off .. off + length`` of descriptor ``fd`` into ``dst`` (made at its full size)."""
+    def job(fs: Any) -> int:
+        n, ok = 0, False
         try:
-            fs = open_fs()
-        except BaseException as e:  # noqa: BLE001 - reported by join
-            self._fail(e)
-        while (job := self._q.get()) is not None:
-            try:
-                n = job(None if self.error is not None else fs)
-                with self._lock:
-                    self.total += n
-            except BaseException as e:  # noqa: BLE001 - reported by join
-                self._fail(e)
-        if fs is not None:
-            fs.close()
-
-    def _fail(self, e: BaseException) -> None:
-        with self._lock:
-            if self.error is None:
-                self.error = e
-
-    def put(self, job: Callable[[Any], int]) -> None:
-        """Hand ``job`` to a thread (waits while every thread has two waiting)."""
-        self._q.put(job)
-
-    def join(self) -> int:
-        for _ in self._threads:
-            self._q.put(None)
-        for t in self._threads:
-            t.join()
-        if self.error is not None:
-            raise self.error
-        return self.total
+            if fs is None:
+                return 0
+            with fs.open(dst, "r+b") as out:
+                out.seek(off)
+                while n < length and (chunk := os.pread(fd, min(CHUNK, length - n), off + n)):
+                    n += out.write(chunk)
+            ok = True
+            return n
+        finally:
+            parts.done(ok)
+    return job
 
 
 def _copy_file_in(fd: int, dst: str) -> Callable[[Any], int]:
@@ -173,10 +143,20 @@ def _plan_in(fs: Any, fd: int, name: str, dst: str, streams: Streams, own: bool)
         if own:
             os.close(fd)
         raise
-    if own:
+    if not own:
+        fd = os.dup(fd)                                   # the caller closes its own
+    if streams.n < 2 or st.st_size < SPLIT:
         streams.put(_copy_file_in(fd, dst))
         return
-    streams.put(_copy_file_in(os.dup(fd), dst))
+    try:
+        with fs.open(dst, "wb") as out:                   # made at its full size; the streams fill its ranges
+            out.truncate(st.st_size)
+    except BaseException:
+        os.close(fd)
+        raise
+    parts = Parts(len(ranges(st.st_size, streams.n)), lambda ok: os.close(fd))
+    for off, length in ranges(st.st_size, streams.n):
+        streams.put(_copy_range_in(fd, dst, off, length, parts))
 
 
 def stage_in(fs: Any, src: str, dst: str, open_fs: Callable[[], Any] | None = None, streams: int = 1) -> int:
@@ -188,8 +168,7 @@ def stage_in(fs: Any, src: str, dst: str, open_fs: Callable[[], Any] | None = No
             parent = dst.rstrip("/").rsplit("/", 1)[0]
             if parent:
                 fs.makedirs(parent, exist_ok=True)
-            streams = 1
-        pool = Streams(open_fs or (lambda: _Shared(fs)), streams if open_fs else 1)
+        pool = Streams(open_fs or (lambda: Shared(fs)), streams if open_fs else 1)
         try:
             _plan_in(fs, fd, src, dst, pool, False)
         finally:
@@ -197,19 +176,6 @@ def stage_in(fs: Any, src: str, dst: str, open_fs: Callable[[], Any] | None = No
         return total
     finally:
         os.close(fd)
-
-
-class _Shared:
-    """The caller's own connection lent to one stream (not closed by it)."""
-
-    def __init__(self, fs: Any) -> None:
-        self._fs = fs
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._fs, name)
-
-    def close(self) -> None:
-        pass
 
 
 def _open_folder(path: str, make_last: bool) -> int:
@@ -248,15 +214,9 @@ def _open_dir_at(name: str, dir_fd: int | None, shown: str) -> int:
 def _write_file(fs: Any, src: str, dfd: int, name: str, shown: str) -> int:
     """Copy file ``src`` of the file system to ``name`` in folder ``dfd``: a new file under a temporary name,
     checked regular, fsync-ed, then renamed over ``name``."""
-    tmp = f".{name}{_TMP}{os.getpid()}.{secrets.token_hex(4)}"
-    try:
-        fd = os.open(tmp, _NEW, 0o666, dir_fd=dfd)
-    except OSError as e:
-        raise StageFailure(f"{shown}: {e.strerror}") from None
+    tmp, fd = _new_file(dfd, name, shown)
     total, done = 0, False
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise StageFailure(f"{shown}: the new file is not a regular file")
         with fs.open(src, "rb") as f:
             while chunk := f.read(CHUNK):
                 view = memoryview(chunk)
@@ -316,11 +276,75 @@ def _clear_stale(dfd: int) -> None:
             pass
 
 
+def _new_file(dfd: int, name: str, shown: str) -> tuple[str, int]:
+    """A new file under a temporary name for ``name`` in folder ``dfd``, opened and checked regular."""
+    tmp = f".{name}{_TMP}{os.getpid()}.{secrets.token_hex(4)}"
+    try:
+        fd = os.open(tmp, _NEW, 0o666, dir_fd=dfd)
+    except OSError as e:
+        raise StageFailure(f"{shown}: {e.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise StageFailure(f"{shown}: the new file is not a regular file")
+    return tmp, fd
+
+
+def _plan_file_out(src: str, size: int, dfd: int, name: str, shown: str, streams: Streams) -> None:
+    """Hand the copy of file ``src`` to ``name`` in folder ``dfd`` to ``streams``: whole, or in byte ranges into
+    one new file, renamed over ``name`` once every range is written and synced."""
+    if streams.n < 2 or size < SPLIT:
+        streams.put(lambda f: _write_file(f, src, dfd, name, shown) if f is not None else 0)
+        return
+    tmp, fd = _new_file(dfd, name, shown)
+
+    def finish(ok: bool) -> None:
+        try:
+            if ok:
+                os.fsync(fd)
+                os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except OSError as e:
+            ok = False
+            raise StageFailure(f"{shown}: {e.strerror or e}") from None
+        finally:
+            os.close(fd)
+            if not ok:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=dfd)
+
+    parts = Parts(len(ranges(size, streams.n)), finish)
+    for off, length in ranges(size, streams.n):
+        streams.put(_copy_range_out(src, fd, off, length, shown, parts))
+
+
+def _copy_range_out(src: str, fd: int, off: int, length: int, shown: str, parts: Parts) -> Callable[[Any], int]:
+    """The job copying bytes ``off .. off + length`` of ``src`` to the same bytes of descriptor ``fd``."""
+    def job(fs: Any) -> int:
+        n, ok = 0, False
+        try:
+            if fs is None:
+                return 0
+            with fs.open(src, "rb") as f:
+                f.seek(off)
+                while n < length and (chunk := f.read(min(CHUNK, length - n))):
+                    view = memoryview(chunk)
+                    while view:
+                        w = os.pwrite(fd, view, off + n)
+                        view, n = view[w:], n + w
+            ok = True
+            return n
+        except OSError as e:
+            raise StageFailure(f"{shown}: {e.strerror or e}") from None
+        finally:
+            parts.done(ok)
+    return job
+
+
 def _plan_out(fs: Any, src: str, dfd: int, name: str, shown: str, streams: Streams, dirs: list[int]) -> None:
     """Hand the copy of ``src`` (a file, or a folder: made here, its descriptor kept in ``dirs`` until the copies
     are done) to ``name`` in folder ``dfd`` to ``streams``."""
-    if not fs.stat(src).is_dir:
-        streams.put(lambda f: _write_file(f, src, dfd, name, shown) if f is not None else 0)
+    st = fs.stat(src)
+    if not st.is_dir:
+        _plan_file_out(src, st.size, dfd, name, shown, streams)
         return
     sub = _make_dir_at(name, dfd, shown)
     dirs.append(sub)
@@ -342,7 +366,7 @@ def stage_out(fs: Any, src: str, dst: str, open_fs: Callable[[], Any] | None = N
     if fs.stat(src).is_dir:
         dfd = _open_folder(dst, make_last=True)
         dirs = [dfd]
-        pool = Streams(open_fs or (lambda: _Shared(fs)), streams if open_fs else 1)
+        pool = Streams(open_fs or (lambda: Shared(fs)), streams if open_fs else 1)
         try:
             try:
                 _plan_tree_out(fs, src, dfd, dst, pool, dirs)
@@ -360,7 +384,11 @@ def stage_out(fs: Any, src: str, dst: str, open_fs: Callable[[], Any] | None = N
     dfd = _open_folder(head or "/", make_last=False)
     try:
         _clear_stale(dfd)
-        n = _write_file(fs, src, dfd, name, dst)
+        pool = Streams(open_fs or (lambda: Shared(fs)), streams if open_fs else 1)
+        try:
+            _plan_file_out(src, fs.stat(src).size, dfd, name, dst, pool)
+        finally:
+            n = pool.join()
         os.fsync(dfd)
         return n
     finally:

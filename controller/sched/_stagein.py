@@ -54,10 +54,11 @@ def plan_stage_in(snapshot: Snapshot, wants: Collection[int], bb_free: float) ->
     queue = snapshot.queue
     head = queue[0].id if len(queue) else None
     free = bb_free
+    reserved = snapshot.reservations or {}
     begin: list[int] = []
     wait: list[int] = []
     for job in queue:
-        if job.id not in wants or (job.id != head and job.id not in snapshot.reservations):
+        if job.id not in wants or (job.id != head and job.id not in reserved):
             continue
         if wait or short(free, job.bb):
             wait.append(job.id)
