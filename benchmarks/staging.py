@@ -68,10 +68,13 @@ def same_tree(a: Path, b: Path) -> bool:
         all(same_tree(a / d, b / d) for d in c.common_dirs)
 
 
+STREAMS: int | None = None  # --streams: asked of this tree's stager (None: its default)
+
+
 def stager(python: str, address: str, direction: str, pairs: list[tuple[str, str]]) -> float:
     """Run one stager child with ``python``; seconds from the first pair's answer (the marker) to the last."""
     req = {"address": address, "secret": TOKEN, "direction": direction, "pairs": [list(p) for p in pairs],
-           "uid": None, "gid": None, "parent": os.getpid()}
+           "uid": None, "gid": None, "parent": os.getpid(), **({"streams": STREAMS} if STREAMS else {})}
     env = {k: v for k, v in os.environ.items() if k not in ("MALLEABLE_KEY", "MALLEABLE_KEY_FILE")}
     p = subprocess.Popen([python, "-m", "malleable.controller.daemon._stager"], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd="/")
@@ -210,11 +213,14 @@ def main() -> int:
     ap.add_argument("--file-size", type=int, default=32 << 10, help="bytes of each small file")
     ap.add_argument("--servers", type=int, default=1, help="data servers")
     ap.add_argument("--other", help="another checkout's python to compare with (e.g. /work/main/.venv/bin/python)")
+    ap.add_argument("--streams", type=int, default=None, help="streams asked of the stager (default: its own)")
     ap.add_argument("--dir", default=None, help="where the files go (default: the temporary folder)")
     ap.add_argument("--out", default=str(HERE / "results" / "staging.json"))
     args = ap.parse_args()
     if args.quick:
         args.rounds, args.big, args.files = 1, 64 * M, 200
+    global STREAMS
+    STREAMS = args.streams
     result = run(args)
     print(table(result))
     print(f"bytes equal: {result['bytes_equal']}")
