@@ -72,3 +72,19 @@ def test_the_bb_policies_start_a_job_on_its_early_hold_and_no_other_job_on_it():
         done = led.apply(POLICIES[name](led.snapshot(0.0), 0.0), 0.0, strict=False)
         assert sorted(led.running) == [1] and led.bb_used == 6 * G, name
         assert not done.rejected, name
+
+
+def test_early_holds_leave_every_bb_policys_plan_unchanged():
+    """The policies plan as if there were no early stage-in: the decisions of a pass over a queue with early holds
+    equal those without (what the simulator, which has none, would decide)."""
+    def ledger(early):
+        led = Ledger(range(4), bb_total=10 * G)
+        for i, (procs, bb) in enumerate(((4, 2 * G), (2, 6 * G), (1, 3 * G), (2, 1 * G), (1, 4 * G)), 1):
+            led.submit(job(i, bb, procs=procs, submit=float(i)))
+        led.apply([StartJob(1, (0, 1, 2, 3))], 0.0)
+        if early:
+            led.hold_bb(2, 6 * G, early=True)
+        return led
+    for name in ("fcfs-bb", "fcfs-easy", "sjf-bb", "filler", "plan-1", "plan-2"):
+        plain, held = ledger(False), ledger(True)
+        assert POLICIES[name](held.snapshot(1.0), 1.0) == POLICIES[name](plain.snapshot(1.0), 1.0), name
