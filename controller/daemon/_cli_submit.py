@@ -55,7 +55,7 @@ def add_submit_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--parsable", action="store_true", help="print only the job id")
     p.add_argument("--bb", metavar="SIZE",
                    help="burst buffer for the run, e.g. 2G: the job gets a file system of its own (address in "
-                        "MALLEABLE_FS) and waits, reason (BurstBuffer), while that much is not free")
+                        "MALLEABLE_FS) and waits, reason (BurstBufferResources), while that much is not free")
     p.add_argument("--fs-servers", type=int, metavar="N", help="data servers of the job's file system (default 1)")
     p.add_argument("--fs-min", type=int, metavar="A",
                    help="fewest data servers it may shrink to (default --fs-servers)")

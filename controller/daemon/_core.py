@@ -185,6 +185,8 @@ class Core:
     def _fs_failed(self, e: FsFailed) -> None:
         j = self.parts.storage.failed(e)
         if j is not None:
+            if j.id in self.ledger.queued:        # an early stage-in failed: out of the queue, its buffer free
+                self.ledger.dequeue(j.id)
             life = self.parts.jobs
             life.drain_all(j, e.now)
             life.finish(j, JobState.FAILED, None, e.now, f"file system: {e.reason}"[:500])

@@ -308,6 +308,9 @@ class Daemon(DaemonViews):
         j = a.job
         now = time.time()
         try:
+            err = self.fs.mount_at_launch(j)
+            if err:
+                raise OSError(f"mounting its file system: {err}")
             argv = self.fs.job_argv(j, job_argv(j, self.pool, self.config.core.slots))
             env = job_env(j, self.pool, self.config.core.slots, self.job_address,
                           job_credential(self.token, self.cid, j.id), self.tag(j.id), self.curve_public)

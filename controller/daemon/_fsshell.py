@@ -110,6 +110,7 @@ class FsShell:
         self.stopped: set[int] = set()           # jobs whose file system is being stopped or is gone
         self.faults: dict[int, FsFault] = {}     # job id -> a fault found by the last sample, to be reported
         self.aborts: dict[int, threading.Event] = {}   # job id -> set to stop its staging
+        self.mounted: set[int] = set()           # jobs whose file system this daemon mounted on their hosts
         self.lock = threading.Lock()
         self.quit = threading.Event()
         self.sampler: threading.Thread | None = None
@@ -243,6 +244,8 @@ class FsShell:
                 self._shut(jid, dep.address, (a.meta, *a.data))
                 self._post(FsFailed(time.time(), jid, err[:500] or "stage-in cancelled"))
                 return
+            with self.lock:
+                self.mounted.add(jid)
         self._post(FsReady(time.time(), jid, dep.address))
 
     def _stage(self, jid: int, address: str, direction: str, pairs: Any, uid: int | None, gid: int | None,
@@ -318,6 +321,27 @@ class FsShell:
         one: a held file system keeps its servers and data, not its mount)."""
         if self.mounts is not None:
             self.mounts.unmount(a.job_id, a.mount_hosts)
+            with self.lock:
+                self.mounted.discard(a.job_id)
+
+    def mount_at_launch(self, job: Any) -> str:
+        """Mount the file system of a job about to be launched on its hosts, if it is not mounted yet: one made
+        while the job waited (an early stage-in) had no hosts to mount on. "" when mounted (or nothing to do), else
+        why not (nothing is left mounted then)."""
+        if self.mounts is None or not job.bb or not job.fs.address:
+            return ""
+        with self.lock:
+            if job.id in self.mounted:
+                return ""
+        uid, gid = (job.uid, job.gid) if job.uid > 0 else (None, None)
+        err = self.mounts.mount(job.id, job.fs.address, self.secret(job.id), tuple(job.hosts), uid,
+                                gid if gid is not None and gid >= 0 else None)
+        if err:
+            self.mounts.unmount(job.id, tuple(job.hosts))
+            return err
+        with self.lock:
+            self.mounted.add(job.id)
+        return ""
 
     def _shut(self, jid: int, address: str, hosts: Any) -> tuple[tuple[str, ...], str]:
         """Stop the servers, wait for them, kill what is left on ``hosts``; returns (hosts with leftovers, error)."""

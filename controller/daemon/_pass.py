@@ -15,6 +15,7 @@ from malleable.controller.sched._ledger import Applied, Effect, Ledger
 from malleable.controller.sched._model import NodeId, ResizeJob, RunningJob, Snapshot, StartJob
 
 from ._events import Schedule
+from ._fsrecord import FsPhase
 from ._jobs import Jobs
 from ._link import Link
 from ._records import JobState, ResizeOrder
@@ -68,6 +69,7 @@ class Pass(Part):
                 self.ledger.dequeue(jid, keep_reservation=True)
         st.holding.clear()
         self.jobs.launch_ready(now)
+        self.storage.stage_early(now)
         self.storage.reasons()
 
     def snapshot(self, now: float) -> Snapshot:
@@ -80,6 +82,9 @@ class Pass(Part):
         busy = self.ledger.busy
         busy.clear()
         for j in self.state.jobs.values():
+            if j.state == JobState.PENDING and j.fs.phase == FsPhase.STARTING:
+                busy[j.id] = "its stage-in runs"          # an early stage-in: started once its data is in place
+                continue
             if j.reason == "INTERRUPTED" and j.state == JobState.RUNNING:
                 busy[j.id] = "its processes are being stopped"
                 continue

@@ -22,6 +22,7 @@ side: it starts the child, reports each pair as it is done, and kills the child 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import json
@@ -39,9 +40,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ._streams import CHUNK, Parts, Shared, Streams, ranges
+
 __all__ = ["Staged", "run"]
 
-CHUNK = 4 << 20
+SPLIT = 32 << 20
+"""A file of at least this many bytes is copied in byte ranges (aligned to :data:`CHUNK`) by every stream at once."""
+STREAMS = 4
+"""Files of a folder copied at once, each stream over a connection of its own (the per-file round trips to the
+metadata and data servers overlap)."""
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _DIR = os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -83,36 +90,90 @@ def _open_source(path: str, dir_fd: int | None = None, shown: str = "") -> int:
         raise StageFailure(f"{shown}: {e.strerror}") from None
 
 
-def _copy_in_fd(fs: Any, fd: int, name: str, dst: str) -> int:
-    """Copy what descriptor ``fd`` (a regular file or a folder) holds to ``dst`` in the file system."""
-    st = os.fstat(fd)
-    if stat.S_ISDIR(st.st_mode):
-        fs.makedirs(dst, exist_ok=True)
+def _copy_range_in(fd: int, dst: str, off: int, length: int, parts: Parts) -> Callable[[Any], int]:
+    """The job copying bytes ``off .. off + length`` of descriptor ``fd`` into ``dst`` (made at its full size)."""
+    def job(fs: Any) -> int:
+        n, ok = 0, False
+        try:
+            if fs is None:
+                return 0
+            with fs.open(dst, "r+b") as out:
+                out.seek(off)
+                while n < length and (chunk := os.pread(fd, min(CHUNK, length - n), off + n)):
+                    n += out.write(chunk)
+            ok = True
+            return n
+        finally:
+            parts.done(ok)
+    return job
+
+
+def _copy_file_in(fd: int, dst: str) -> Callable[[Any], int]:
+    """The job copying what descriptor ``fd`` (checked regular) holds to ``dst``; it closes ``fd``."""
+    def job(fs: Any) -> int:
         total = 0
-        for entry in sorted(os.listdir(fd)):
-            child = _open_source(entry, fd, f"{name.rstrip('/')}/{entry}")
-            try:
-                total += _copy_in_fd(fs, child, f"{name}/{entry}", f"{dst.rstrip('/')}/{entry}")
-            finally:
-                os.close(child)
+        try:
+            if fs is None:
+                return 0
+            with fs.open(dst, "wb") as out:
+                while chunk := os.read(fd, CHUNK):
+                    total += out.write(chunk)
+        finally:
+            os.close(fd)
         return total
-    if not stat.S_ISREG(st.st_mode):
-        raise StageFailure(f"{name} is {_kind(st.st_mode)}: only regular files and folders are staged")
-    parent = dst.rstrip("/").rsplit("/", 1)[0]
-    if parent:
-        fs.makedirs(parent, exist_ok=True)
-    total = 0
-    with fs.open(dst, "wb") as out:
-        while chunk := os.read(fd, CHUNK):
-            total += out.write(chunk)
-    return total
+    return job
 
 
-def stage_in(fs: Any, src: str, dst: str) -> int:
-    """Copy local ``src`` (a file, or a folder and all it holds) to ``dst`` in the file system ``fs``."""
+def _plan_in(fs: Any, fd: int, name: str, dst: str, streams: Streams, own: bool) -> None:
+    """Hand the copy of what descriptor ``fd`` (a regular file or a folder) holds to ``streams``, folders made
+    here first; ``fd`` is closed here (a folder's) or by its job (a file's), ``own`` when it is ours to close."""
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            fs.makedirs(dst, exist_ok=True)
+            for entry in sorted(os.listdir(fd)):
+                if streams.error is not None:
+                    return
+                child = _open_source(entry, fd, f"{name.rstrip('/')}/{entry}")
+                _plan_in(fs, child, f"{name}/{entry}", f"{dst.rstrip('/')}/{entry}", streams, True)
+            return
+        if not stat.S_ISREG(st.st_mode):
+            raise StageFailure(f"{name} is {_kind(st.st_mode)}: only regular files and folders are staged")
+    except BaseException:
+        if own:
+            os.close(fd)
+        raise
+    if not own:
+        fd = os.dup(fd)                                   # the caller closes its own
+    if streams.n < 2 or st.st_size < SPLIT:
+        streams.put(_copy_file_in(fd, dst))
+        return
+    try:
+        with fs.open(dst, "wb") as out:                   # made at its full size; the streams fill its ranges
+            out.truncate(st.st_size)
+    except BaseException:
+        os.close(fd)
+        raise
+    parts = Parts(len(ranges(st.st_size, streams.n)), lambda ok: os.close(fd))
+    for off, length in ranges(st.st_size, streams.n):
+        streams.put(_copy_range_in(fd, dst, off, length, parts))
+
+
+def stage_in(fs: Any, src: str, dst: str, open_fs: Callable[[], Any] | None = None, streams: int = 1) -> int:
+    """Copy local ``src`` (a file, or a folder and all it holds) to ``dst`` in the file system ``fs``, the files
+    over ``streams`` connections made by ``open_fs`` (default: ``fs`` alone)."""
     fd = _open_source(src.rstrip("/") or "/")
     try:
-        return _copy_in_fd(fs, fd, src, dst)
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            parent = dst.rstrip("/").rsplit("/", 1)[0]
+            if parent:
+                fs.makedirs(parent, exist_ok=True)
+        pool = Streams(open_fs or (lambda: Shared(fs)), streams if open_fs else 1)
+        try:
+            _plan_in(fs, fd, src, dst, pool, False)
+        finally:
+            total = pool.join()
+        return total
     finally:
         os.close(fd)
 
@@ -153,15 +214,9 @@ def _open_dir_at(name: str, dir_fd: int | None, shown: str) -> int:
 def _write_file(fs: Any, src: str, dfd: int, name: str, shown: str) -> int:
     """Copy file ``src`` of the file system to ``name`` in folder ``dfd``: a new file under a temporary name,
     checked regular, fsync-ed, then renamed over ``name``."""
-    tmp = f".{name}{_TMP}{os.getpid()}.{secrets.token_hex(4)}"
-    try:
-        fd = os.open(tmp, _NEW, 0o666, dir_fd=dfd)
-    except OSError as e:
-        raise StageFailure(f"{shown}: {e.strerror}") from None
+    tmp, fd = _new_file(dfd, name, shown)
     total, done = 0, False
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise StageFailure(f"{shown}: the new file is not a regular file")
         with fs.open(src, "rb") as f:
             while chunk := f.read(CHUNK):
                 view = memoryview(chunk)
@@ -221,41 +276,119 @@ def _clear_stale(dfd: int) -> None:
             pass
 
 
-def _copy_out(fs: Any, src: str, dfd: int, name: str, shown: str) -> int:
-    if not fs.stat(src).is_dir:
-        return _write_file(fs, src, dfd, name, shown)
-    sub = _make_dir_at(name, dfd, shown)
+def _new_file(dfd: int, name: str, shown: str) -> tuple[str, int]:
+    """A new file under a temporary name for ``name`` in folder ``dfd``, opened and checked regular."""
+    tmp = f".{name}{_TMP}{os.getpid()}.{secrets.token_hex(4)}"
     try:
-        return _copy_tree_out(fs, src, sub, shown)
-    finally:
-        os.close(sub)
+        fd = os.open(tmp, _NEW, 0o666, dir_fd=dfd)
+    except OSError as e:
+        raise StageFailure(f"{shown}: {e.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise StageFailure(f"{shown}: the new file is not a regular file")
+    return tmp, fd
 
 
-def _copy_tree_out(fs: Any, src: str, dfd: int, shown: str) -> int:
+def _plan_file_out(src: str, size: int, dfd: int, name: str, shown: str, streams: Streams) -> None:
+    """Hand the copy of file ``src`` to ``name`` in folder ``dfd`` to ``streams``: whole, or in byte ranges into
+    one new file, renamed over ``name`` once every range is written and synced."""
+    if streams.n < 2 or size < SPLIT:
+        streams.put(lambda f: _write_file(f, src, dfd, name, shown) if f is not None else 0)
+        return
+    tmp, fd = _new_file(dfd, name, shown)
+
+    def finish(ok: bool) -> None:
+        try:
+            if ok:
+                os.fsync(fd)
+                os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except OSError as e:
+            ok = False
+            raise StageFailure(f"{shown}: {e.strerror or e}") from None
+        finally:
+            os.close(fd)
+            if not ok:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=dfd)
+
+    parts = Parts(len(ranges(size, streams.n)), finish)
+    for off, length in ranges(size, streams.n):
+        streams.put(_copy_range_out(src, fd, off, length, shown, parts))
+
+
+def _copy_range_out(src: str, fd: int, off: int, length: int, shown: str, parts: Parts) -> Callable[[Any], int]:
+    """The job copying bytes ``off .. off + length`` of ``src`` to the same bytes of descriptor ``fd``."""
+    def job(fs: Any) -> int:
+        n, ok = 0, False
+        try:
+            if fs is None:
+                return 0
+            with fs.open(src, "rb") as f:
+                f.seek(off)
+                while n < length and (chunk := f.read(min(CHUNK, length - n))):
+                    view = memoryview(chunk)
+                    while view:
+                        w = os.pwrite(fd, view, off + n)
+                        view, n = view[w:], n + w
+            ok = True
+            return n
+        except OSError as e:
+            raise StageFailure(f"{shown}: {e.strerror or e}") from None
+        finally:
+            parts.done(ok)
+    return job
+
+
+def _plan_out(fs: Any, src: str, dfd: int, name: str, shown: str, streams: Streams, dirs: list[int]) -> None:
+    """Hand the copy of ``src`` (a file, or a folder: made here, its descriptor kept in ``dirs`` until the copies
+    are done) to ``name`` in folder ``dfd`` to ``streams``."""
+    st = fs.stat(src)
+    if not st.is_dir:
+        _plan_file_out(src, st.size, dfd, name, shown, streams)
+        return
+    sub = _make_dir_at(name, dfd, shown)
+    dirs.append(sub)
+    _plan_tree_out(fs, src, sub, shown, streams, dirs)
+
+
+def _plan_tree_out(fs: Any, src: str, dfd: int, shown: str, streams: Streams, dirs: list[int]) -> None:
     _clear_stale(dfd)
-    total = 0
     for entry in sorted(fs.listdir(src)):
-        total += _copy_out(fs, f"{src.rstrip('/')}/{entry}", dfd, entry, f"{shown.rstrip('/')}/{entry}")
-    os.fsync(dfd)
-    return total
+        if streams.error is not None:
+            return
+        _plan_out(fs, f"{src.rstrip('/')}/{entry}", dfd, entry, f"{shown.rstrip('/')}/{entry}", streams, dirs)
 
 
-def stage_out(fs: Any, src: str, dst: str) -> int:
-    """Copy ``src`` of the file system ``fs`` (a file, or a folder and all it holds) to local ``dst``; a folder's
-    last level is made, the folders above it must exist."""
+def stage_out(fs: Any, src: str, dst: str, open_fs: Callable[[], Any] | None = None, streams: int = 1) -> int:
+    """Copy ``src`` of the file system ``fs`` (a file, or a folder and all it holds) to local ``dst``, the files
+    over ``streams`` connections made by ``open_fs`` (default: ``fs`` alone); a folder's last level is made, the
+    folders above it must exist."""
     if fs.stat(src).is_dir:
         dfd = _open_folder(dst, make_last=True)
+        dirs = [dfd]
+        pool = Streams(open_fs or (lambda: Shared(fs)), streams if open_fs else 1)
         try:
-            return _copy_tree_out(fs, src, dfd, dst)
+            try:
+                _plan_tree_out(fs, src, dfd, dst, pool, dirs)
+            finally:
+                total = pool.join()
+            for d in reversed(dirs):
+                os.fsync(d)
+            return total
         finally:
-            os.close(dfd)
+            for d in dirs:
+                os.close(d)
     head, _, name = dst.rpartition("/")
     if not name:
         raise StageFailure(f"{dst}: a file is staged out to a file name, not a folder")
     dfd = _open_folder(head or "/", make_last=False)
     try:
         _clear_stale(dfd)
-        n = _write_file(fs, src, dfd, name, dst)
+        pool = Streams(open_fs or (lambda: Shared(fs)), streams if open_fs else 1)
+        try:
+            _plan_file_out(src, fs.stat(src).size, dfd, name, dst, pool)
+        finally:
+            n = pool.join()
         os.fsync(dfd)
         return n
     finally:
@@ -299,10 +432,12 @@ def main() -> int:
 
     copy = stage_in if req["direction"] == "in" else stage_out
     keep_going = req["direction"] == "out"
-    with connect(req["address"], token=req["secret"].encode()) as fs:
+    token = req["secret"].encode()
+    n_streams = max(1, min(int(req.get("streams") or STREAMS), 16))
+    with connect(req["address"], token=token) as fs:
         for src, dst in req["pairs"]:
             try:
-                n, err = copy(fs, src, dst), ""
+                n, err = copy(fs, src, dst, lambda: connect(req["address"], token=token), n_streams), ""
             except (StageFailure, MalleableError, OSError) as e:
                 n, err = 0, " ".join(str(e).split())[:400] or type(e).__name__
             print(json.dumps({"src": src, "dst": dst, "size": n, "error": err}), flush=True)

@@ -29,6 +29,7 @@ import logging
 import math
 from typing import Any
 
+from malleable.controller.sched._stagein import plan_stage_in
 from malleable.errors import Refusal
 
 from . import _protocol as P
@@ -39,12 +40,15 @@ from ._fsrecord import RESTOP, FsPhase, JobFs, StagedFile
 from ._records import JobRec, JobState
 from ._state import Part, StoppingFs, host_list
 
-__all__ = ["HELD_REASON", "WAIT_REASON", "Storage", "submitted"]
+__all__ = ["HELD_REASON", "STAGE_REASON", "WAIT_REASON", "Storage", "submitted"]
 
 log = logging.getLogger(__name__)
 
-WAIT_REASON = "BurstBuffer"
-"""The pending reason of a job whose burst buffer does not fit in what is free now."""
+WAIT_REASON = "BurstBufferResources"
+"""The pending reason of a job whose burst buffer does not fit in what is free now (Slurm's)."""
+
+STAGE_REASON = "BurstBufferStageIn"
+"""The reason of a job whose files are being staged in (Slurm's): before its start (early) or on its hosts."""
 
 HELD_REASON = "StageOutFailed"
 """The reason of an ended job whose stage-out failed (shown beside its own exit code until a retry succeeds)."""
@@ -93,11 +97,12 @@ class Storage(Part):
 
     def fs_hosts(self, j: JobRec) -> tuple[str, tuple[str, ...]]:
         """Where the job's servers go: the metadata server on its first host, the data servers on its hosts that
-        are storage hosts (node-local, like GekkoFS), else on the storage hosts, in turn."""
+        are storage hosts (node-local, like GekkoFS), else on the storage hosts, in turn; for a job still waiting
+        (an early stage-in), all on the storage hosts."""
         storage = self.state.storage
         mine = [h for h in j.hosts if h in storage] or list(storage)
         n = j.fs_servers or 1
-        return j.hosts[0], tuple(mine[i % len(mine)] for i in range(n))
+        return (j.hosts[0] if j.hosts else mine[0]), tuple(mine[i % len(mine)] for i in range(n))
 
     def ready_to_launch(self, j: JobRec, now: float) -> bool:
         """Whether a job with a burst buffer whose hosts are clean can be launched now; asks for its file system
@@ -109,17 +114,40 @@ class Storage(Part):
             return True
         if phase != FsPhase.NONE:
             return False
+        self._start_fs(j, now)
+        return False
+
+    def _start_fs(self, j: JobRec, now: float, early: bool = False) -> None:
+        """Ask the shell for the job's file system and its stage-in."""
         meta, data = self.fs_hosts(j)
         stage_in = tuple((s, d) for s, d in j.stage_in)
         j.fs = JobFs(FsPhase.STARTING, meta, list(data))
-        j.reason = "StageIn" if stage_in else ""
+        j.reason = STAGE_REASON if stage_in else ""
         self.out.save(j)
         self.out.log_event(j.id, "fs-start", f"file system of {P.format_size(j.bb)}: metadata server on {meta}, "
-                           f"{len(data)} data server(s) on {host_list(data)}, {len(stage_in)} file(s) to stage in",
-                           now)
+                           f"{len(data)} data server(s) on {host_list(data)}, {len(stage_in)} file(s) to stage in"
+                           + (" while the job waits (early stage-in)" if early else ""), now)
         self.out.emit(StartFs(j.id, meta, data, math.ceil(j.bb / len(data)), stage_in, j.fs_replicas or 1,
                               **_who(j, self.config.mounts)))
-        return False
+
+    def stage_early(self, now: float) -> None:
+        """After a pass: queued jobs whose start the policy planned begin their stage-in on the storage hosts while
+        they wait, their buffer held early (:func:`~malleable.controller.sched._stagein.plan_stage_in`)."""
+        st, led = self.state, self.ledger
+        wants = {j.id for j in st.queue() if j.bb and j.stage_in and j.fs.empty and j.id in led.queued
+                 and j.id not in st.stopping}
+        if not wants:
+            return
+        plan = plan_stage_in(led.snapshot(now), wants, led.bb_total - led.bb_used)
+        for jid in plan.begin:
+            j = st.jobs[jid]
+            led.hold_bb(jid, j.bb, early=True)
+            self._start_fs(j, now, early=True)
+        for jid in plan.wait:
+            j = st.jobs[jid]
+            if j.reason != WAIT_REASON:
+                j.reason = WAIT_REASON
+                self.out.save(j)
 
     def forget(self, j: JobRec, now: float) -> None:
         """The job goes back to the queue or ends before it was launched: a file system being started for it is
@@ -143,10 +171,16 @@ class Storage(Part):
             self._keep_old(j)
 
     def reasons(self) -> None:
-        """After a pass: a pending job whose buffer does not fit in what is free waits for the burst buffer."""
+        """After a pass: a pending job whose buffer does not fit in what is free waits for the burst buffer; one
+        whose early stage-in runs says so, and once its data is in place it waits for its hosts."""
         free = self.ledger.bb_total - self.ledger.bb_used
         for j in self.state.queue():
-            if j.bb > free + 1e-9 and j.reason in ("Priority", "Resources"):
+            if self.ledger.early_bb(j.id):
+                why = STAGE_REASON if j.fs.phase == FsPhase.STARTING else "Resources"
+                if j.reason != why:
+                    j.reason = why
+                    self.out.save(j)
+            elif j.bb > free + 1e-9 and j.reason in ("Priority", "Resources"):
                 j.reason = WAIT_REASON
                 self.out.save(j)
             elif j.reason == WAIT_REASON and j.bb <= free + 1e-9:
@@ -179,6 +213,12 @@ class Storage(Part):
     def ready(self, e: FsReady) -> bool:
         """The file system answers: its job may be launched (True), or nobody waits for it any more: stopped."""
         j = self.state.jobs.get(e.job_id)
+        if j is not None and j.state == JobState.PENDING and j.fs.phase == FsPhase.STARTING \
+                and self.ledger.early_bb(j.id):                     # an early stage-in is done: the job may start
+            j.fs.phase, j.fs.address, j.reason = FsPhase.READY, e.address, "Resources"
+            self.out.save(j)
+            self.out.log_event(j.id, "fs-ready", f"file system at {e.address}; staged in before the start", e.now)
+            return False
         if j is None or j.state != JobState.STARTING or j.fs.phase != FsPhase.STARTING:
             old = self.state.stopping.get(e.job_id)
             fs = old.fs if old else JobFs()

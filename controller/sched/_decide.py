@@ -33,10 +33,18 @@ def start(self: Ledger, d: StartJob, now: float, effects: list[Effect], released
     k = len(nodes)
     if not job.min_procs <= k <= job.max_procs:
         raise Bad(f"{k} nodes: the job allows {job.min_procs}..{job.max_procs}")
-    if job.bb and job.bb > self.bb_total - self.bb_used + 1e-9 * max(1.0, job.bb):
-        raise Bad(f"needs {job.bb:g} of burst buffer, {self.bb_total - self.bb_used:g} free")
+    if job.bb:
+        own = self.early_bb(job.id) if self._bb.early else 0.0            # its own early hold is its own
+        free = self.bb_total - self.bb_used + own
+        if job.bb > free + 1e-9 * max(1.0, job.bb):
+            if job.bb <= free + self._bb.early - own + 1e-9 * max(1.0, job.bb):
+                raise Busy(f"job {job.id} cannot start now: the burst buffer it needs is held for other jobs' "
+                           "stage-in")
+            raise Bad(f"needs {job.bb:g} of burst buffer, {free:g} free")
     self._owner_for = job.id
     self._take(nodes, released)
+    if job.bb and self._bb.early:
+        self.release_bb(job.id, early=True)                             # the run's hold below takes its place
     nodes = self._free.own(nodes)
     del self.queued[job.id]
     q = self.queue

@@ -62,6 +62,7 @@ from ._model import (
     StorageView,
 )
 from ._nodes import Bad as _Bad
+from ._holds import Holds, Kind
 from ._nodes import ListFree, RunFree
 from ._qindex import LedgerQueue, QueueIndex
 from ._speedup import MtctModel, ReconfigCost, SpeedupModel, amdahl, no_reconfig_cost
@@ -141,8 +142,7 @@ class Ledger:
         if not bb_total >= 0:
             raise ValueError(f"bb_total must be >= 0, got {bb_total}")
         self.bb_total = float(bb_total)
-        self._bb_used = 0.0           # burst buffer held: the sum of the holds (hold_bb/release_bb)
-        self._bb_holds: dict[tuple[int, bool], float] = {}
+        self._bb = Holds()            # burst buffer held (hold_bb/release_bb)
         self.points: set[int] = set()  # running phased malleable jobs at a scheduling point (set by the engine)
         self.track_owner = False      # keep ``owner`` (node -> job) as nodes are taken (live); else looked up
         self._dirty_release = False
@@ -169,7 +169,7 @@ class Ledger:
     @property
     def bb_used(self) -> float:
         """Bytes of the burst buffer held (:meth:`hold_bb`)."""
-        return self._bb_used
+        return self._bb.used
 
     @property
     def free(self) -> list[NodeId]:
@@ -240,6 +240,8 @@ class Ledger:
     def dequeue(self, job_id: int, keep_reservation: bool = False) -> Job:
         """Remove a queued job (cancelled before it started, or held back until its old processes are gone: then
         its reservation, if any, is kept)."""
+        if self._bb.early:
+            self.release_bb(job_id, early=True)
         job = self.queued.pop(job_id)
         self._unqueue(job)
         if not keep_reservation:
@@ -272,7 +274,8 @@ class Ledger:
         return Snapshot(now, self.nodes, free_t, run_t, LedgerQueue(q, self._index), changed,
                         len(q) if arrived < 0 else arrived, self._res, self.memo, down,
                         MappingProxyType(dict(self.requests)) if self.requests else NO_REQUESTS,
-                        StorageView(self.bb_total, self.bb_total - self.bb_used, frozenset(self.points))
+                        StorageView(self.bb_total, self.bb_total - self.bb_used + self._bb.early,
+                                    frozenset(self.points))
                         if self.bb_total or self.points else None)
 
     def view(self, job_id: int) -> RunningJob | None:
@@ -463,22 +466,20 @@ class Ledger:
             self._release_bb(v.job)
         return v
 
-    def hold_bb(self, job_id: int, amount: float, *, after_run: bool = False) -> None:
-        """Hold ``amount`` bytes of the burst buffer for job ``job_id`` until :meth:`release_bb`. The decision path
-        holds a job's ``Job.bb`` from its start to its end or interruption (the simulator and the live controller
-        alike); the live controller also holds it ``after_run``, while the job's file system is staged out and
-        stopped, which may overlap a next run of a re-queued job."""
-        if amount:
-            key = (job_id, after_run)
-            self._bb_holds[key] = self._bb_holds.get(key, 0.0) + amount
-            self._bb_used += amount
+    def hold_bb(self, job_id: int, amount: float, *, after_run: bool = False, early: bool = False) -> None:
+        """Hold ``amount`` bytes of the burst buffer for job ``job_id`` until :meth:`release_bb`: for its run (the
+        decision path, simulated and live), ``after_run`` (live: while its file system is staged out and stopped) or
+        ``early`` (live: a queued job's stage-in; policies see it as free, only its job may start on it, and that
+        start makes it the run's hold, counted once)."""
+        self._bb.hold(job_id, amount, Kind.AFTER if after_run else Kind.EARLY if early else Kind.RUN)
 
-    def release_bb(self, job_id: int, *, after_run: bool = False) -> float:
+    def release_bb(self, job_id: int, *, after_run: bool = False, early: bool = False) -> float:
         """Free what :meth:`hold_bb` holds for job ``job_id`` (0 when it holds nothing); returns the amount."""
-        amount = self._bb_holds.pop((job_id, after_run), 0.0)
-        if amount:
-            self._bb_used = max(0.0, self._bb_used - amount)
-        return amount
+        return self._bb.release(job_id, Kind.AFTER if after_run else Kind.EARLY if early else Kind.RUN)
+
+    def early_bb(self, job_id: int) -> float:
+        """The buffer held early for queued job ``job_id`` (0: none)."""
+        return self._bb.of(job_id, Kind.EARLY)
 
     def _release_bb(self, job: Job) -> None:
         if job.bb:

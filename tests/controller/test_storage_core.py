@@ -7,6 +7,7 @@ import pytest
 
 from malleable.controller.daemon import _protocol as P
 from malleable.controller.daemon._events import (
+    AbortFs,
     AttachFs,
     FsAttached,
     FsFailed,
@@ -70,7 +71,7 @@ def test_a_job_with_a_buffer_runs_after_its_file_system_is_ready_and_stops_it_af
     (start,) = of(acts, StartFs)
     # the metadata server on its host, the data servers on the storage host (it holds none itself)
     assert start == StartFs(jid, "n1", ("n2", "n2"), int(1.5 * G), (("/d/in.bin", "/in.bin"),), limit=L)
-    assert core.jobs[jid].fs.phase == "starting" and core.jobs[jid].reason == "StageIn"
+    assert core.jobs[jid].fs.phase == "starting" and core.jobs[jid].reason == "BurstBufferStageIn"
     assert of(core.schedule(1.5), StartFs) == []                        # asked once
     core.do(FsProgress(2.0, jid, "in", "/d/in.bin", "/in.bin", 1234))
     (launch,) = of(core.do(FsReady(2.5, jid, "tcp://n1:5000")), Launch)
@@ -97,13 +98,13 @@ def test_buffers_that_do_not_fit_together_wait_with_the_reason(tmp_path):
     a, b = submit(core, bb=4 * G), submit(core, bb=4 * G)
     starts = of(core.schedule(1.0), StartFs)
     assert [s.job_id for s in starts] == [a]
-    assert core.jobs[b].state == "PENDING" and core.jobs[b].reason == "BurstBuffer"
+    assert core.jobs[b].state == "PENDING" and core.jobs[b].reason == "BurstBufferResources"
     core.do(FsReady(1.5, a, "tcp://n1:1"))
     core.launched(a, 100, 5.0, 1.6)
     assert of(core.exited(a, 0, 3.0), StopFs)
     core.host_clean("n1", 3.1)
     assert of(core.schedule(3.2), StartFs) == []                       # a's servers still hold the buffer
-    assert core.jobs[b].reason == "BurstBuffer"
+    assert core.jobs[b].reason == "BurstBufferResources"
     core.do(FsStopped(4.0, a, ()))
     assert [s.job_id for s in of(core.schedule(4.1), StartFs)] == [b]
     assert core.jobs[b].reason == ""
@@ -312,3 +313,67 @@ def test_a_file_system_that_does_not_answer_after_a_restart_or_loses_a_server_is
     assert again.store.events(jid)[-1]["kind"] == "fs-fault"
     (stop,) = of(again.exited(jid, 3, 9.0), StopFs)                   # still stopped after the job, the lost
     assert "n3" in stop.hosts                                          # server's host searched for leftovers too
+
+
+def test_stage_in_runs_while_the_job_waits_and_its_buffer_is_counted_once(tmp_path):
+    core = make(tmp_path, storage=("n3",))                             # 4G of buffer on n3
+    a = submit(core, nodes=3)                                          # every host busy
+    b = submit(core, bb=3 * G, servers=1, stage_in=["/d/in.bin:/in.bin"])
+    acts = core.schedule(1.0)
+    (start,) = of(acts, StartFs)                                       # b's file system, on the storage host
+    assert start == StartFs(b, "n3", ("n3",), 3 * G, (("/d/in.bin", "/in.bin"),), limit=L)
+    assert core.jobs[a].state == "RUNNING" and core.jobs[b].state == "PENDING"
+    assert core.jobs[b].reason == "BurstBufferStageIn"
+    assert core.core.status()["bb_free"] == 1 * G                        # held early, before its start
+    assert core.snapshot(1.1).bb_free == 4 * G                          # (policies plan as without it)
+    assert of(core.schedule(1.2), StartFs) == []                        # asked once
+    core.do(FsProgress(2.0, b, "in", "/d/in.bin", "/in.bin", 99))
+    assert of(core.do(FsReady(2.5, b, "tcp://n3:7")), Launch) == []     # staged in: it still waits for hosts
+    core.schedule(2.6)
+    assert core.jobs[b].state == "PENDING" and core.jobs[b].reason == "Resources"
+    assert core.jobs[b].fs.phase == "ready"
+    core.launched(a, 100, 5.0, 3.0)
+    core.exited(a, 0, 4.0)
+    for h in HOSTS:
+        core.host_clean(h, 4.1)
+    acts = core.schedule(4.2)
+    (launch,) = of(acts, Launch)                                       # at once: its data is in place
+    assert launch.job.id == b and launch.job.fs.address == "tcp://n3:7" and of(acts, StartFs) == []
+    assert core.snapshot(4.3).bb_free == 1 * G                          # once, not twice
+    core.launched(b, 101, 5.0, 4.4)
+    assert of(core.exited(b, 0, 6.0), StopFs)
+    core.do(FsStopped(7.0, b, ()))
+    assert core.snapshot(7.1).bb_free == 4 * G
+    kinds = [e["kind"] for e in core.store.events(b)]
+    assert kinds.index("fs-ready") < kinds.index("start")
+
+
+def test_a_planned_job_waits_for_buffer_with_slurms_reason_then_stages_in_before_its_hosts_are_free(tmp_path):
+    core = make(tmp_path, storage=("n3",))
+    a = submit(core, bb=3 * G, nodes=3)                                # every host, and 3G of the 4G
+    b = submit(core, bb=2 * G, stage_in=["/d/in.bin:/in.bin"])
+    assert [s.job_id for s in of(core.schedule(1.0), StartFs)] == [a]
+    assert core.jobs[b].reason == "BurstBufferResources"               # planned (the head), buffer short
+    core.do(FsReady(1.5, a, "tcp://n1:1"))
+    core.launched(a, 100, 5.0, 1.6)
+    assert of(core.exited(a, 0, 3.0), StopFs)
+    assert of(core.schedule(3.1), StartFs) == []                        # a's servers still hold the buffer
+    assert core.jobs[b].reason == "BurstBufferResources"
+    core.do(FsStopped(4.0, a, ()))
+    (start,) = of(core.schedule(4.1), StartFs)                         # a's hosts not checked yet: staged early
+    assert start.job_id == b and core.jobs[b].state == "PENDING" and core.jobs[b].reason == "BurstBufferStageIn"
+    assert [j.reason for j in core.core.queue()] == ["BurstBufferStageIn"]
+
+
+def test_cancel_during_an_early_stage_in_releases_the_buffer_and_stops_the_servers(tmp_path):
+    core = make(tmp_path, storage=("n3",))
+    submit(core, nodes=3)
+    b = submit(core, bb=3 * G, stage_in=["/d/big:/big"])
+    assert of(core.schedule(1.0), StartFs)
+    acts = core.cancel(b, 1.5)
+    assert [x.job_id for x in of(acts, AbortFs)] == [b]                 # its stage-in is stopped
+    assert core.store.load_job(b).state == "CANCELLED"
+    assert core.snapshot(1.6).bb_free == 1 * G                          # held by the servers until they are gone
+    core.do(FsFailed(2.0, b, "stage-in cancelled"))                    # the shell's answer to the abort
+    assert core.snapshot(2.1).bb_free == 4 * G and core.core.ledger.bb_used == 0
+    assert b not in core.core.ledger.queued and not core.core.state.stopping

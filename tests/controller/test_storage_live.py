@@ -84,7 +84,7 @@ def test_buffers_that_do_not_fit_together_run_one_after_the_other(env, tmp_path,
         wait_for(lambda: c.info(a).job["state"] == "RUNNING", 60, "a to run")
         code, out, _ = cli("queue", "--state", state)
         line = [x for x in out.splitlines() if x.split()[:1] == [str(b)]]
-        assert code == 0 and line and line[0].endswith("(BurstBuffer)"), out
+        assert code == 0 and line and line[0].endswith("(BurstBufferResources)"), out
         assert wait_final(c, [a, b], 90) == {a: "COMPLETED", b: "COMPLETED"}
         wait_for(lambda: fs_done(c, a) and fs_done(c, b), 60, "both file systems to be stopped")
         stopped_a = [e["t"] for e in c.info(a).events if e["kind"] == "fs-stopped"]

@@ -35,7 +35,7 @@ def fs(host, address="", **kw):
 
 
 OLD = [  # id, state, fields, file system
-    (1, "STARTING", {"hosts": ["n1"], "reason": "StageIn", "stage_in": [["/d/in.bin", "/in.bin"]]},
+    (1, "STARTING", {"hosts": ["n1"], "reason": "BurstBufferStageIn", "stage_in": [["/d/in.bin", "/in.bin"]]},
      {"phase": "starting", **fs("n1", stage_in=[["/d/in.bin", "/in.bin", 1234, ""]])}),
     (2, "STARTING", {"hosts": ["n2"]}, {"phase": "ready", **fs("n2", "tcp://n2:7002")}),
     (3, "RUNNING", {**RAN, "hosts": ["n3"], "pid": 103, "stage_out": [["/o", "/d/o"]], "fs_max": 2, "io_rate": 5e8},
