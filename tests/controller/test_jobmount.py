@@ -99,6 +99,32 @@ def test_a_users_job_has_its_mount_other_users_do_not_and_it_is_gone_after(env, 
         assert os.listdir(root) == []                                  # the mount point is removed too
 
 
+
+@pytest.mark.timeout(180)
+def test_a_job_staged_in_while_it_waited_gets_its_mount_at_its_launch(env, tmp_path, root):
+    """An early stage-in makes the file system before the job has hosts; the mount comes at its launch."""
+    data = os.urandom(3 * M + 11)
+    (tmp_path / "in.bin").write_bytes(data)
+    flag = tmp_path / "go"
+    hold = ["sh", "-c", f"while [ ! -e {flag} ]; do sleep 0.05; done"]
+    reader = ["sh", "-c", f'echo "$MALLEABLE_FS_MOUNT" > {tmp_path}/where && cat "$MALLEABLE_FS_MOUNT/in/in.bin" '
+                          f"> {tmp_path}/got.bin"]
+    with daemon_thread(tmp_path / "ctl.sqlite", HostPool.local(1), "fcfs-bb", bb_capacity=64 * M,
+                       mount_root=check_root(root)) as (d, c):
+        a = c.submit(hold, 1, out=str(tmp_path / "a.out"), env=env)
+        wait_for(lambda: c.info(a).job["state"] == "RUNNING", 60, "job a to run")
+        b = c.submit(reader, 1, out=str(tmp_path / "b.out"), env=env, bb=16 * M,
+                     stage_in=[f"{tmp_path}/in.bin:/in/in.bin"])
+        wait_for(lambda: fs_phase(c, b) == "ready", 60, "b's early stage-in")
+        assert c.info(b).job["state"] == "PENDING" and mounts_anywhere(root) == set()   # no hosts yet: no mount
+        flag.touch()
+        states = wait_final(c, [a, b], 90)
+        assert states == {a: "COMPLETED", b: "COMPLETED"}, (states, (tmp_path / "b.out").read_text())
+        wait_for(lambda: fs_phase(c, b) == "stopped", 60, "b's file system to stop")
+    assert (tmp_path / "where").read_text().strip() == f"{root}/{b}/fs"
+    assert (tmp_path / "got.bin").read_bytes() == data                  # read through the mount made at launch
+    assert mounts_anywhere(root) == set() and not mount_daemons(root) and os.listdir(root) == []
+
 @pytest.mark.timeout(180)
 def test_a_killed_controller_leaves_the_mount_to_its_job_and_none_after_it_ended(env, tmp_path, root):
     state = str(tmp_path / "ctl.sqlite")
