@@ -119,6 +119,7 @@ def at_exit(rt: Any) -> None:
     if rt.leftovers.stale and not _mpi.current().finalize_after_failed_spawn:
         _flush()
         os._exit(code)  # finalizing would wait for the dead or stopped joiners forever
+    rt.leftovers.release()  # no spawn follows now that could reuse their context ids
     if rt.alive_fd is not None:
         code = 0  # a spawned process: rank 0 ends the job with its status (launchers differ on spawned ones)
     if code and rt.listener is not None:

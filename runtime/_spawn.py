@@ -50,15 +50,31 @@ class Leftovers:
     ``threads``: spawn threads still inside ``MPI_Comm_spawn`` when their expansion gave up (each cleans up its
     group by itself once the call returns). ``stale``: a group was abandoned with members that may be dead or
     stopped, which some MPIs still count as connected when finalizing. ``pending``: sends to abandoned joiners
-    that may never complete (kept so their buffers outlive them).
+    that may never complete (kept so their buffers outlive them). ``kept``: intercommunicators of groups given up
+    without their joiners' word that they are done with them. A joiner still alive may yet send on such a
+    communicator (its half of the readiness barrier); freed, its context id would go to the next spawn, and a
+    late message then lands in that new communicator from a rank it does not have (Open MPI's ob1 aborts the
+    process there). They are freed only at the job's end, when no spawn follows (:meth:`release`).
     """
 
-    __slots__ = ("pending", "stale", "threads")
+    __slots__ = ("kept", "pending", "stale", "threads")
 
     def __init__(self) -> None:
         self.threads: list[threading.Thread] = []
         self.stale = False
         self.pending: list[Any] = []
+        self.kept: list[Any] = []
+
+    def drop(self, inter: Any) -> None:
+        """Give up ``inter`` without its joiners' word: it is kept until :meth:`release`, and the job is stale."""
+        self.kept.append(inter)
+        self.stale = True
+
+    def release(self) -> None:
+        """Free the kept intercommunicators (the job is ending: no spawn reuses their context ids)."""
+        for inter in self.kept:
+            inter.Free()
+        self.kept = []
 
     def settle(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s for the straggling threads; True if none is left inside MPI."""
@@ -77,20 +93,20 @@ def spawn_command(initial: bool = False) -> tuple[str, list[str]]:
 
 
 def _spawn_one(comm: Any, cmd: str, args: list[str], n: int, host: str | None, out: list, i: int,
-               abandoned: threading.Event, timeout: float) -> None:  # a thread per group
+               abandoned: threading.Event, timeout: float, leftovers: Leftovers) -> None:  # a thread per group
     try:
         _spawn_call(comm, cmd, args, n, host, out, i)
     finally:
         if abandoned.is_set():  # the expansion gave up while this call was inside MPI: undo it here
-            _late_cleanup(out[i], timeout)
+            _late_cleanup(out[i], timeout, leftovers)
             comm.Free()
 
 
-def _late_cleanup(inter: Any, timeout: float) -> None:
+def _late_cleanup(inter: Any, timeout: float, leftovers: Leftovers) -> None:
     """Tell a group that started after its expansion was given up to exit, and drop it (each parent's thread)."""
     if inter is None or isinstance(inter, Exception):
         return
-    _give_up_groups(inter.Get_rank(), [inter], [not _meet(inter, timeout)], timeout, Leftovers())
+    _give_up_groups(inter.Get_rank(), [inter], [not _meet(inter, timeout)], timeout, leftovers)
     log.info("a group spawned after its expansion was given up has been told to exit")
 
 
@@ -135,7 +151,7 @@ def parent_spawn(world: Any, plan: ExpandPlan, timeout: float, leftovers: Leftov
     abandoned = threading.Event()
     threads = [
         threading.Thread(target=_spawn_one, name=f"malleable-spawn-{i}", daemon=True,
-                         args=(dups[i], cmd, args, plan.counts[i], plan.hosts[i], out, i, abandoned, timeout))
+                         args=(dups[i], cmd, args, plan.counts[i], plan.hosts[i], out, i, abandoned, timeout, leftovers))
         for i in range(k)
     ]
     for t in threads:
@@ -224,12 +240,12 @@ def parent_go(world: Any, inters: list[Any]) -> None:
 def _give_up_groups(rank: int, inters: list[Any], seen: list[bool], timeout: float, leftovers: Leftovers) -> None:
     """Release given-up groups alike on every parent. A group every parent met in the barrier is alive and waits
     for rank 0's word: it is told to exit, and both sides disconnect. Nothing is sent to any other group (a member
-    may be dead, and a message to a dead process may poison the sender's MPI): it is only freed, the job is marked
-    stale, and its joiners give up on their own when their wait ends."""
+    may be dead, and a message to a dead process may poison the sender's MPI): it is dropped (kept unfreed until
+    the job ends, see :class:`Leftovers`), the job is marked stale, and its joiners give up on their own when
+    their wait ends."""
     for inter, ok in zip(inters, seen, strict=True):
         if not ok:
-            inter.Free()
-            leftovers.stale = True
+            leftovers.drop(inter)
             continue
         sends = _try_sends(inter, _ABORT, _TAG + 1) if rank == 0 else []
         try:
@@ -240,8 +256,7 @@ def _give_up_groups(rank: int, inters: list[Any], seen: list[bool], timeout: flo
             inter.Disconnect()
         except (AdaptTimeout, MPI.Exception):
             leftovers.pending += sends
-            inter.Free()
-            leftovers.stale = True
+            leftovers.drop(inter)
 
 
 def abandon(world: Any, inters: list[Any], timeout: float, leftovers: Leftovers) -> None:
