@@ -99,6 +99,13 @@ def at_exit(rt: Any) -> None:
         group_exit_barrier(timeout=rt.timeout * 10, comm=rt.world)
     except AdaptTimeout:
         log.warning("members of this process's spawn group never reached the end; finalizing anyway")
+    if rt.leftovers.stale and not _mpi.current().finalize_after_failed_spawn:
+        # the job's processes all end without MPI_Finalize (below): they meet first over the job's world, so
+        # that none ends while a message it sent (its part of the last gather) is still on its way
+        try:
+            wait_request(rt.world.Ibarrier(), rt.timeout, "the job's processes before their end", cap=0.001)
+        except (AdaptTimeout, MPI.Exception) as e:
+            log.warning("the job's processes did not all reach the end: %s", e)
     if rt.listener is not None:
         expected = [(g.gid, m) for g in rt.layout.groups if not g.base for m in range(g.size)]
         try:
