@@ -47,6 +47,8 @@ if mode == "raw-child":
 
 
 def _wait_gone(pids):
+    """Until the children have exited, driving MPI progress meanwhile: Intel MPI's children finish their
+    ``MPI_Finalize`` only with the parent's help (its OFI finalize waits on the disconnected parent otherwise)."""
     import psutil
 
     for pid in pids:
@@ -56,6 +58,7 @@ def _wait_gone(pids):
                     break
             except psutil.NoSuchProcess:
                 break
+            MPI.COMM_WORLD.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)
             time.sleep(0.0005)
 
 
