@@ -7,7 +7,8 @@ from typing import Any
 
 from malleable.errors import AdaptError
 from malleable.runtime import _registered, _requests
-from malleable.runtime._world import _rt, _take_request
+from malleable.runtime._decide import take_request
+from malleable.runtime._world import _rt
 
 __all__ = ["data", "register", "request_adapt"]
 
@@ -33,18 +34,19 @@ def request_adapt(procs: int | None = None, min: int | None = None, max: int | N
         raise AdaptError("request_adapt() on a process that is not in the job's world")
     req = _requests.check_request(procs, min, max, rt.world.rank)
     if rt.world.rank == 0:
-        _take_request(rt, req)
+        take_request(rt, req)
+    elif rt.requests is None:   # between an adaptation and the next probe
+        rt.queued_requests.append(req)
     else:
-        rt.req_sends = [r for r in rt.req_sends if not r.Test()]
-        rt.req_sends.append(_requests.send(rt.req_comm, req))
-        rt.req_sent += 1
+        rt.requests.send(req)
 
 
 def register(name: str, local: Any, dist: str = "block", axis: int = 0, block: int = 1) -> None:
     """Register (or update) this rank's part of a distributed NumPy array, moved by the runtime at every commit.
 
-    Call it on every owner with the same ``dist``/``axis``/``block``; call it again when the local array object
-    changes (cheap). After ``adapt_commit``, :func:`data` gives the new part (joiners: their part).
+    Call it on every rank of the world (a part may be empty) with the same ``dist``/``axis``/``block``; call it
+    again when the local array object changes (cheap). After ``adapt_commit``, :func:`data` gives the new part
+    (joiners: their part).
 
     Args:
         name: the array's name (arrays move in name order).

@@ -12,24 +12,28 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from malleable.errors import AdaptError, ConfigError, PlanError
 from malleable.runtime._layout import ExpandPlan, Group, GroupLayout, plan_expand, plan_shrink
 from malleable.runtime._plan import PlanStep
+from malleable.runtime._record import Record
 
 __all__ = ["Slots", "check_expand", "check_plan", "host_resolves", "initial_layout", "parse_slots", "slots_from_env"]
 
 
-@dataclass(frozen=True, slots=True)
-class Slots:
+class Slots(Record):
     """Per-host process limits (see the module docstring for the order of precedence)."""
 
+    __slots__ = ("cores", "per_host", "hostfile", "raise_with")
     cores: int
-    per_host: int | None = None
-    hostfile: tuple[tuple[str, int], ...] = ()
+    per_host: int | None
+    hostfile: tuple[tuple[str, int], ...]
     # how the user of the tool at hand raises a host's limit to ``n`` (``malleable run``: its option)
-    raise_with: str = "MALLEABLE_MAX_PROCS_PER_HOST={n}"
+    raise_with: str
+
+    def __init__(self, cores: int, per_host: int | None = None, hostfile: tuple[tuple[str, int], ...] = (),
+                 raise_with: str = "MALLEABLE_MAX_PROCS_PER_HOST={n}") -> None:
+        self._init(cores=cores, per_host=per_host, hostfile=hostfile, raise_with=raise_with)
 
     def limit(self, host: str) -> int:
         """Processes ``host`` may run."""

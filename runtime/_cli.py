@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import os
@@ -129,7 +128,7 @@ def _check_job(procs: int, hosts: list[str], plan_text: str | None, env: dict[st
             raise ConfigError(f"unknown host {h!r} (it does not resolve)")
     local = hosts[0] if hosts else socket.gethostname()
     base = GroupLayout((Group(0, (local,), 1, base=True),))
-    slots = dataclasses.replace(slots_from_env({**os.environ, **env}), raise_with="--max-procs-per-host {n}")
+    slots = slots_from_env({**os.environ, **env}).replace(raise_with="--max-procs-per-host {n}")
     backend = for_mpiexec(find_mpiexec())
     remote = "" if backend.spawn_across_hosts else f"{backend.name} cannot spawn processes onto another host here"
     if procs > 1:

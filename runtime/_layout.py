@@ -12,21 +12,24 @@ host is not free.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
 
 from malleable.errors import AdaptError
+from malleable.runtime._record import Record
 
-__all__ = ["ExpandPlan", "Group", "GroupLayout", "ShrinkPlan", "plan_expand", "plan_shrink", "spread"]
+__all__ = ["ExpandPlan", "Group", "GroupLayout", "ShrinkPlan", "plan_expand", "plan_shrink", "split_hosts", "spread"]
 
 
-@dataclass(frozen=True, slots=True)
-class Group:
+class Group(Record):
     """One spawn (or the launcher's processes): ``hosts[i]`` is where member i runs."""
 
+    __slots__ = ("gid", "hosts", "active", "base")
     gid: int
     hosts: tuple[str, ...]
     active: int
-    base: bool = False
+    base: bool
+
+    def __init__(self, gid: int, hosts: tuple[str, ...], active: int, base: bool = False) -> None:
+        self._init(gid=gid, hosts=hosts, active=active, base=base)
 
     @property
     def size(self) -> int:
@@ -34,11 +37,14 @@ class Group:
         return len(self.hosts)
 
 
-@dataclass(frozen=True, slots=True)
-class GroupLayout:
+class GroupLayout(Record):
     """The job's groups in rank order. Invariant: every group has ``active`` >= 1 (0 means gone)."""
 
+    __slots__ = ("groups",)
     groups: tuple[Group, ...]
+
+    def __init__(self, groups: tuple[Group, ...]) -> None:
+        self._init(groups=groups)
 
     @property
     def world_size(self) -> int:
@@ -81,13 +87,16 @@ class GroupLayout:
         return cls(tuple(Group(d["gid"], tuple(d["hosts"]), d["active"], d["base"]) for d in data))
 
 
-@dataclass(frozen=True, slots=True)
-class ExpandPlan:
+class ExpandPlan(Record):
     """Spawn ``counts[i]`` processes on ``hosts[i]`` (None: let the launcher place them), one group each."""
 
+    __slots__ = ("hosts", "counts", "first_gid")
     hosts: tuple[str | None, ...]
     counts: tuple[int, ...]
     first_gid: int
+
+    def __init__(self, hosts: tuple[str | None, ...], counts: tuple[int, ...], first_gid: int) -> None:
+        self._init(hosts=hosts, counts=counts, first_gid=first_gid)
 
     @property
     def joining(self) -> int:
@@ -95,16 +104,20 @@ class ExpandPlan:
         return sum(self.counts)
 
 
-@dataclass(frozen=True, slots=True)
-class ShrinkPlan:
+class ShrinkPlan(Record):
     """Ranks >= ``target`` leave; ``gone`` groups exit now, ``split`` ones keep idle members."""
 
+    __slots__ = ("target", "leaving", "gone", "split", "freed_hosts", "after")
     target: int
     leaving: int
     gone: tuple[int, ...]
     split: tuple[int, ...]
     freed_hosts: tuple[str, ...]
     after: GroupLayout
+
+    def __init__(self, target: int, leaving: int, gone: tuple[int, ...], split: tuple[int, ...],
+                 freed_hosts: tuple[str, ...], after: GroupLayout) -> None:
+        self._init(target=target, leaving=leaving, gone=gone, split=split, freed_hosts=freed_hosts, after=after)
 
 
 def spread(n: int, hosts: Sequence[str]) -> list[tuple[str | None, int]]:
@@ -139,6 +152,15 @@ def apply_expand(layout: GroupLayout, plan: ExpandPlan, member_hosts: Sequence[S
     return GroupLayout(layout.groups + new)
 
 
+def split_hosts(hosts: Sequence[str], counts: Sequence[int]) -> list[list[str]]:
+    """The hosts of each new group's members, from every joiner's host in rank order and the groups' sizes."""
+    out, at = [], 0
+    for c in counts:
+        out.append([str(h) for h in hosts[at:at + c]])
+        at += c
+    return out
+
+
 def plan_shrink(layout: GroupLayout, target: int) -> ShrinkPlan:
     """Who leaves when ``layout`` shrinks to ``target`` processes, and which hosts get free.
 
@@ -162,7 +184,7 @@ def plan_shrink(layout: GroupLayout, target: int) -> ShrinkPlan:
             kept.append(g)
             room -= g.active
         elif room > 0:
-            kept.append(replace(g, active=room))
+            kept.append(g.replace(active=room))
             split.append(g.gid)
             room = 0
         else:

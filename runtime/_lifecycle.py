@@ -8,9 +8,7 @@ settled (no thread may be inside MPI at ``MPI_Finalize``), and the process ends 
 from __future__ import annotations
 
 import atexit
-import ctypes
 import functools
-import logging
 import os
 import sys
 import time
@@ -21,28 +19,50 @@ from mpi4py import MPI
 
 from malleable.errors import AdaptTimeout
 from malleable.runtime import _mpi, _spawn
+from malleable.runtime._record import get_logger
 from malleable.runtime._types import Pause, ProbeResult, Resume, Status
 from malleable.runtime._waits import wait_request
 
 __all__ = ["at_exit", "exit_status", "group_exit_barrier", "install_hooks", "leave", "pause", "progress"]
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
-def progress() -> None:
-    """Let the MPI library move pending traffic (a nonblocking probe runs its progress engine)."""
+def progress(comm: Any = None) -> None:
+    """Let the MPI library move pending traffic: a nonblocking probe on this process's ``MPI_COMM_WORLD`` and on
+    ``comm``, the job's world. Both are needed: MPICH over OFI moves a message to a process of another spawn group
+    (the last message of a barrier, say) only when the sender probes a communicator that reaches it."""
     MPI.COMM_WORLD.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)
+    if comm is not None and comm != MPI.COMM_NULL:
+        comm.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)
 
 
-def leave() -> None:
-    """Leaving side of a shrink: wait for the rest of the spawn group, then finalize MPI."""
-    group_exit_barrier(timeout=None)
+def leave(whole_group: bool = False) -> None:
+    """Leaving side of a shrink: wait for the rest of the spawn group, then finalize MPI.
+
+    A group that leaves whole finalizes at once (``MPI_Finalize`` is collective over connected processes: the group
+    meets there); a member of a split group waits, idle, until the rest of its group leaves too.
+    """
+    if not whole_group:
+        group_exit_barrier(timeout=None)
     MPI.Finalize()
 
 
-def group_exit_barrier(timeout: float | None) -> None:
-    """All members of this process's spawn group (its MPI_COMM_WORLD) meet here before finalizing."""
-    wait_request(MPI.COMM_WORLD.Ibarrier(), timeout, "rest of the spawn group to leave", cap=0.05)
+def group_exit_barrier(timeout: float | None, comm: Any = None) -> None:
+    """All members of this process's spawn group (its MPI_COMM_WORLD) meet here before finalizing.
+
+    A group that leaves whole meets within moments: polled closely for the first second, then every 50 ms (the
+    members of a split group wait here, idle, until the rest of their group leaves). ``comm`` (the job's world)
+    is probed meanwhile, so that this process's last messages to other groups go out.
+    """
+    req = MPI.COMM_WORLD.Ibarrier()
+    poke = functools.partial(progress, comm) if comm is not None else None
+    try:
+        wait_request(req, 1.0 if timeout is None else min(1.0, timeout), "rest of the spawn group", cap=0.001,
+                     poke=poke)
+    except AdaptTimeout:
+        wait_request(req, None if timeout is None else max(0.0, timeout - 1.0), "rest of the spawn group to leave",
+                     cap=0.05, poke=poke)
 
 
 def _flush() -> None:
@@ -62,25 +82,31 @@ def at_exit(rt: Any) -> None:
         # the C library's exit(), which still runs the MPI library's own exit handlers (os._exit
         # would skip them, and hydra then takes the process for a crashed one).
         _flush()
-        ctypes.CDLL(None).exit(0)
+        _c_exit(0)
     if rt is None or MPI.Is_finalized():
         return
     code = rt.exit_code
     if rt.background is not None:  # an expansion still being prepared: its joiners must exit
-        rt.background.abandon()
+        rt.background.abandon(rt.timeout, rt.leftovers)
     elif rt.prepared is not None:
-        _spawn.parent_go(rt.world, rt.prepared.inters, False)
+        _spawn.abandon(rt.world, rt.prepared.inters, rt.timeout, rt.leftovers)
     if rt.alive_fd is not None:  # a spawned process: rank 0 gives the job this status if it is the first error
         try:
             os.write(rt.alive_fd, f"exit {code}\n".encode())
         except OSError:
             pass
     try:
-        group_exit_barrier(timeout=rt.timeout * 10)
+        group_exit_barrier(timeout=rt.timeout * 10, comm=rt.world)
     except AdaptTimeout:
         log.warning("members of this process's spawn group never reached the end; finalizing anyway")
     if rt.listener is not None:
-        bad = [c for c in rt.listener.collect_exits(rt.timeout, progress=progress) if c]
+        expected = [(g.gid, m) for g in rt.layout.groups if not g.base for m in range(g.size)]
+        try:
+            rt.listener.accept(expected, rt.timeout)   # joiners report in after their merge
+        except AdaptTimeout as e:
+            log.warning("%s", e)
+        bad = [c for c in rt.listener.collect_exits(rt.timeout, progress=functools.partial(progress, rt.world))
+               if c]
         if bad and not code:
             log.error("a spawned process of the job exited with status %d; so does the job", bad[0])
             code = bad[0]
@@ -109,7 +135,14 @@ def at_exit(rt: Any) -> None:
         if not MPI.Is_finalized():
             MPI.Finalize()
         _flush()
-        ctypes.CDLL(None).exit(code)
+        _c_exit(code)
+
+
+def _c_exit(code: int) -> None:
+    """End the process with the C library's ``exit``: the MPI library's exit handlers run, Python's teardown not."""
+    import ctypes
+
+    ctypes.CDLL(None).exit(code)
 
 
 def exit_status(arg: Any) -> int:

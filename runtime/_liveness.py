@@ -9,25 +9,31 @@ processes of the released groups have exited, and to say which hosts are really 
 
 from __future__ import annotations
 
-import logging
 import os
-import selectors
-import socket
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import psutil
-
 from malleable.errors import AdaptTimeout
+from malleable.runtime._record import get_logger
 
-__all__ = ["Listener", "connect_back", "local_addresses"]
+__all__ = ["Listener", "connect_back", "hostname", "local_addresses", "own_start_time"]
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
+
+
+def hostname() -> str:
+    """This host's name (``socket.gethostname()``, without loading the socket module: a joiner needs it before it
+    can merge)."""
+    return os.uname().nodename
 
 
 def local_addresses() -> list[str]:
     """IPv4 addresses of this host (network namespace), non-loopback first."""
+    import socket
+
+    import psutil  # rank 0 only: a joiner reports in without loading it
+
     addrs: list[str] = []
     for entries in psutil.net_if_addrs().values():
         for a in entries:
@@ -40,6 +46,8 @@ class Listener:
     """Rank 0's end: accepts one connection per spawned process and watches for their EOFs."""
 
     def __init__(self) -> None:
+        import socket
+
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("0.0.0.0", 0))  # noqa: S104 - spawned processes on other hosts connect here
@@ -47,7 +55,9 @@ class Listener:
         self._sock.setblocking(False)
         self.port = self._sock.getsockname()[1]
         self.addresses = local_addresses()
-        self._conns: dict[tuple[int, int], socket.socket] = {}  # (gid, member) -> socket
+        self._conns: dict[tuple[int, int], Any] = {}  # (gid, member) -> socket
+        self._pending: list[Any] = []   # accepted, report not read yet
+        self._rest: dict[tuple[int, int], bytes] = {}   # what came after a report
         self._pids: dict[tuple[int, int], tuple[str, int]] = {}
         self._ctimes: dict[tuple[int, int], float] = {}
 
@@ -56,45 +66,58 @@ class Listener:
         return {"addresses": self.addresses, "port": self.port}
 
     def accept(self, expected: Iterable[tuple[int, int]], timeout: float) -> None:
-        """Accept the connections of the given (gid, member) processes.
+        """Take the reports of every process that connected so far, and wait (up to ``timeout`` s) until the given
+        (gid, member) processes have; with nothing expected, it does not wait.
+
+        Joiners report in after their merge, so an expansion never waits for this: rank 0 takes the reports when
+        it needs them (a shrink, the job's end).
 
         Raises:
-            AdaptTimeout: not all connected within ``timeout`` seconds.
+            AdaptTimeout: not all reported within ``timeout`` seconds.
         """
+        import selectors  # rank 0 only: a joiner reports in without it
+
         want = set(expected)
         deadline = time.monotonic() + timeout
         sel = selectors.DefaultSelector()
         sel.register(self._sock, selectors.EVENT_READ)
-        pending: list[socket.socket] = []
+        for c in self._pending:
+            sel.register(c, selectors.EVENT_READ)
         try:
-            while want - set(self._conns):
+            while True:
+                missing = want - set(self._conns)
                 left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AdaptTimeout(f"{len(want - set(self._conns))} spawned process(es) did not report in time")
-                for key, _ in sel.select(min(left, 0.5)):
+                if missing and left <= 0:
+                    raise AdaptTimeout(f"{len(missing)} spawned process(es) did not report in time")
+                events = sel.select(min(left, 0.5) if missing else 0)
+                if not events and not missing:
+                    return
+                for key, _ in events:
                     if key.fileobj is self._sock:
-                        conn, _ = self._sock.accept()
+                        try:
+                            conn, _ = self._sock.accept()
+                        except BlockingIOError:
+                            continue
                         conn.setblocking(True)
                         conn.settimeout(max(0.1, left))
-                        pending.append(conn)
+                        self._pending.append(conn)
                         sel.register(conn, selectors.EVENT_READ)
                     else:
                         conn = key.fileobj  # type: ignore[assignment]
                         sel.unregister(conn)
-                        pending.remove(conn)  # type: ignore[arg-type]
+                        self._pending.remove(conn)  # type: ignore[arg-type]
                         self._register(conn)  # type: ignore[arg-type]
         finally:
             sel.close()
-            for c in pending:
-                c.close()
 
-    def _register(self, conn: socket.socket) -> None:
-        line = b""
-        while not line.endswith(b"\n") and len(line) < 256:
+    def _register(self, conn: Any) -> None:
+        data = b""
+        while b"\n" not in data and len(data) < 256:
             chunk = conn.recv(256)
             if not chunk:
                 break
-            line += chunk
+            data += chunk
+        line, _, rest = data.partition(b"\n")   # a process that ended at once may have sent its exit line too
         try:
             gid, member, pid, host, ctime = line.decode().split()
             key = (int(gid), int(member))
@@ -105,8 +128,13 @@ class Listener:
             return
         conn.settimeout(None)
         self._conns[key] = conn
+        self._rest[key] = rest
         self._pids[key] = (host, int(pid))
         self._ctimes[key] = started
+
+    def hosts(self, gids: Iterable[int], counts: Iterable[int]) -> list[list[str]]:
+        """The host each member of the groups ``gids`` (of ``counts`` members) reported from, in member order."""
+        return [[self._pids[(g, m)][0] for m in range(c)] for g, c in zip(gids, counts, strict=True)]
 
     def gids(self) -> list[int]:
         """Groups with at least one connected process."""
@@ -119,12 +147,14 @@ class Listener:
     def wait_gone(self, gids: Iterable[int], timeout: float, progress: Callable[[], Any] | None = None) -> None:
         """Return once every process of the groups ``gids`` has exited (its socket hit EOF).
 
-        ``progress`` is called at least every 10 ms meanwhile: leaving processes of some MPIs (Intel MPI) can
-        finalize only while their peers' MPI library makes progress.
+        ``progress`` is called at least every millisecond meanwhile: leaving processes finalize only as fast as
+        their peers' MPI library makes progress (Intel MPI's not at all without it).
 
         Raises:
             AdaptTimeout: some are still alive after ``timeout`` seconds.
         """
+        import selectors
+
         gids = set(gids)
         keys = [k for k in self._conns if k[0] in gids]
         sel = selectors.DefaultSelector()
@@ -139,7 +169,7 @@ class Listener:
                     raise AdaptTimeout(f"leaving processes still alive after {timeout:.0f} s: {names}")
                 if progress is not None:
                     progress()
-                for key, _ in sel.select(min(left, 0.01) if progress is not None else left):
+                for key, _ in sel.select(min(left, 0.001) if progress is not None else left):
                     k = key.data
                     try:
                         data = self._conns[k].recv(64)
@@ -148,6 +178,7 @@ class Listener:
                     if not data:
                         sel.unregister(self._conns[k])
                         self._conns.pop(k).close()
+                        self._rest.pop(k, None)
                         _, pid = self._pids.pop(k)
                         keys.remove(k)
                         _reap_wait(pid, self._ctimes.pop(k), deadline)
@@ -159,23 +190,30 @@ class Listener:
 
         Waits up to ``timeout`` s in all; a process that closes without a report (or never reports) adds nothing.
         """
+        import selectors
+
         sel = selectors.DefaultSelector()
         bufs: dict[tuple[int, int], bytes] = {}
         for k, conn in self._conns.items():
             sel.register(conn, selectors.EVENT_READ, k)
-            bufs[k] = b""
+            bufs[k] = self._rest.pop(k, b"")
         codes: list[int] = []
         deadline = time.monotonic() + timeout
         try:
             while bufs and time.monotonic() < deadline:
                 if progress is not None:
                     progress()
-                for key, _ in sel.select(0.01):
-                    k = key.data
-                    try:
-                        data = self._conns[k].recv(64)
-                    except OSError:
-                        data = b""
+                ready = [(k, b"") for k in bufs if b"\n" in bufs[k]]   # exit lines that came with the report
+                ready += [(key.data, None) for key, _ in sel.select(0 if ready else 0.01)]
+                for k, got in ready:
+                    if k not in bufs:
+                        continue
+                    data = got
+                    if data is None:
+                        try:
+                            data = self._conns[k].recv(64)
+                        except OSError:
+                            data = b""
                     bufs[k] += data
                     line, sep, _ = bufs[k].partition(b"\n")
                     if sep or not data:
@@ -194,12 +232,14 @@ class Listener:
             self._conns.pop(k).close()
             self._pids.pop(k)
             self._ctimes.pop(k, None)
+            self._rest.pop(k, None)
 
     def close(self) -> None:
         """Close the listener and every connection."""
-        for c in self._conns.values():
+        for c in [*self._conns.values(), *self._pending]:
             c.close()
         self._conns.clear()
+        self._pending.clear()
         self._sock.close()
 
 
@@ -209,6 +249,8 @@ def _reap_wait(pid: int, started: float, deadline: float) -> None:
     Only possible where rank 0 sees the process (same host, or hosts sharing a PID namespace); the
     process is recognised by its pid *and* start time, so an unrelated local pid never matches.
     """
+    import psutil
+
     while time.monotonic() < deadline:
         try:
             p = psutil.Process(pid)
@@ -228,6 +270,8 @@ def connect_back(endpoint: dict, gid: int, member: int, timeout: float) -> int:
     Raises:
         AdaptTimeout: no address of the endpoint could be reached.
     """
+    import socket
+
     errors = []
     deadline = time.monotonic() + timeout
     for addr in endpoint["addresses"]:
@@ -238,7 +282,22 @@ def connect_back(endpoint: dict, gid: int, member: int, timeout: float) -> int:
             errors.append(f"{addr}: {e}")
             continue
         s.settimeout(None)
-        started = psutil.Process().create_time()
+        started = own_start_time()
         s.sendall(f"{gid} {member} {os.getpid()} {socket.gethostname()} {started:.3f}\n".encode())
         return s.detach()
     raise AdaptTimeout(f"cannot reach rank 0 of the job to report in: {'; '.join(errors)}")
+
+
+def own_start_time() -> float:
+    """When this process started, as ``psutil.Process().create_time()`` gives it (boot time + start ticks), read
+    from /proc without loading psutil (a joiner reports in before it can answer its parents)."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
+        with open("/proc/stat", "rb") as f:
+            btime = next(float(line.split()[1]) for line in f if line.startswith(b"btime"))
+        return ticks / os.sysconf("SC_CLK_TCK") + btime
+    except (OSError, ValueError, IndexError, StopIteration):
+        import psutil
+
+        return float(psutil.Process().create_time())

@@ -12,27 +12,32 @@ from __future__ import annotations
 
 import functools
 import os
-import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from malleable.errors import ConfigError
+from malleable.runtime._record import Record
 
 __all__ = ["Backend", "LaunchSpec", "backend_named", "current", "detect", "for_mpiexec", "names"]
 
 
-@dataclass(frozen=True, slots=True)
-class LaunchSpec:
-    """What to start: ``n`` copies of ``cmd`` on ``hosts`` (round robin; empty: this host), with ``env``."""
+class LaunchSpec(Record):
+    """What to start: ``n`` copies of ``cmd`` on ``hosts`` (round robin; empty: this host), with ``env``;
+    ``keep_going``: a spawned process that dies must not end the job; ``extra``: more launcher options."""
 
+    __slots__ = ("n", "cmd", "hosts", "env", "launcher_exec", "keep_going", "extra")
     n: int
     cmd: tuple[str, ...]
-    hosts: tuple[str, ...] = ()
-    env: dict[str, str] = field(default_factory=dict)
-    launcher_exec: str | None = None
-    keep_going: bool = False   # a spawned process that dies must not end the job
-    extra: tuple[str, ...] = ()
+    hosts: tuple[str, ...]
+    env: dict[str, str]
+    launcher_exec: str | None
+    keep_going: bool
+    extra: tuple[str, ...]
+
+    def __init__(self, n: int, cmd: tuple[str, ...], hosts: tuple[str, ...] = (), env: dict[str, str] | None = None,
+                 launcher_exec: str | None = None, keep_going: bool = False, extra: tuple[str, ...] = ()) -> None:
+        self._init(n=n, cmd=cmd, hosts=hosts, env=dict(env or {}), launcher_exec=launcher_exec,
+                   keep_going=keep_going, extra=extra)
 
 
 class Backend:
@@ -157,6 +162,8 @@ def for_mpiexec(mpiexec: str) -> Backend:
 
 @functools.cache
 def _banner(mpiexec: str) -> str:
+    import subprocess  # launchers only: a job's processes never run it
+
     try:
         out = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as e:

@@ -2,26 +2,30 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from malleable.errors import PlanError
+from malleable.runtime._record import Record
 
 __all__ = ["ANSWERS", "PlanStep", "parse_plan", "validate_plan"]
 
 
-@dataclass(frozen=True, slots=True)
-class PlanStep:
+class PlanStep(Record):
     """At the job's ``at_probe``-th call of probe_adapt (counted from 1), go to ``procs`` processes; or, for an
-    ``answer`` step, answer the job's outstanding ``request_adapt`` (``grant``, ``refuse`` or ``defer``)."""
+    ``answer`` step, answer the job's outstanding ``request_adapt`` (``grant``, ``refuse`` or ``defer``); or, for a
+    ``pause`` step, stop the job this many seconds at the probe, then resume."""
 
+    __slots__ = ("at_probe", "procs", "hosts", "answer", "pause")
     at_probe: int
-    procs: int = 0
-    hosts: tuple[str, ...] = ()
-    answer: str = ""
-    pause: float = 0.0   # a pause step: the job stops this many seconds at the probe, then resumes
+    procs: int
+    hosts: tuple[str, ...]
+    answer: str
+    pause: float
+
+    def __init__(self, at_probe: int, procs: int = 0, hosts: tuple[str, ...] = (), answer: str = "",
+                 pause: float = 0.0) -> None:
+        self._init(at_probe=at_probe, procs=procs, hosts=hosts, answer=answer, pause=pause)
 
 
 _KEYS = {"at_probe", "procs", "hosts", "answer", "pause"}
@@ -36,6 +40,8 @@ def parse_plan(text: str | None) -> tuple[PlanStep, ...]:
     """
     if text is None or not text.strip():
         return ()
+    import json
+
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as e:

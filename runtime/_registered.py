@@ -11,26 +11,27 @@ Distributions along ``axis`` over ``p`` parts: ``block`` (part ``i`` owns one co
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
-from malleable.runtime._redistribute import block_range
+# NumPy (and the redistribution module) load on first use: every process of a job imports this module, a
+# joiner before it can answer its parents, and a job that registers nothing must not pay for them
 
-__all__ = ["DISTS", "Registered", "indices", "move_all", "moved"]
+__all__ = ["DISTS", "Registered", "indices", "metadata", "move_all", "moved"]
 
 DISTS = ("block", "block-cyclic")
 
 
-@dataclass
 class Registered:
-    """One registered array on this process: its local part and how the whole is distributed."""
+    """One registered array on this process: its local part (replaced by ``register`` and at every commit) and
+    how the whole is distributed."""
 
-    local: Any
-    dist: str
-    axis: int
-    block: int
+    __slots__ = ("local", "dist", "axis", "block")
+
+    def __init__(self, local: Any, dist: str, axis: int, block: int) -> None:
+        self.local, self.dist, self.axis, self.block = local, dist, axis, block
 
 
 def indices(n: int, parts: int, part: int, dist: str, block: int = 1) -> np.ndarray:
@@ -39,6 +40,10 @@ def indices(n: int, parts: int, part: int, dist: str, block: int = 1) -> np.ndar
     Raises:
         ValueError: unknown distribution, bad part or block size.
     """
+    import numpy as np
+
+    from malleable.runtime._redistribute import block_range
+
     if dist == "block":
         lo, hi = block_range(n, parts, part)
         return np.arange(lo, hi)
@@ -52,6 +57,8 @@ def indices(n: int, parts: int, part: int, dist: str, block: int = 1) -> np.ndar
 
 
 def _owner(n: int, parts: int, dist: str, block: int) -> np.ndarray:
+    import numpy as np
+
     own = np.empty(n, dtype=np.int64)
     for p in range(parts):
         own[indices(n, parts, p, dist, block)] = p
@@ -64,6 +71,7 @@ def moved(local: np.ndarray | None, n: int, meta: dict, old: int, new: int, comm
     ``meta`` has ``dtype``, ``shape`` (the local shape with the distributed axis first, its length ignored),
     ``dist``, ``axis`` and ``block``. Returns this rank's new part (empty along the axis past ``new``).
     """
+    import numpy as np
     from mpi4py import MPI
 
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -98,14 +106,30 @@ def moved(local: np.ndarray | None, n: int, meta: dict, old: int, new: int, comm
     return np.ascontiguousarray(np.moveaxis(out, 0, axis))
 
 
-def move_all(registry: dict[str, Registered], old: int, new: int, comm: Any) -> None:
-    """Redistribute every registered array (collective over ``comm``; joiners' registries start empty)."""
-    metas = None
-    if comm.Get_rank() == 0:
-        metas = {name: {"dtype": np.asarray(r.local).dtype.str, "dist": r.dist, "axis": r.axis, "block": r.block,
-                        "rest": [s for i, s in enumerate(np.shape(r.local)) if i != r.axis]}
-                 for name, r in sorted(registry.items())}
-    metas = comm.allgather(metas)[0]
+def metadata(registry: dict[str, Registered]) -> dict[str, dict]:
+    """What every rank needs to move the registered arrays (rank 0's view): dtype, distribution, axis, block and
+    the other dimensions, per name."""
+    if not registry:
+        return {}
+    import numpy as np
+
+    return {name: {"dtype": np.asarray(r.local).dtype.str, "dist": r.dist, "axis": r.axis, "block": r.block,
+                   "rest": [s for i, s in enumerate(np.shape(r.local)) if i != r.axis]}
+            for name, r in sorted(registry.items())}
+
+
+def move_all(registry: dict[str, Registered], old: int, new: int, comm: Any, metas: dict | None = None) -> None:
+    """Redistribute every registered array (collective over ``comm``; joiners' registries start empty).
+
+    ``metas`` is rank 0's :func:`metadata` when every rank has it already (an expansion broadcasts it with the
+    merge); else it is gathered here from rank 0.
+    """
+    if metas is None:
+        metas = comm.allgather(metadata(registry) if comm.Get_rank() == 0 else None)[0]
+    if not metas:
+        return
+    import numpy as np
+
     for name, meta in metas.items():
         r = registry.get(name)
         count = np.shape(r.local)[meta["axis"]] if r is not None and comm.Get_rank() < old else 0

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
+
+from malleable.runtime._record import Record
 
 __all__ = ["AdaptWindow", "Resize", "Pause", "ProbeResult", "Resume", "Status"]
 
@@ -41,28 +42,35 @@ class AdaptWindow(NamedTuple):
     joining: int
 
 
-@dataclass(frozen=True, slots=True)
-class Resize:
+class Resize(Record):
     """A request to change the job's size: target process count and hosts for new processes."""
 
+    __slots__ = ("procs", "hosts")
     procs: int
-    hosts: tuple[str, ...] = field(default=())
+    hosts: tuple[str, ...]
+
+    def __init__(self, procs: int, hosts: tuple[str, ...] = ()) -> None:
+        self._init(procs=procs, hosts=hosts)
 
     def as_info(self, probe: int, kind: str) -> dict[str, Any]:
         """The ``info`` dict given to the application by probe_adapt."""
         return {"procs": self.procs, "hosts": list(self.hosts), "probe": probe, "kind": kind}
 
 
-@dataclass(frozen=True, slots=True)
-class Pause:
+class Pause(Record):
     """Stop the job at this probe for ``seconds`` (None: until the decision source says :class:`Resume`).
 
     The job keeps its processes and hosts; its ranks wait without using the CPU (EPOP's pause).
     """
 
-    seconds: float | None = None
+    __slots__ = ("seconds",)
+    seconds: float | None
+
+    def __init__(self, seconds: float | None = None) -> None:
+        self._init(seconds=seconds)
 
 
-@dataclass(frozen=True, slots=True)
-class Resume:
+class Resume(Record):
     """End of a pause (from a controller)."""
+
+    __slots__ = ()

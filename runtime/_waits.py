@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from malleable.errors import AdaptTimeout
@@ -23,7 +24,8 @@ class Backoff:
         self._delay = min(self._delay * 2, self._cap)
 
 
-def wait_request(req: Any, timeout: float | None, what: str, cap: float = 0.02) -> Any:
+def wait_request(req: Any, timeout: float | None, what: str, cap: float = 0.02,
+                 poke: Callable[[], Any] | None = None) -> Any:
     """Wait for an mpi4py request (``Test`` polling), returning what its ``test()`` gives.
 
     Args:
@@ -31,6 +33,7 @@ def wait_request(req: Any, timeout: float | None, what: str, cap: float = 0.02) 
         timeout: seconds; None waits without limit (still without spinning).
         what: text for the error message.
         cap: longest sleep between polls.
+        poke: called at every poll (e.g. to move this process's other traffic on).
 
     Raises:
         AdaptTimeout: the request did not complete in time (it is left pending).
@@ -43,6 +46,8 @@ def wait_request(req: Any, timeout: float | None, what: str, cap: float = 0.02) 
             return value
         if deadline is not None and time.monotonic() > deadline:
             raise AdaptTimeout(f"{what}: no answer within {timeout:g} s")
+        if poke is not None:
+            poke()
         backoff.sleep()
 
 

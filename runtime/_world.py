@@ -10,18 +10,17 @@ if it is split, and finalizes MPI) must return from the application.
 
 from __future__ import annotations
 
-import contextlib
-import logging
+import functools
 import os
-import socket
+import sys
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from mpi4py import MPI
 
 from malleable.errors import AdaptError, AdaptTimeout, ConfigError
-from malleable.runtime import _expand, _lifecycle, _mpi, _registered, _requests, _spawn
+from malleable.runtime import _decide, _lifecycle, _mpi, _registered, _requests, _spawn
 from malleable.runtime._bounds import Slots, check_expand, check_plan, host_resolves, initial_layout, slots_from_env
 from malleable.runtime._layout import (
     ExpandPlan,
@@ -30,14 +29,18 @@ from malleable.runtime._layout import (
     apply_expand,
     plan_expand,
     plan_shrink,
+    split_hosts,
 )
-from malleable.runtime._liveness import Listener, connect_back
+from malleable.runtime._liveness import Listener, connect_back, hostname
 from malleable.runtime._plan import PlanStep, parse_plan, validate_plan
+from malleable.runtime._record import Record, get_logger
 from malleable.runtime._requests import AdaptRequest
 from malleable.runtime._settings import env_int, env_timeout
 from malleable.runtime._sources import NullSource, PlanSource, choose_hosts, make_source
-from malleable.runtime._types import AdaptWindow, Pause, ProbeResult, Resize, Status
-from malleable.runtime._waits import wait_request
+from malleable.runtime._types import AdaptWindow, ProbeResult, Resize, Status
+
+if TYPE_CHECKING:
+    from malleable.runtime import _expand
 
 __all__ = [
     "AdaptReport",
@@ -54,75 +57,72 @@ __all__ = [
     "world",
 ]
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
+class AdaptReport(Record):
+    """What :func:`adapt_commit` returns: the change, its cost, and the hosts it really freed; ``idle`` counts
+    processes that left the world but wait for their group, ``background`` the seconds an overlapped expansion's
+    preparation took while the job computed."""
 
-@dataclass(frozen=True, slots=True)
-class AdaptReport:
-    """What :func:`adapt_commit` returns: the change, its cost, and the hosts it really freed."""
-
+    __slots__ = ("kind", "old_size", "new_size", "status", "seconds", "freed_hosts", "idle", "background")
     kind: str
     old_size: int
     new_size: int
     status: Status
     seconds: float
-    freed_hosts: tuple[str, ...] = ()
-    idle: int = 0
-    background: float = 0.0   # seconds of an overlapped expansion's preparation, spent while the job computed
+    freed_hosts: tuple[str, ...]
+    idle: int
+    background: float
+
+    def __init__(self, kind: str, old_size: int, new_size: int, status: Status, seconds: float,
+                 freed_hosts: tuple[str, ...] = (), idle: int = 0, background: float = 0.0) -> None:
+        self._init(kind=kind, old_size=old_size, new_size=new_size, status=status, seconds=seconds,
+                   freed_hosts=freed_hosts, idle=idle, background=background)
 
 
-@dataclass
 class _Window:
-    kind: str
-    decision: Resize
-    old_world: Any
-    new_world: Any
-    intercomm: Any
-    status: Status
-    t0: float
-    after: GroupLayout
-    gone: tuple[int, ...] = ()
-    freed: tuple[str, ...] = ()
-    background: float = 0.0
+    """An open adaptation window (between adapt_begin and adapt_commit)."""
+
+    def __init__(self, kind: str, decision: Resize, old_world: Any, new_world: Any, intercomm: Any, status: Status,
+                 t0: float, after: GroupLayout, gone: tuple[int, ...] = (), freed: tuple[str, ...] = (),
+                 background: float = 0.0, metas: dict | None = None) -> None:
+        self.kind, self.decision, self.status, self.t0, self.after = kind, decision, status, t0, after
+        self.old_world, self.new_world, self.intercomm = old_world, new_world, intercomm
+        self.gone, self.freed, self.background = gone, freed, background
+        self.metas = metas   # registered arrays to move (an expansion's, from rank 0); None: ask rank 0
 
 
-@dataclass
 class _Runtime:
     """State of this process's participation in the job; mutated only by the verbs below."""
 
-    world: Any
-    layout: GroupLayout
-    gid: int
-    member: int
-    timeout: float
-    plan: tuple[PlanStep, ...]
-    plan_text: str
-    job_hosts: tuple[str, ...]
-    probes: int = 0
-    status: Status = Status.NEW
-    pending: Resize | None = None
-    pending_kind: str = ""
-    window: _Window | None = None
-    listener: Listener | None = None
-    alive_fd: int | None = None
-    joiner_ctx: dict | None = None
-    finished: bool = False
-    skip_probe: bool = False
-    source: Any = field(default=None)
-    slots: Slots = field(default_factory=lambda: Slots(os.cpu_count() or 1))
-    exit_code: int = 0                 # what this process passed to sys.exit (reported to rank 0 at the end)
-    leftovers: _spawn.Leftovers = field(default_factory=_spawn.Leftovers)  # of failed expansions
-    req_comm: Any = None               # a dup of the world carrying request_adapt calls to rank 0
-    outstanding: AdaptRequest | None = None   # rank 0: the request the decision source has not answered yet
-    req_sends: list = field(default_factory=list)   # other ranks: requests on their way to rank 0
-    req_sent: int = 0                  # requests this rank sent on ``req_comm`` (other ranks)
-    req_got: int = 0                   # requests rank 0 received on ``req_comm``
-    drained_at: float = 0.0            # rank 0: when it last looked for other ranks' requests
-    registry: dict = field(default_factory=dict)    # registered arrays (see _registered)
-    overlap: bool = False              # prepare expansions in the background (see _expand)
-    background: _expand.Background | None = None   # an expansion being prepared
-    prepared: _expand.Prepared | None = None       # a prepared expansion waiting for adapt_begin
+    def __init__(self, world: Any, layout: GroupLayout, gid: int, member: int, timeout: float,
+                 plan: tuple[PlanStep, ...], plan_text: str, job_hosts: tuple[str, ...], status: Status = Status.NEW,
+                 slots: Slots | None = None, overlap: bool = False) -> None:
+        self.world, self.layout, self.gid, self.member, self.timeout = world, layout, gid, member, timeout
+        self.plan, self.plan_text, self.job_hosts, self.status = plan, plan_text, job_hosts, status
+        self.slots = slots if slots is not None else Slots(os.cpu_count() or 1)
+        self.overlap = overlap             # prepare expansions in the background (see _expand)
+        self.probes = 0
+        self.pending: Resize | None = None
+        self.pending_kind = ""
+        self.window: _Window | None = None
+        self.listener: Listener | None = None
+        self.alive_fd: int | None = None
+        self.parent: Any = None            # a joiner's intercommunicator to its parents, until the merge
+        self.joined_at = 0.0               # a joiner: when its init_adapt ran (time.monotonic())
+        self.finished = False
+        self.skip_probe = False
+        self.source: Any = None
+        self.exit_code = 0                 # what this process passed to sys.exit (reported to rank 0 at the end)
+        self.leftovers = _spawn.Leftovers()  # of failed expansions
+        self.requests: _requests.Channel | None = None   # carries request_adapt calls to rank 0
+        self.queued_requests: list[AdaptRequest] = []     # made before the channel (sent at the next probe)
+        self.outstanding: AdaptRequest | None = None   # rank 0: the request the decision source has not answered
+        self.drained_at = 0.0              # rank 0: when it last looked for other ranks' requests
+        self.registry: dict = {}           # registered arrays (see _registered)
+        self.background: _expand.Background | None = None   # an expansion being prepared
+        self.prepared: _expand.Prepared | None = None       # a prepared expansion waiting for adapt_begin
 
 
 _STATE: _Runtime | None = None  # the runtime's world handle
@@ -183,11 +183,10 @@ def init_adapt(timeout: float | None = None, plan: str | None = None, overlap: b
     if _STATE is not None:
         raise AdaptError("init_adapt() was already called in this process")
     t = env_timeout(timeout)
-    parent = MPI.Comm.Get_parent()
-    if parent != MPI.COMM_NULL:
-        return _joiner_init(t)
+    if MPI.Comm.Get_parent() != MPI.COMM_NULL:
+        return _joiner_init(t, overlap)
     comm = MPI.COMM_WORLD
-    hosts = comm.allgather(socket.gethostname())
+    hosts = comm.allgather(hostname())
     base = GroupLayout((Group(0, tuple(hosts), comm.size, base=True),))
     text = plan if plan is not None else os.environ.get("MALLEABLE_PLAN", "")
     steps = parse_plan(text)  # same input on every rank: every rank raises alike
@@ -207,9 +206,11 @@ def init_adapt(timeout: float | None = None, plan: str | None = None, overlap: b
     rt = _Runtime(comm.Dup(), base, 0, comm.rank, t, steps, text, job_hosts, slots=slots,
                   overlap=overlap if overlap is not None else os.environ.get("MALLEABLE_OVERLAP", "0") == "1")
     rt.source = make_source(steps, comm.rank)
-    rt.req_comm = rt.world.Dup()
     if comm.rank == 0:
         rt.listener = Listener()
+        from malleable.runtime._bytecode import cache_bytecode
+
+        cache_bytecode()   # before anything is spawned: joiners then load it instead of compiling the runtime
     _STATE = rt
     _lifecycle.install_hooks(lambda: _STATE)
     marker = os.environ.get("MALLEABLE_RUN_MARKER")
@@ -247,32 +248,22 @@ def _initial_hosts(job_hosts: tuple[str, ...], n: int, base: int) -> tuple[str, 
     return tuple(job_hosts[i % len(job_hosts)] for i in range(base, n))
 
 
-def _joiner_init(timeout: float) -> Status:
+def _joiner_init(timeout: float, overlap: bool | None) -> Status:
+    """A joiner's ``init_adapt``: no communication (the parents learn that it is alive in its ``adapt_begin``); the
+    processes of the job's initial size join at once."""
     global _STATE
-    parent, ctx = _spawn.child_connect(timeout)  # gives up (exits) if the parents do not answer in time
-    if ctx.get("kind") == "abort":
-        log.warning("expansion was cancelled by the parents; joiner exits")
-        parent.Disconnect()
-        MPI.Finalize()
-        os._exit(0)
-    lay = GroupLayout.from_json(ctx["layout"])
-    steps = parse_plan(ctx["plan"])
-    cores, per_host, hostfile = ctx["slots"]
-    rt = _Runtime(None, lay, ctx["gids"][ctx["index"]], ctx["member"], ctx["timeout"], steps, ctx["plan"],
-                  tuple(ctx["job_hosts"]), probes=ctx["probes"],
-                  slots=Slots(cores, per_host, tuple((h, n) for h, n in hostfile)))
-    rt.source = PlanSource(steps, start=ctx["probes"]) if ctx.get("local_source", True) else NullSource()
-    rt.joiner_ctx = dict(ctx, parent=parent)
-    rt.overlap = bool(ctx.get("job_overlap"))
-    rt.leftovers.stale = bool(ctx.get("stale"))  # the job's processes end alike (see _at_exit)
-    rt.alive_fd = connect_back(ctx["liveness"], rt.gid, rt.member, timeout)
+    rt = _Runtime(None, GroupLayout(()), -1, MPI.COMM_WORLD.rank, timeout, (), "", (), status=Status.JOINING)
+    rt.parent, rt.joined_at = MPI.Comm.Get_parent(), time.monotonic()
+    # the same program on the same environment: the parents' overlap setting (a joiner of an overlapped expansion
+    # waits for the word to merge until the parents' next safe point)
+    rt.overlap = overlap if overlap is not None else os.environ.get("MALLEABLE_OVERLAP", "0") == "1"
     _STATE = rt
     _lifecycle.install_hooks(lambda: _STATE)
-    if ctx["kind"] == "initial":
+    if _spawn.INITIAL_OPTION in getattr(sys, "_xoptions", {}):
         _joiner_merge(rt)
+        _commit(rt)
         rt.status = Status.NEW
         return Status.NEW
-    rt.status = Status.JOINING
     return Status.JOINING
 
 
@@ -300,40 +291,20 @@ def probe_adapt() -> ProbeResult:
         rt.skip_probe = False
         return ProbeResult(False, Status.STAYING, {})
     rt.probes += 1
+    if rt.requests is None:   # the first probe after an adaptation (every rank makes the same probes)
+        rt.requests, rt.queued_requests = _requests.Channel(rt.world, rt.queued_requests), []
+    heard = _decide.poll(rt)
+    if isinstance(heard, ProbeResult):
+        return heard
+    d, granted = heard
     if rt.background is not None:
-        return _probe_background(rt)
-    if rt.world.rank == 0 and rt.world.size > 1:
-        now = time.monotonic()
-        # a probe stays cheap: look for requests now and then (at every probe under a plan, so that its answer
-        # steps see every request made at an earlier probe)
-        if rt.source.local or now - rt.drained_at >= _requests.DRAIN_EVERY:
-            rt.drained_at = now
-            for req in _requests.drain(rt.req_comm):
-                rt.req_got += 1
-                _take_request(rt, req)
-    if rt.source.local:
-        d = rt.source.poll(rt.probes)
-    else:
-        d = rt.world.bcast(_poll_rank0(rt) if rt.world.rank == 0 else None, root=0)
-    granted = False
-    if isinstance(d, PlanStep):  # a plan's answer step: every rank learns the outstanding request from rank 0
-        sent = rt.world.reduce(rt.req_sent if rt.world.rank else 0, root=0)   # requests made at earlier probes
-        if rt.world.rank == 0 and sent > rt.req_got:
-            for req in _requests.drain(rt.req_comm, sent - rt.req_got):
-                rt.req_got += 1
-                _take_request(rt, req)
-        req = rt.world.bcast(rt.outstanding, root=0)
-        if req is None or d.answer == "defer":
-            return ProbeResult(False, Status.STAYING, {})
-        rt.outstanding = None
-        d = _requests.Refusal("refused by the plan") if d.answer == "refuse" else (_requests.grant(req), True)
-    if isinstance(d, tuple):  # (decision, answers the outstanding request)
-        d, granted = d
-    if isinstance(d, Pause):
-        return _lifecycle.pause(rt, d)
-    if isinstance(d, _requests.Refusal):
-        rt.outstanding = None
-        return ProbeResult(False, Status.STAYING, {"request": "refused", "reason": d.reason, "probe": rt.probes})
+        return _probe_background(rt, d, granted)
+    return _act(rt, d, granted)
+
+
+def _act(rt: _Runtime, d: Resize | None, granted: bool) -> ProbeResult:
+    """Turn decision ``d`` into the probe's answer: a pending expansion or shrink, or nothing (refused decisions are
+    reported to the source)."""
     if d is None or d.procs == rt.layout.world_size:
         return ProbeResult(False, Status.STAYING, {"request": "granted"} if granted else {})
     size = rt.layout.world_size
@@ -356,6 +327,8 @@ def probe_adapt() -> ProbeResult:
                 rt.source.refused(d, str(e))
             return ProbeResult(False, Status.STAYING, {})
     if kind == "expand" and rt.overlap and _mpi.current().concurrent_spawn:
+        from malleable.runtime import _expand
+
         rt.background = _expand.Background(d, rt.world.Dup()).start(rt)
         return ProbeResult(False, Status.STAYING, {})
     rt.pending, rt.pending_kind = d, kind
@@ -366,28 +339,28 @@ def probe_adapt() -> ProbeResult:
     return ProbeResult(True, status, info)
 
 
-def _poll_rank0(rt: _Runtime) -> Any:
-    """A controller's answer on rank 0: a decision (with whether it answers the outstanding request) or a refusal."""
-    d = rt.source.poll(rt.probes)
-    if isinstance(d, Resize):
-        granted, rt.outstanding = rt.outstanding is not None, None
-        return d, granted
-    return d
+def _probe_background(rt: _Runtime, d: Resize | None, granted: bool) -> ProbeResult:
+    """A probe while an expansion is prepared in the background: pending once every rank's part is done.
 
-
-def _take_request(rt: _Runtime, req: AdaptRequest) -> None:
-    rt.outstanding = req
-    log.info("application asks for %s", req.as_dict())
-    rt.source.request(req)
-
-
-def _probe_background(rt: _Runtime) -> ProbeResult:
-    """A probe while an expansion is prepared in the background: pending once every rank's part is done."""
+    A newer decision (``d``: another size, a shrink) cancels the preparation: once every rank's part is done, the
+    prepared processes are told to exit and the newer decision is carried out at that probe.
+    """
     bg = rt.background
     assert bg is not None
+    if d is not None and d.procs != bg.decision.procs and d.procs != rt.layout.world_size:
+        bg.cancel = (d, granted)   # the latest decision wins
     if not rt.world.allreduce(1 if bg.done() else 0, op=MPI.MIN):
         return ProbeResult(False, Status.STAYING, {})
     rt.background = None
+    if bg.cancel is not None:
+        if bg.result is not None:
+            _spawn.abandon(bg.world, bg.result.inters, rt.timeout, rt.leftovers)
+        bg.world.Free()
+        log.info("expansion to %d cancelled by a newer decision (%d processes)", bg.decision.procs,
+                 bg.cancel[0].procs)
+        if rt.world.rank == 0:
+            rt.source.refused(bg.decision, f"cancelled: the job is to have {bg.cancel[0].procs} process(es) now")
+        return _act(rt, *bg.cancel)
     bg.world.Free()
     if bg.error is not None or bg.result is None:
         log.warning("background expansion to %d failed, going on: %s", bg.decision.procs, bg.error)
@@ -435,36 +408,45 @@ def adapt_begin() -> AdaptWindow:
 
 
 def _parent_expand(rt: _Runtime, d: Resize, kind: str) -> None:
+    from malleable.runtime import _expand  # the parents' side only: a joiner does not load it
+
     t0 = time.perf_counter()
     prepared, rt.prepared = rt.prepared, None
     if prepared is None:
         prepared = _expand.prepare(rt, rt.world, d, kind)
-    merged, after = _expand.finish(rt.world, rt.layout, prepared, rt.probes)
+    ctx = None
+    if rt.world.rank == 0:
+        ctx = _expand.joiner_context(rt, prepared, _registered.metadata(rt.registry))
+    merged, after, ctx = _expand.finish(rt.world, rt.layout, prepared, ctx)
     rt.window = _Window(kind, d, rt.world, merged.world, merged.intercomm, Status.STAYING, t0, after,
-                        background=prepared.seconds if prepared.overlap else 0.0)
+                        background=prepared.seconds if prepared.overlap else 0.0, metas=ctx["registered"])
     if kind == "initial":
         _commit(rt)
 
 
 def _joiner_merge(rt: _Runtime) -> None:
-    ctx = rt.joiner_ctx
-    assert ctx is not None
+    """A joiner's side of the merge: ask to merge, merge, and learn the job's state from rank 0."""
     t0 = time.perf_counter()
-    _spawn.child_ready(ctx["parent"], rt.timeout, None if ctx.get("overlap") else rt.timeout)
-    merged = _spawn.child_merge(ctx["parent"], ctx["index"], ctx["n_groups"], ctx["n_old"])
-    ctx["parent"].Disconnect()
-    rt.probes = merged.world.bcast(None, root=0)  # the job's count at the merge (see _expand.finish)
-    if isinstance(rt.source, PlanSource):
-        rt.source = PlanSource(rt.plan, start=rt.probes)
-    member_hosts = _expand.gather_members(merged.world, ctx["n_old"], ctx["index"], ctx["n_groups"])
-    before = GroupLayout.from_json(ctx["layout"])
-    plan = ExpandPlan(tuple([None] * ctx["n_groups"]), tuple(len(h) for h in member_hosts), ctx["gids"][0])
-    after = apply_expand(before, plan, member_hosts)
+    parent = rt.parent
+    go_timeout = None if rt.overlap and _mpi.current().concurrent_spawn else rt.timeout
+    index, n_groups, n_old = _spawn.child_ready(parent, rt.timeout, go_timeout, rt.joined_at)  # or it exits
+    merged = _spawn.child_merge(parent, index, n_groups, n_old)
+    rows = merged.world.allgather(hostname())   # see _expand.finish
+    ctx = rows[0]
+    before = ctx["layout"]
+    plan = ExpandPlan(tuple([None] * n_groups), tuple(ctx["counts"]), ctx["gids"][0])
+    rt.gid, rt.probes, rt.timeout = ctx["gids"][index], ctx["probes"], ctx["timeout"]
+    rt.plan_text, rt.plan, rt.job_hosts = ctx["plan"], ctx["steps"], tuple(ctx["job_hosts"])
+    cores, per_host, hostfile = ctx["slots"]
+    rt.slots = Slots(cores, per_host, tuple((h, n) for h, n in hostfile))
+    rt.source = PlanSource(rt.plan, start=rt.probes) if ctx["local_source"] else NullSource()
+    rt.leftovers.stale = bool(ctx["stale"])  # the job's processes end alike (see _lifecycle.at_exit)
+    rt.alive_fd = connect_back(ctx["liveness"], rt.gid, rt.member, rt.timeout)
+    after = apply_expand(before, plan, split_hosts(rows[n_old:], plan.counts))
     d = Resize(ctx["decision"][0], tuple(ctx["decision"][1]))
     rt.layout = before
-    rt.window = _Window(ctx["kind"], d, None, merged.world, merged.intercomm, Status.JOINING, t0, after)
-    if ctx["kind"] == "initial":
-        _commit(rt)
+    rt.window = _Window(ctx["kind"], d, None, merged.world, merged.intercomm, Status.JOINING, t0, after,
+                        metas=ctx["registered"])
 
 
 def _joiner_begin(rt: _Runtime) -> AdaptWindow:
@@ -480,10 +462,13 @@ def _begin_shrink(rt: _Runtime, d: Resize) -> None:
     sp = plan_shrink(rt.layout, d.procs)
     comm = rt.world
     leaving = comm.rank >= sp.target
-    new_world = comm.Split(MPI.UNDEFINED if leaving else 0, comm.rank)
-    local = comm.Split(1 if leaving else 0, comm.rank)
+    local = comm.Split(1 if leaving else 0, comm.rank)   # the stayers' side is their new world
     inter = local.Create_intercomm(0, comm, 0 if leaving else sp.target, 4710)
-    _mpi.current().release(local)  # the leavers' side may span several spawn groups
+    new_world = MPI.COMM_NULL
+    if leaving:
+        _mpi.current().release(local)  # the leavers' side may span several spawn groups
+    else:
+        new_world = local
     status = Status.LEAVING if leaving else Status.STAYING
     rt.window = _Window("shrink", d, comm, new_world, inter, status, t0, sp.after, sp.gone, sp.freed_hosts)
 
@@ -511,31 +496,37 @@ def _commit(rt: _Runtime) -> AdaptReport:
     w = rt.window
     assert w is not None
     old_size = rt.layout.world_size
-    if w.kind != "initial":  # registered arrays move over the communicator spanning old and new owners
-        span, new_size = (w.new_world, w.after.world_size) if w.kind == "expand" else (w.old_world, w.after.world_size)
-        _registered.move_all(rt.registry, old_size, new_size, span)
-    w.intercomm.Disconnect()
+    if w.kind == "expand":  # registered arrays move over the communicator spanning old and new owners
+        _registered.move_all(rt.registry, old_size, w.after.world_size, w.new_world, w.metas)
+    elif w.kind == "shrink" and rt.registry:  # every rank registers the same arrays (see mr.register)
+        _registered.move_all(rt.registry, old_size, w.after.world_size, w.old_world)
+    _mpi.current().release(w.intercomm)
+    if rt.requests is not None:   # the old world's (renewed at the next probe)
+        rt.requests.close(_mpi.current().release)
+        rt.requests = None
     if w.kind != "shrink":
         if w.old_world is not None:
             _mpi.current().release(w.old_world)
         rt.skip_probe = w.status is Status.JOINING and w.kind == "expand"
         rt.world, rt.layout, rt.window, rt.status = w.new_world, w.after, None, Status.STAYING
-        _renew_req_comm(rt)
+        if rt.listener is not None:
+            rt.listener.accept((), 0)   # take the reports that arrived (never waits)
         return _report(rt, w, old_size, Status.STAYING if w.status is Status.STAYING else Status.JOINING)
     _mpi.current().release(w.old_world)
     if w.status is Status.LEAVING:
-        _renew_req_comm(rt, leaving=True)
         rt.window, rt.finished, rt.status = None, True, Status.LEAVING
         report = AdaptReport("shrink", old_size, w.after.world_size, Status.LEAVING,
                              time.perf_counter() - w.t0, w.freed, w.after.idle())
-        _lifecycle.leave()
+        mine = next((g for g in rt.layout.groups if g.gid == rt.gid), None)
+        # a group leaving whole, none of it idle from an earlier split, meets in MPI_Finalize; else in a barrier
+        _lifecycle.leave(whole_group=rt.gid in w.gone and mine is not None and mine.active == mine.size)
         return report
     rt.world, rt.window = w.new_world, None
-    _renew_req_comm(rt)
     freed: tuple[str, ...] = ()
     if rt.world.rank == 0 and rt.listener is not None:
         try:
-            rt.listener.wait_gone(w.gone, rt.timeout, progress=_lifecycle.progress)
+            rt.listener.accept(_members(rt.layout, w.gone), rt.timeout)   # joiners report in after their merge
+            rt.listener.wait_gone(w.gone, rt.timeout, progress=functools.partial(_lifecycle.progress, rt.world))
             freed = w.freed
         except AdaptTimeout as e:
             log.warning("%s; their hosts are not reported free", e)
@@ -544,17 +535,10 @@ def _commit(rt: _Runtime) -> AdaptReport:
     return _report(rt, w, old_size, Status.STAYING, tuple(freed))
 
 
-def _renew_req_comm(rt: _Runtime, leaving: bool = False) -> None:
-    """The request channel follows the world (collective over the new world; leavers only drop theirs)."""
-    old = rt.req_comm
-    if old is not None:
-        for req in rt.req_sends:   # rank 0 has them (it answered): completed, or Intel MPI's disconnect crashes
-            with contextlib.suppress(AdaptTimeout):
-                wait_request(req, 5.0, "a size request to rank 0")
-        rt.req_sends = []
-        _mpi.current().release(old)
-    rt.req_sent = rt.req_got = 0
-    rt.req_comm = None if leaving else rt.world.Dup()
+def _members(layout: GroupLayout, gids: Iterable[int] | None = None) -> list[tuple[int, int]]:
+    """(gid, member) of every spawned process of the groups ``gids`` (default: all spawned groups) in ``layout``."""
+    want = None if gids is None else set(gids)
+    return [(g.gid, m) for g in layout.groups if not g.base and (want is None or g.gid in want) for m in range(g.size)]
 
 
 def _report(rt: _Runtime, w: _Window, old_size: int, status: Status, freed: tuple[str, ...] = ()) -> AdaptReport:

@@ -30,6 +30,7 @@ IMPI_TESTS = frozenset({
     "test_expand_1_to_4_and_shrink_to_1", "test_uneven_2_3_5_2", "test_killed_joiner_raises_and_world_survives",
     "test_joiner_killed_by_a_signal", "test_stopped_joiner_fails_the_expansion_within_the_timeout",
     "test_exit_code_of_any_rank_reaches_malleable_run", "test_expand_onto_node2_node3_then_shrink_frees_node3",
+    "test_held_out_sequence_over_four_hosts",
     "test_redistribution_suite_under_mpiexec",
     "test_job_computes_while_the_expansion_is_prepared", "test_paused_job_uses_no_cpu_and_resumes_to_the_exact_result",
     "test_anchor_grows_1_2_4_and_shrinks_to_2", "test_random_arrays_follow_every_adaptation",

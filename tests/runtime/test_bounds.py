@@ -159,7 +159,8 @@ def test_stopped_joiner_fails_the_expansion_within_the_timeout(mpi, tmp_path):
             p.kill()
             p.communicate()
     err = next(json.loads(x) for x in lines if x.startswith('{"adapt_error"'))
-    assert err["type"] in ("AdaptError", "AdaptTimeout") and err["seconds"] < 4 + 3, err
+    # the spawn and the joiners' ready barrier each have the 4 s deadline (a loaded machine spawns slowly)
+    assert err["type"] in ("AdaptError", "AdaptTimeout") and err["seconds"] < 4 + 4 + 2, err
     rows = [json.loads(x) for x in (*lines, *out.splitlines()) if x.startswith('{"probe"')]
     assert sizes(rows) == [(1, 1), (2, 1), (3, 1), (4, 1), (5, 3), (6, 3)] and all(r["ok"] for r in rows), errout
     assert not running(stopped)

@@ -43,6 +43,28 @@ def test_expand_onto_node2_node3_then_shrink_frees_node3(remote_mpi, netns_clust
     assert expand["report"]["new"] == 3
 
 
+HOSTS = ["node1", "node2", "node3", "node4"]
+
+
+def test_held_out_sequence_over_four_hosts(remote_mpi, netns_cluster):
+    # 1 -> 3 -> 1 -> 2 -> 4 -> 2 -> 1, the new processes on the least used of the job's four hosts
+    sizes = [3, 1, 2, 4, 2, 1]
+    plan = [{"at_probe": 2 + i, "procs": n} for i, n in enumerate(sizes)]
+    env = dict(netns_cluster.env(), MALLEABLE_HOSTS=",".join(HOSTS), PROG_CHECK_HOSTS=",".join(HOSTS[1:]))
+    rows, reports, errors, proc = run_prog(remote_mpi, 1, plan, iters=9, hosts=HOSTS[:1], env=env)
+    assert not errors and all(r["ok"] for r in rows), proc.stdout + proc.stderr
+    assert [r["report"]["new"] for r in reports] == sizes
+    assert [r["size"] for r in rows] == [1, 3, 1, 2, 4, 2, 1, 1, 1]
+    for row in rows:   # one process per host: the job spreads over the least used hosts
+        assert row["hosts"][0] == "node1" and len(set(row["hosts"])) == row["size"], row
+    for rep in reports:
+        if rep["report"]["kind"] == "shrink":
+            assert rep["left_alive"] == [], rep      # the leavers' processes ended
+            for h in rep["report"]["freed"]:       # and nothing of the program is left where they ran
+                assert rep["host_pids"][h] == [], (h, rep)
+    assert {h for rep in reports for h in rep["report"]["freed"]} == set(HOSTS[1:])
+
+
 def test_malleable_run_spreads_and_frees_every_host_but_the_anchors(remote_mpi, netns_cluster):
     mpi = remote_mpi
     plan = [{"at_probe": 2, "procs": 1}, {"at_probe": 3, "procs": 4, "hosts": ["node4"]}, {"at_probe": 4, "procs": 1}]

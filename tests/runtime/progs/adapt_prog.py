@@ -5,7 +5,8 @@ adaptation {"report": ...,"left_pids": [...], "left_alive": [...]}. ``ok`` says 
 still equals the reference. Env: PROG_ITERS (default 12), PROG_DIE_JOINER=1 kills the first joiner of
 the first expansion before it reports in, PROG_COLS (array columns, default 5). Faults: PROG_KILL_JOINER (SIGKILL
 before reporting in), PROG_STOP_JOINER (SIGSTOP after the handshake), PROG_SLOW_JOINER (sleep before MPI_Init),
-PROG_EXIT_RANK/PROG_EXIT_CODE (that rank ends with sys.exit(code)).
+PROG_EXIT_RANK/PROG_EXIT_CODE (that rank ends with sys.exit(code)). PROG_PIDS_DIR: every process leaves a file named
+by its pid there as it starts.
 """
 
 import json
@@ -14,6 +15,9 @@ import signal
 import socket
 import sys
 import time
+
+if os.environ.get("PROG_PIDS_DIR"):  # every process of the job leaves its pid there as it starts
+    open(os.path.join(os.environ["PROG_PIDS_DIR"], str(os.getpid())), "w").close()  # noqa: SIM115
 
 _slow = os.environ.get("PROG_SLOW_JOINER")  # "marker:seconds": joiners sleep before MPI_Init (a slow spawn)
 if _slow:
@@ -44,10 +48,9 @@ REF = np.arange(N * COLS, dtype=np.float64).reshape(N, COLS) * 1.5
 
 
 def _netns_pids(host, freed):
-    """PIDs inside a test-cluster host's network namespace (pids are shared across namespaces).
-
-    For a host the runtime reported free, the job's application processes are gone already; hydra's
-    proxy on that host exits right after its children, so allow it up to 2 s to go too.
+    """PIDs of this program's processes inside a test-cluster host's network namespace (pids are shared across
+    namespaces). For a host the runtime reported free they are gone already; a process still tearing down there
+    gets up to 2 s.
     """
     import subprocess
     import time
@@ -62,11 +65,15 @@ def _netns_pids(host, freed):
 
 
 def _of_this_job(pid):
-    """Whether ``pid`` descends from this job's mpiexec (other test sessions may use the same hosts)."""
+    """Whether ``pid`` is a process of this program in this job: it runs this file and descends from the job's
+    launcher (other test sessions may use the same hosts; the launcher's own daemons are not the job's processes)."""
     me = psutil.Process()
     launcher = next((p.pid for p in me.parents() if p.name().startswith(("mpiexec", "prterun"))), None)
     try:
-        return launcher is None or launcher in {p.pid for p in psutil.Process(pid).parents()}
+        proc = psutil.Process(pid)
+        if not any(a.endswith(os.path.basename(__file__)) for a in proc.cmdline()):
+            return False
+        return launcher is None or launcher in {p.pid for p in proc.parents()}
     except psutil.NoSuchProcess:
         return False
 
