@@ -38,7 +38,10 @@ class OpenMPI(Backend):
     and mpirun still exits with the joiner's status; after such a failure ``MPI_Finalize`` may crash on the
     dead peer (5.0.11), so the job's processes end without it. Launching over several hosts works (PRRTE's ssh
     agent is ``plm_ssh_agent``), but ``MPI_Comm_spawn`` onto another host makes PRRTE lose its remote daemon and end
-    the job (5.0.11; open-mpi/ompi#12601): such expansions are refused before spawning.
+    the job (5.0.11; open-mpi/ompi#12601): such expansions are refused before spawning. No other way helps here:
+    spawned or separately launched and connected (``MPI_Comm_connect``, in a PRRTE DVM), a process reaches the
+    processes of only the first job on another host it is connected to (``opal_modex_recv`` fails with -46 for
+    the next); docs/runtime.md, Limits, lists what was tried.
     """
 
     name = "openmpi"
