@@ -333,9 +333,7 @@ class FsShell:
         with self.lock:
             if job.id in self.mounted:
                 return ""
-        uid, gid = (job.uid, job.gid) if job.uid > 0 else (None, None)
-        err = self.mounts.mount(job.id, job.fs.address, self.secret(job.id), tuple(job.hosts), uid,
-                                gid if gid is not None and gid >= 0 else None)
+        err = self.mounts.mount(job.id, job.fs.address, self.secret(job.id), tuple(job.hosts), *job.acting_ids)
         if err:
             self.mounts.unmount(job.id, tuple(job.hosts))
             return err

@@ -131,6 +131,14 @@ class JobRec:
     dependency: str = ""                     # jobs it waits for ("afterok:3,afterany:4"; see sched._depend)
 
     @property
+    def acting_ids(self) -> tuple[int | None, int | None]:
+        """The uid and gid the daemon acts as for this job (staging, its mount): its user's, or None for the daemon's
+        own (a root job's, or a record from before jobs had a user: uid -1)."""
+        if self.uid <= 0:
+            return None, None
+        return self.uid, (self.gid if self.gid >= 0 else None)
+
+    @property
     def size(self) -> int:
         """Hosts held now."""
         return len(self.hosts)

@@ -59,10 +59,8 @@ def _who(j: JobRec, mounts: bool = False) -> dict[str, Any]:
     record from before jobs had a user), its time limit (0: none), and, when the controller ``mounts`` job file
     systems, its hosts (where its file system is mounted)."""
     limit = j.time_limit if j.time_limit and math.isfinite(j.time_limit) and j.time_limit > 0 else 0.0
-    # None: stage as the daemon (a root job's, or a record from before jobs had a user: uid -1)
-    uid, gid = (j.uid, j.gid) if j.uid > 0 else (None, None)
-    return {"uid": uid, "gid": gid if gid is not None and gid >= 0 else None, "limit": float(limit),
-            "mount_hosts": tuple(j.hosts) if mounts else ()}
+    uid, gid = j.acting_ids
+    return {"uid": uid, "gid": gid, "limit": float(limit), "mount_hosts": tuple(j.hosts) if mounts else ()}
 
 
 def submitted(m: P.Submit) -> dict[str, Any]:
