@@ -48,7 +48,7 @@ class IntelMPI(Backend):
         argv = [mpiexec]
         if spec.reach != "ssh":
             argv += ["-bootstrap", spec.reach]
-        if spec.hosts:
+        if spec.hosts and spec.reach != "fork":  # fork: the names are slots of this machine, unknown to its hydra
             exe = spec.launcher_exec or os.environ.get("MALLEABLE_LAUNCHER_EXEC")
             if exe and spec.reach == "ssh":
                 argv += ["-bootstrap", "ssh", "-bootstrap-exec", exe]

@@ -46,7 +46,7 @@ SLURM_POOL = HostPool("slurm", ("n1", "n2"), None, "h")
     ("mpich", SLURM_POOL, [EXE, "-launcher", "slurm", "-hosts", "n1,n1,n2,n2", "-n", "4", *CMD]),
     ("impi", NETNS_POOL, [EXE, "-bootstrap", "ssh", "-bootstrap-exec", NETNS, "-iface", "mbr0",
                           "-hosts", "node1,node2", "-ppn", "1", "-n", "4", *CMD]),
-    ("impi", LOCAL_POOL, [EXE, "-bootstrap", "fork", "-hosts", "local1,local2", "-ppn", "1", "-n", "4", *CMD]),
+    ("impi", LOCAL_POOL, [EXE, "-bootstrap", "fork", "-n", "4", *CMD]),
     ("impi", SLURM_POOL, [EXE, "-bootstrap", "slurm", "-hosts", "n1,n2", "-ppn", "1", "-n", "4", *CMD]),
 ])
 def test_rigid_job_in_each_dialect(as_mpi, mpi, pool, want):
