@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -97,11 +98,26 @@ def test_malleable_job_gets_its_mpi_variables_and_the_users_win(as_mpi, mpi, wan
 
 def test_rigid_slots_land_per_host_under_mpich(monkeypatch):
     """The rigid command line of a local pool, run: hydra puts two ranks on each host slot (one proxy each)."""
-    from pathlib import Path
-
     monkeypatch.delenv("MALLEABLE_MPI", raising=False)
     monkeypatch.setenv("MALLEABLE_MPIEXEC", str(Path(sys.executable).parent / "mpiexec"))
     j = job(["local1", "local2"], False)
     j.cmd = ["sh", "-c", 'echo "$PMI_RANK $MPI_LOCALNRANKS $MPI_LOCALRANKID"']
     out = subprocess.run(job_argv(j, LOCAL_POOL, 2), capture_output=True, text=True, timeout=60, check=True)
     assert sorted(out.stdout.split("\n")[:-1]) == ["0 2 0", "1 2 1", "2 2 0", "3 2 1"]
+
+
+def test_the_daemon_says_which_mpi_its_jobs_run_under(monkeypatch, tmp_path):
+    from malleable.controller.daemon._store import Store
+    from tests.controller._daemon_util import daemon_thread, isolate
+
+    isolate(monkeypatch, tmp_path)
+    monkeypatch.delenv("MALLEABLE_MPI", raising=False)
+    monkeypatch.delenv("MALLEABLE_MPIEXEC", raising=False)
+    with daemon_thread(tmp_path / "ctl.sqlite", HostPool.local(1)) as (_, c):
+        assert c.status()["mpi"] == "mpich"                 # this venv's wheel
+    store = Store(str(tmp_path / "ctl.sqlite"))
+    try:
+        start = [e for e in store.events(None, 50) if e["kind"] == "start"]
+    finally:
+        store.close()
+    assert start and f"MPI mpich ({Path(sys.executable).parent / 'mpiexec'})" in start[-1]["text"]
