@@ -67,6 +67,7 @@ def test_jacobi_grows_across_hosts_under_each_mpi(mpi, monkeypatch, tmp_path, ne
     try:
         with Client(state=str(state), token=TOKEN.encode(), timeout=10) as c:
             cid = c.status()["controller_id"]
+            assert c.status()["mpi"] == mpi.name                # the daemon's launcher is that venv's
             m = c.submit([mpi.python, "-m", "malleable.apps.jacobi", "--n", str(N), "--iters", str(ITERS),
                           "--probe-every", "10", "--out", str(out)], 1, 1, 4, True, name="jacobi",
                          out=str(tmp_path / "m.out"), env=env)
