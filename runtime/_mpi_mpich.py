@@ -41,6 +41,7 @@ class MPICH(Backend):
     name = "mpich"
     banner = "MPICH"
     proxies = ("hydra_pmi_proxy",)
+    forks_any_name = True
 
     def matches(self, text: str) -> bool:
         """MPICH's library version or hydra's ``--version`` banner."""

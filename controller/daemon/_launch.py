@@ -25,7 +25,7 @@ from pathlib import Path
 
 from malleable._secret import KEY_ENV, Credential
 from malleable.launch import find_mpiexec
-from malleable.runtime._mpi import Backend, LaunchSpec, for_mpiexec
+from malleable.runtime._mpi import REACH_ENV, Backend, LaunchSpec, for_mpiexec
 
 from ._access import secret_looking
 from ._hostpool import TAG_VAR, HostPool
@@ -90,6 +90,8 @@ def job_env(job: JobRec, pool: HostPool, slots: int, controller: str, key: Crede
             env.setdefault(k, v)
         if pool.launcher_exec:
             env["MALLEABLE_LAUNCHER_EXEC"] = pool.launcher_exec
+        if pool.reach == "fork":        # every host is a slot of this machine: spawns under any MPI stay here
+            env[REACH_ENV] = "fork"
     return env
 
 

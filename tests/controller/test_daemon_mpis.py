@@ -1,8 +1,9 @@
 """A controller started from each MPI's environment (``.venv-impi/bin/python -m malleable controller start ...``) runs
-its jobs on 4 namespace hosts in that MPI's own launcher dialect: the malleable Jacobi job grows across the hosts,
-shrinks for a rigid job that then runs on the hosts it gave back, and its result is bit-exact. Under Open MPI, whose
+its jobs in that MPI's own launcher dialect. On 4 namespace hosts the malleable Jacobi job grows across the hosts,
+shrinks for a rigid job that then runs on the hosts it gave back, and its result is bit-exact; under Open MPI, whose
 ``MPI_Comm_spawn`` cannot reach another host here, the runtime refuses each growth: the refusal is in the job's
-events, the job keeps its one host, runs the rigid job beside it, and completes bit-exact."""
+events, the job keeps its one host, runs the rigid job beside it, and completes bit-exact. On a local pool (slots of
+this machine) the job grows and shrinks under every MPI."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from malleable.runtime._mpi import backend_named
 from tests.controller._daemon_util import TOKEN, isolate, kill_leftovers, wait_final, wait_for
 from tests.runtime._impls import impl_named, selected
 
-pytestmark = [pytest.mark.netns, pytest.mark.timeout(300)]
+pytestmark = pytest.mark.timeout(300)
 
 WHERE = str(Path(__file__).parent / "progs" / "where_prog.py")
 N, ITERS = 512, 2500
@@ -41,29 +42,70 @@ def events(c: Client, jid: int) -> list[dict]:
     return list(c.info(jid).events)
 
 
-def start_controller(mpi, hosts: list[str], launcher: str, state: Path, env: dict[str, str]) -> int:
-    """``malleable controller start`` with the MPI's own Python (the daemon runs in that venv); its pid."""
-    done = subprocess.run([mpi.python, "-m", "malleable", "controller", "start", "--hosts", ",".join(hosts),
-                           "--launcher-exec", launcher, "--policy", "malleable-fill", "--state", str(state),
-                           "--tick", "0.2"], capture_output=True, text=True, timeout=120, env=env)
+def start_controller(mpi, pool: list[str], state: Path, env: dict[str, str]) -> int:
+    """``malleable controller start POOL`` with the MPI's own Python (the daemon runs in that venv); its pid."""
+    done = subprocess.run([mpi.python, "-m", "malleable", "controller", "start", *pool, "--policy", "malleable-fill",
+                           "--state", str(state), "--tick", "0.2"], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr
     from malleable.controller.daemon._paths import addr_file
 
     return int(json.loads(addr_file(str(state)).read_text())["pid"])
 
 
+def job_env(monkeypatch, tmp_path) -> dict[str, str]:
+    isolate(monkeypatch, tmp_path)
+    env = dict(os.environ, MALLEABLE_ADAPT_TIMEOUT="40")
+    for k in ("MALLEABLE_MPI", "MALLEABLE_MPIEXEC", "MALLEABLE_LAUNCHER_EXEC"):
+        env.pop(k, None)
+    return env
+
+
+def stop_controller(mpi, state: Path, env: dict[str, str]) -> None:
+    stop = subprocess.run([mpi.python, "-m", "malleable", "controller", "stop", "--state", str(state)],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert stop.returncode == 0, stop.stderr
+
+
+def test_jacobi_grows_and_shrinks_on_local_slots_under_each_mpi(mpi, monkeypatch, tmp_path):
+    from malleable.apps.jacobi import reference
+
+    env = job_env(monkeypatch, tmp_path)
+    state, out = tmp_path / "ctl.sqlite", tmp_path / "u.npy"
+    pid, cid = start_controller(mpi, ["--local", "2"], state, env), ""
+    try:
+        with Client(state=str(state), token=TOKEN.encode(), timeout=10) as c:
+            cid = c.status()["controller_id"]
+            assert c.status()["mpi"] == mpi.name
+            m = c.submit([mpi.python, "-m", "malleable.apps.jacobi", "--n", str(N), "--iters", str(ITERS),
+                          "--probe-every", "10", "--out", str(out)], 1, 1, 2, True, name="jacobi",
+                         out=str(tmp_path / "m.out"), env=env)
+            wait_for(lambda: ("expand", ["local1", "local2"]) in steps(c, m), 90, f"the job to grow ({mpi.name})")
+            r = c.submit(["sh", "-c", "echo rigid-ran"], 1, name="rigid", out=str(tmp_path / "r.out"), env=env)
+            final = wait_final(c, [m, r], 200)
+            assert final == {m: "COMPLETED", r: "COMPLETED"}, (tmp_path / "m.out").read_text()[-3000:]
+            kinds = [k for k, _ in steps(c, m)]
+            assert kinds[:3] == ["start", "expand", "shrink"], kinds      # it made room for the rigid job
+            assert (tmp_path / "r.out").read_text() == "rigid-ran\n"
+            assert np.array_equal(np.load(out), reference(N, ITERS)), "result differs from the serial reference"
+            wait_for(lambda: all(x["state"] == "idle" for x in c.rows(P.Nodes())), 30, "every slot idle")
+            assert not scan_tagged(cid + "."), "processes of the jobs left behind"
+        stop_controller(mpi, state, env)
+        pid = 0
+    finally:
+        kill_leftovers(pid, cid)
+
+
+@pytest.mark.netns
 def test_jacobi_grows_across_hosts_under_each_mpi(mpi, monkeypatch, tmp_path, netns_cluster):
     from malleable.apps.jacobi import reference
 
-    isolate(monkeypatch, tmp_path)
-    env = dict(os.environ, MALLEABLE_ADAPT_TIMEOUT="40")
-    env.pop("MALLEABLE_MPI", None)
-    env.pop("MALLEABLE_MPIEXEC", None)
+    env = job_env(monkeypatch, tmp_path)
     hosts = netns_cluster.hosts[:4]
     state = tmp_path / "ctl.sqlite"
     grows = backend_named(mpi.name).spawn_across_hosts
     out = tmp_path / "u.npy"
-    pid, cid = start_controller(mpi, hosts, netns_cluster.launcher, state, env), ""
+    pool = ["--hosts", ",".join(hosts), "--launcher-exec", netns_cluster.launcher]
+    pid, cid = start_controller(mpi, pool, state, env), ""
     try:
         with Client(state=str(state), token=TOKEN.encode(), timeout=10) as c:
             cid = c.status()["controller_id"]
@@ -104,9 +146,7 @@ def test_jacobi_grows_across_hosts_under_each_mpi(mpi, monkeypatch, tmp_path, ne
             assert hist[m]["exit_code"] == 0 and hist[r]["exit_code"] == 0
             wait_for(lambda: all(x["state"] == "idle" for x in c.rows(P.Nodes())), 30, "every host idle")
             assert not scan_tagged(cid + "."), "processes of the jobs left behind"
-        stop = subprocess.run([mpi.python, "-m", "malleable", "controller", "stop", "--state", str(state)],
-                              capture_output=True, text=True, timeout=60, env=env)
-        assert stop.returncode == 0, stop.stderr
+        stop_controller(mpi, state, env)
         pid = 0
     finally:
         kill_leftovers(pid, cid)
