@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from malleable._secret import Credential
 from malleable.controller.daemon._hostpool import HostPool
 from malleable.controller.daemon._launch import job_argv, job_env
 from malleable.controller.daemon._records import JobRec
@@ -83,8 +84,6 @@ def test_malleable_job_starts_one_anchor_on_its_first_host(as_mpi, mpi, first):
                                            ("impi", {"I_MPI_FABRICS": "ofi", "FI_PROVIDER": "tcp"}),
                                            ("openmpi", {})])
 def test_malleable_job_gets_its_mpi_variables_and_the_users_win(as_mpi, mpi, want):
-    from malleable._secret import Credential
-
     as_mpi(mpi)
     key = Credential("job:7", b"ab" * 32)
     env = job_env(job(["node1", "node2"], True), NETNS_POOL, 1, "tcp://h:1", key, "c.7")
@@ -121,3 +120,19 @@ def test_the_daemon_says_which_mpi_its_jobs_run_under(monkeypatch, tmp_path):
     finally:
         store.close()
     assert start and f"MPI mpich ({Path(sys.executable).parent / 'mpiexec'})" in start[-1]["text"]
+
+
+def test_spawns_on_local_slots_stay_here_under_launchers_that_do_not_know_the_names(monkeypatch):
+    from malleable.runtime._mpi import REACH_ENV, backend_named
+
+    monkeypatch.delenv(REACH_ENV, raising=False)
+    env = job_env(job(["local1", "local2"], True), LOCAL_POOL, 1, "tcp://h:1", Credential("job:7", b"ab" * 32), "c.7")
+    assert env[REACH_ENV] == "fork"                                 # what the controller gives a local pool's job
+    assert REACH_ENV not in job_env(job(["node1"], True), NETNS_POOL, 1, "tcp://h:1", Credential("job:7", b"ab" * 32),
+                                    "c.7")
+    names = ("mpich", "impi", "openmpi")
+    assert [backend_named(n).spawn_host("node2") for n in names] == ["node2"] * 3
+    assert [backend_named(n).can_reach() for n in names] == [True, True, False]
+    monkeypatch.setenv(REACH_ENV, "fork")
+    assert [backend_named(n).spawn_host("local2") for n in names] == ["local2", None, None]   # hydra forks any name
+    assert [backend_named(n).can_reach() for n in names] == [True, True, True]
