@@ -30,7 +30,7 @@ REACH = ("ssh", "fork", "slurm")
 
 REACH_ENV = "MALLEABLE_LAUNCHER_REACH"
 """Set to ``fork`` in a job whose host names are all slots of this machine (a controller's ``--local`` pool): its
-spawns then go to this machine under a launcher that does not know the names (see :func:`spawn_host`)."""
+spawns then go to this machine under a launcher that does not know the names (see :meth:`Backend.spawn_host`)."""
 
 
 def all_here() -> bool:
