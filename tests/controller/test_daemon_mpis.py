@@ -60,6 +60,12 @@ def job_env(monkeypatch, tmp_path) -> dict[str, str]:
     return env
 
 
+def all_idle_and_clean(c: Client, cid: str) -> None:
+    """Every host idle again and no process of the controller's jobs left on any."""
+    wait_for(lambda: all(x["state"] == "idle" for x in c.rows(P.Nodes())), 30, "every host idle")
+    assert not scan_tagged(cid + "."), "processes of the jobs left behind"
+
+
 def stop_controller(mpi, state: Path, env: dict[str, str]) -> None:
     stop = subprocess.run([mpi.python, "-m", "malleable", "controller", "stop", "--state", str(state)],
                           capture_output=True, text=True, timeout=60, env=env)
@@ -87,8 +93,7 @@ def test_jacobi_grows_and_shrinks_on_local_slots_under_each_mpi(mpi, monkeypatch
             assert kinds[:3] == ["start", "expand", "shrink"], kinds      # it made room for the rigid job
             assert (tmp_path / "r.out").read_text() == "rigid-ran\n"
             assert np.array_equal(np.load(out), reference(N, ITERS)), "result differs from the serial reference"
-            wait_for(lambda: all(x["state"] == "idle" for x in c.rows(P.Nodes())), 30, "every slot idle")
-            assert not scan_tagged(cid + "."), "processes of the jobs left behind"
+            all_idle_and_clean(c, cid)
         stop_controller(mpi, state, env)
         pid = 0
     finally:
@@ -144,8 +149,7 @@ def test_jacobi_grows_across_hosts_under_each_mpi(mpi, monkeypatch, tmp_path, ne
             assert np.array_equal(np.load(out), reference(N, ITERS)), "result differs from the serial reference"
             hist = {x["id"]: x for x in c.rows(P.History(0))}
             assert hist[m]["exit_code"] == 0 and hist[r]["exit_code"] == 0
-            wait_for(lambda: all(x["state"] == "idle" for x in c.rows(P.Nodes())), 30, "every host idle")
-            assert not scan_tagged(cid + "."), "processes of the jobs left behind"
+            all_idle_and_clean(c, cid)
         stop_controller(mpi, state, env)
         pid = 0
     finally:
