@@ -18,14 +18,32 @@ from typing import Any
 from malleable.errors import ConfigError
 from malleable.runtime._record import Record
 
-__all__ = ["Backend", "LaunchSpec", "backend_named", "current", "detect", "for_mpiexec", "names"]
+__all__ = ["REACH", "REACH_ENV", "Backend", "LaunchSpec", "all_here", "backend_named", "current", "detect", "for_mpiexec",
+           "names", "proxy_names"]
+
+
+REACH = ("ssh", "fork", "slurm")
+"""How a launcher reaches the hosts of a :class:`LaunchSpec`: ``ssh`` (ssh, or the stand-in ``launcher_exec``, else
+``MALLEABLE_LAUNCHER_EXEC``), ``fork`` (every host name is a slot of this machine: everything starts here), ``slurm``
+(the current Slurm allocation's own launcher, ``srun``)."""
+
+
+REACH_ENV = "MALLEABLE_LAUNCHER_REACH"
+"""Set to ``fork`` in a job whose host names are all slots of this machine (a controller's ``--local`` pool): its
+spawns then go to this machine under a launcher that does not know the names (see :meth:`Backend.spawn_host`)."""
+
+
+def all_here() -> bool:
+    """Whether this job's hosts are all slots of this machine (``MALLEABLE_LAUNCHER_REACH=fork``)."""
+    return os.environ.get(REACH_ENV) == "fork"
 
 
 class LaunchSpec(Record):
     """What to start: ``n`` copies of ``cmd`` on ``hosts`` (round robin; empty: this host), with ``env``;
-    ``keep_going``: a spawned process that dies must not end the job; ``extra``: more launcher options."""
+    ``keep_going``: a spawned process that dies must not end the job; ``extra``: more launcher options;
+    ``reach``: how the launcher reaches ``hosts`` (:data:`REACH`)."""
 
-    __slots__ = ("n", "cmd", "hosts", "env", "launcher_exec", "keep_going", "extra")
+    __slots__ = ("n", "cmd", "hosts", "env", "launcher_exec", "keep_going", "extra", "reach")
     n: int
     cmd: tuple[str, ...]
     hosts: tuple[str, ...]
@@ -33,11 +51,15 @@ class LaunchSpec(Record):
     launcher_exec: str | None
     keep_going: bool
     extra: tuple[str, ...]
+    reach: str
 
     def __init__(self, n: int, cmd: tuple[str, ...], hosts: tuple[str, ...] = (), env: dict[str, str] | None = None,
-                 launcher_exec: str | None = None, keep_going: bool = False, extra: tuple[str, ...] = ()) -> None:
+                 launcher_exec: str | None = None, keep_going: bool = False, extra: tuple[str, ...] = (),
+                 reach: str = "ssh") -> None:
+        if reach not in REACH:
+            raise ConfigError(f"unknown way to reach hosts {reach!r}; known: {', '.join(REACH)}")
         self._init(n=n, cmd=cmd, hosts=hosts, env=dict(env or {}), launcher_exec=launcher_exec,
-                   keep_going=keep_going, extra=extra)
+                   keep_going=keep_going, extra=extra, reach=reach)
 
 
 class Backend:
@@ -57,6 +79,10 @@ class Backend:
         concurrent_spawn: whether other threads' MPI calls go on while one thread is inside ``MPI_Comm_spawn``
             (else a spawn that hangs delays the failure past the timeout by its own length, and an expansion
             cannot overlap computation).
+        proxies: names of the launcher's processes that start a job's ranks on a host (a controller tells the job's
+            own processes from its launch chain by them).
+        forks_any_name: whether the launcher, reaching hosts with ``fork``, starts a spawn on a slot of any name
+            on this machine (else such spawns get no host: see :meth:`spawn_host`).
     """
 
     name = ""
@@ -67,6 +93,8 @@ class Backend:
     reap_stuck_spawn = False
     concurrent_spawn = True
     spawn_across_hosts = True
+    proxies: tuple[str, ...] = ()
+    forks_any_name = False
 
     def matches(self, text: str) -> bool:
         """Whether a library-version or launcher banner names this implementation."""
@@ -79,6 +107,15 @@ class Backend:
     def launch_argv(self, mpiexec: str, spec: LaunchSpec) -> list[str]:
         """argv of the launcher for ``spec``."""
         raise NotImplementedError
+
+    def spawn_host(self, host: str | None) -> str | None:
+        """Where a spawn group aimed at ``host`` is asked to go: nowhere in particular when every host is a slot
+        of this machine whose name the launcher does not know (:func:`all_here`), else ``host``."""
+        return None if all_here() and not self.forks_any_name else host
+
+    def can_reach(self) -> bool:
+        """Whether spawns may go to other hosts than the spawning one (or the job's hosts are all here)."""
+        return self.spawn_across_hosts or all_here()
 
     def spawn_info(self, host: str | None) -> dict[str, str]:
         """MPI info keys placing one spawn group on ``host`` (None: wherever the launcher wants)."""
@@ -105,6 +142,11 @@ def _backends() -> dict[str, Backend]:
 def names() -> list[str]:
     """Registered backend names."""
     return list(_backends())
+
+
+def proxy_names() -> frozenset[str]:
+    """Process names of every registered launcher's rank-starting processes."""
+    return frozenset(p for b in _backends().values() for p in b.proxies)
 
 
 def backend_named(name: str) -> Backend:

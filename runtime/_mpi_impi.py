@@ -25,6 +25,7 @@ class IntelMPI(Backend):
 
     name = "impi"
     banner = "Intel(R) MPI"
+    proxies = ("hydra_pmi_proxy",)
     survives_joiner_signal = True
     finalize_after_failed_spawn = False
     finalize_on_give_up = False
@@ -37,16 +38,19 @@ class IntelMPI(Backend):
         return {"I_MPI_FABRICS": "ofi", "FI_PROVIDER": "tcp"}
 
     def launch_argv(self, mpiexec: str, spec: LaunchSpec) -> list[str]:
-        """Intel's hydra: ``-bootstrap ssh -bootstrap-exec X -iface IF -hosts .. -ppn 1 -genv K V .. -n N cmd``.
+        """Intel's hydra: ``-bootstrap ssh -bootstrap-exec X -iface IF -hosts .. -ppn 1 -genv K V .. -n N cmd``
+        (``-bootstrap fork`` or ``slurm`` for those ways of reaching the hosts).
 
         Its proxies reach mpiexec at the address of ``-iface`` (``MALLEABLE_LAUNCHER_IFACE``; for the namespace
         test cluster's ``netns-launch``, its bridge ``mbr0``): inside a namespace the launching host's name
         resolves to the namespace's own loopback. ``-ppn 1`` places the processes round robin, as MPICH does.
         """
         argv = [mpiexec]
-        if spec.hosts:
+        if spec.reach != "ssh":
+            argv += ["-bootstrap", spec.reach]
+        if spec.hosts and spec.reach != "fork":  # fork: the names are slots of this machine, unknown to its hydra
             exe = spec.launcher_exec or os.environ.get("MALLEABLE_LAUNCHER_EXEC")
-            if exe:
+            if exe and spec.reach == "ssh":
                 argv += ["-bootstrap", "ssh", "-bootstrap-exec", exe]
                 iface = os.environ.get("MALLEABLE_LAUNCHER_IFACE", "mbr0" if Path(exe).name == "netns-launch" else "")
                 if iface:

@@ -13,9 +13,11 @@ __all__ = ["MPICH"]
 
 def _hydra_argv(mpiexec: str, spec: LaunchSpec) -> list[str]:
     argv = [mpiexec]
+    if spec.reach != "ssh":
+        argv += ["-launcher", spec.reach]      # fork: hydra starts every proxy here, whatever the host's name
     if spec.hosts:
         exe = spec.launcher_exec or os.environ.get("MALLEABLE_LAUNCHER_EXEC")
-        if exe:
+        if exe and spec.reach == "ssh":
             argv += ["-launcher", "rsh", "-launcher-exec", exe]
             local = os.environ.get("MALLEABLE_LAUNCHER_LOCALHOST", "head" if Path(exe).name == "netns-launch" else "")
             if local:
@@ -38,6 +40,8 @@ class MPICH(Backend):
 
     name = "mpich"
     banner = "MPICH"
+    proxies = ("hydra_pmi_proxy",)
+    forks_any_name = True
 
     def matches(self, text: str) -> bool:
         """MPICH's library version or hydra's ``--version`` banner."""
@@ -48,7 +52,8 @@ class MPICH(Backend):
         return {"MPIR_CVAR_CH4_NETMOD": "ofi"}
 
     def launch_argv(self, mpiexec: str, spec: LaunchSpec) -> list[str]:
-        """``mpiexec [-launcher rsh -launcher-exec X -localhost head] -hosts .. -genv K V .. -n N cmd``."""
+        """``mpiexec [-launcher rsh -launcher-exec X -localhost head | -launcher fork|slurm] -hosts .. -genv K V ..
+        -n N cmd``."""
         return _hydra_argv(mpiexec, spec)
 
     def release(self, comm: object) -> None:

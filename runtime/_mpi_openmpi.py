@@ -50,6 +50,7 @@ class OpenMPI(Backend):
     finalize_after_failed_spawn = False
     reap_stuck_spawn = True       # with ULFM, PRRTE waits for a joiner stuck in MPI_Init after its parent left
     spawn_across_hosts = False
+    proxies = ("prted", "prterun")   # prterun (mpirun) starts the ranks of its own host itself
 
     def job_env(self, hosts: Sequence[str] = ()) -> dict[str, str]:
         """Nothing beyond the launcher's options."""
@@ -64,9 +65,9 @@ class OpenMPI(Backend):
             else [mpiexec, "--oversubscribe"]
         if os.geteuid() == 0:
             argv.append("--allow-run-as-root")
-        if spec.hosts:
+        if spec.hosts and spec.reach != "fork":  # fork: the host names are slots of this machine, started here
             exe = spec.launcher_exec or os.environ.get("MALLEABLE_LAUNCHER_EXEC")
-            if exe:
+            if exe and spec.reach == "ssh":      # slurm: PRRTE uses the allocation's own launcher by itself
                 argv += ["--mca", "plm_ssh_agent", exe]
                 subnet = launcher_subnet(exe)
                 if subnet:

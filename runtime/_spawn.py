@@ -113,7 +113,8 @@ def _late_cleanup(inter: Any, timeout: float, leftovers: Leftovers) -> None:
 def _spawn_call(comm: Any, cmd: str, args: list[str], n: int, host: str | None, out: list, i: int) -> None:
     info = MPI.Info.Create()
     try:
-        for key, value in current().spawn_info(host).items():
+        b = current()
+        for key, value in b.spawn_info(b.spawn_host(host)).items():
             info.Set(key, value)
         errcodes: list[int] = []
         out[i] = comm.Spawn(cmd, args, maxprocs=n, info=info, root=0, errcodes=errcodes)

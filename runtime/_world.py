@@ -231,7 +231,7 @@ def init_adapt(timeout: float | None = None, plan: str | None = None, overlap: b
 def _remote_limit() -> str:
     """Why this MPI cannot spawn onto another host ('' if it can)."""
     b = _mpi.current()
-    if b.spawn_across_hosts:
+    if b.can_reach():
         return ""
     return f"{b.name} cannot spawn processes onto another host here (see docs/runtime.md)"
 

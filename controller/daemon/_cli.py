@@ -539,7 +539,8 @@ def _status(args: argparse.Namespace) -> int:
         return 0
     jobs = ", ".join(f"{n} {s.lower()}" for s, n in sorted(st["jobs"].items())) or "no jobs"
     print(f"controller {st['controller_id']} at {st['address']} (pid {st['pid']}), up {format_duration(st['uptime'])}")
-    print(f"pool: {st['pool']}, {st['hosts']} hosts ({st['free']} free), {st['slots']} slot(s) per host")
+    print(f"pool: {st['pool']}, {st['hosts']} hosts ({st['free']} free), {st['slots']} slot(s) per host, "
+          f"MPI {st.get('mpi') or 'none found'}")
     print(f"policy: {st['policy']}, {st['passes']} passes; {jobs}; state {st['state']}")
     if st.get("bb_total"):
         from malleable.launch import compress_hostlist

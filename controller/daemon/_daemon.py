@@ -75,7 +75,7 @@ from ._hostpool import HeldExits, Prober, application, proc_info, scan_tagged
 from ._identity import run_as
 from ._jobmount import JobMounts
 from ._keys import job_credential
-from ._launch import job_argv, job_env, read_rc, start_job, stop_job
+from ._launch import job_argv, job_env, launcher, read_rc, start_job, stop_job
 from ._parts import encode_reply
 from ._records import JobState
 from ._paths import addr_file, jobs_dir
@@ -155,6 +155,7 @@ class Daemon(DaemonViews):
         self._last_probe = 0.0
         self.handled = 0
         self.rejected = 0
+        self.mpi = ""                   # the MPI jobs run under (its backend's name), known at start
 
     def tag(self, job_id: int) -> str:
         """The environment tag of a job's processes."""
@@ -189,10 +190,15 @@ class Daemon(DaemonViews):
         self.gate.bind_local(self.ctx, self.config.state)
         advertise = bind if bind not in ("0.0.0.0", "*") else self.pool.advertise  # noqa: S104 - a comparison
         self.job_address = f"tcp://{advertise}:{port}"
+        try:
+            exe, backend = launcher()
+            self.mpi, mpi = backend.name, f"MPI {backend.name} ({exe})"
+        except ConfigError as e:        # said here; each job's launch then fails with the same line
+            mpi = f"no MPI: {e}"
         with self.store.tx():
             self.store.set_meta("port", str(port))
             self.store.add_event(None, "start", f"controller {self.cid} on {self.address}, pool {self.pool.kind} "
-                                 f"{len(self.pool.nodes)} hosts, policy {self.config.policy}")
+                                 f"{len(self.pool.nodes)} hosts, {mpi}, policy {self.config.policy}")
         self._recover()
         if self.config.host_check:                  # unreachable hosts are down from the start
             self._apply_probe(self.pool.probe(self.core.nodes), time.time())

@@ -5,10 +5,13 @@ Kinds:
 * ``local``: ``--local N``: N host slots ``local1..localN`` on this machine; hydra's ``fork`` launcher starts
   every proxy here whatever the host name, so spawns onto a named slot work.
 * ``netns``: hosts that are network namespaces of the test cluster (``malleable testbed``), reached with
-  ``netns-launch`` (hydra's rsh launcher, ``-localhost head``); jobs reach the daemon on the bridge.
+  ``netns-launch``; jobs reach the daemon on the bridge.
 * ``ssh``: real hosts (``--hosts`` / ``--hostfile``), reached with ssh or ``--launcher-exec``.
-* ``slurm``: the hosts of the current Slurm allocation (``SLURM_JOB_NODELIST``); hydra starts its proxies
-  with ``srun`` (``-launcher slurm``).
+* ``slurm``: the hosts of the current Slurm allocation (``SLURM_JOB_NODELIST``); the launcher starts its proxies
+  with ``srun``.
+
+The launcher's own options for each way (MPICH's ``-launcher``, Intel MPI's ``-bootstrap``, Open MPI's
+``--mca plm_ssh_agent``) come from the runtime's backend of the MPI beside the daemon (:attr:`HostPool.reach`).
 
 Every process of a job carries ``MALLEABLE_JOB_TAG=<controller id>.<job id>`` in its environment (hydra hands
 mpiexec's environment to every rank and spawned process), which is how the controller finds what is left of a
@@ -31,6 +34,7 @@ from pathlib import Path
 
 from malleable.errors import ConfigError
 from malleable.launch import expand_hostlist, read_hostfile, remote_argv
+from malleable.runtime._mpi import proxy_names
 
 from ._events import JobExited
 
@@ -42,7 +46,7 @@ log = logging.getLogger(__name__)
 
 TAG_VAR = "MALLEABLE_JOB_TAG"
 _TAG = TAG_VAR.encode() + b"="
-_RANK_PARENTS = ("hydra_pmi_proxy",)
+_RANK_PARENTS = proxy_names()   # every MPI's (a job's ranks are children of these), whichever MPI the daemon uses
 
 # runs on a remote host: print "pid ppid name" of processes carrying the tag given as argv[1]
 _REMOTE_SCAN = (
@@ -123,7 +127,8 @@ def proc_info(pid: int) -> ProcInfo | None:
 
 def application(procs: Sequence[ProcInfo], spare: int) -> list[int]:
     """The job's own processes among ``procs`` (all of one job): not the launch chain, which is ``spare`` (the
-    shepherd), every ``hydra_pmi_proxy`` and every ancestor of one (mpiexec, the launcher's wrappers). A SIGTERM
+    shepherd), every launcher proxy (``hydra_pmi_proxy``; Open MPI's ``prted`` and ``prterun``, which starts the
+    ranks of its own host) and every ancestor of one (mpiexec, the launcher's wrappers). A SIGTERM
     goes to these, so mpiexec stays to forward what they print while they clean up and to report their exit."""
     by_pid = {p.pid: p for p in procs}
     chain = {spare}
@@ -198,17 +203,12 @@ class HostPool:
         return cls("slurm", tuple(dict.fromkeys(expand_hostlist(nodelist))), None, socket.getfqdn())
 
     # -- launching -------------------------------------------------------------------------------------------
-    def launch_args(self) -> list[str]:
-        """mpiexec (hydra) options that reach this pool's hosts."""
-        if self.kind == "local":
-            return ["-launcher", "fork"]
-        if self.kind == "slurm":
-            return ["-launcher", "slurm"]
-        if self.kind == "netns":
-            return ["-launcher", "rsh", "-launcher-exec", str(self.launcher_exec), "-localhost", "head"]
-        if self.launcher_exec:
-            return ["-launcher", "rsh", "-launcher-exec", self.launcher_exec]
-        return []
+    @property
+    def reach(self) -> str:
+        """How the MPI launcher reaches this pool's hosts (:data:`malleable.runtime._mpi.REACH`): every slot of a
+        ``local`` pool is this machine (``fork``), a ``slurm`` pool's hosts through ``srun``, the others with ssh
+        or :attr:`launcher_exec`; the MPI's backend turns this into its own launcher options."""
+        return {"local": "fork", "slurm": "slurm"}.get(self.kind, "ssh")
 
     # -- finding a job's processes ---------------------------------------------------------------------------
     def ns_inode(self, host: str) -> int:

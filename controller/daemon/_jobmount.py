@@ -165,12 +165,12 @@ class JobMounts:
         return env
 
     def job_argv(self, argv: list[str]) -> list[str]:
-        """mpiexec's command line of a job with a mount: on a namespace pool, its launcher is :data:`NETNS_WRAPPER`."""
-        if not self.wrapper or "-launcher-exec" not in argv:
+        """mpiexec's command line of a job with a mount: on a namespace pool, its launcher is :data:`NETNS_WRAPPER`
+        (in place of the pool's ``netns-launch``, wherever the MPI's dialect names it)."""
+        if not self.wrapper:
             return argv
-        out = list(argv)
-        out[out.index("-launcher-exec") + 1] = self.wrapper
-        return out
+        real = str(self.pool.launcher_exec)
+        return [self.wrapper if a == real else a for a in argv]
 
     def _write_wrapper(self) -> str:
         """The namespace pool's launcher for jobs with a mount: ``netns-launch`` entered from the mount namespace of

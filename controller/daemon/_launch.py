@@ -6,7 +6,11 @@ exit code to ``<state dir>/jobs/<id>.rc``. The shepherd outlives the daemon (``k
 alone), so a restarted daemon re-attaches to it by pid and learns the exit code from the file. The shell also touches
 ``<id>.rc.started`` first, which tells a restarted daemon that the job did start.
 
-* Rigid job: ``mpiexec -hosts h1:S,h2:S -n N*S cmd`` (no code change in the program).
+The command line is in the dialect of the MPI beside the daemon (MPICH, Open MPI or Intel MPI): the runtime's
+backend for it writes it (:mod:`malleable.runtime._mpi`), from the hosts and how the pool reaches them.
+
+* Rigid job: ``S`` processes on each of its hosts (``mpiexec -hosts h1,h1,h2,h2 -n 4 cmd`` with MPICH and
+  ``S=2``; no code change in the program).
 * Malleable job: ``mpiexec -hosts h1 -n 1 cmd``: one anchor process, which spawns the rest per host
   (``MALLEABLE_INITIAL_PROCS``, ``MALLEABLE_HOSTS``), like ``malleable run``; ``MALLEABLE_CONTROLLER`` and
   ``MALLEABLE_JOB`` make its rank 0 open the runtime link.
@@ -21,15 +25,15 @@ from pathlib import Path
 
 from malleable._secret import KEY_ENV, Credential
 from malleable.launch import find_mpiexec
+from malleable.runtime._mpi import REACH_ENV, Backend, LaunchSpec, for_mpiexec
 
 from ._access import secret_looking
 from ._hostpool import TAG_VAR, HostPool
 from ._protocol import SERVER_KEY_ENV
 from ._records import JobRec
 
-__all__ = ["AS_USER", "SHEPHERD", "as_user_argv", "job_argv", "job_env", "rc_path", "read_rc", "runs_as_other", "start_job", "stop_job"]
-
-DEFAULT_NETMOD = "ofi"  # MPICH's UCX netmod cannot spawn onto another host from a one-process job
+__all__ = ["AS_USER", "SHEPHERD", "as_user_argv", "job_argv", "job_env", "launcher", "rc_path", "read_rc", "runs_as_other",
+           "start_job", "stop_job"]
 
 SHEPHERD = ('r=$1; g=$2; shift 2; [ -z "$g" ] || { echo $$ > "$g"; } 2>/dev/null; : > "$r.started"; trap : TERM; '
             'trap "" PIPE; "$@"; c=$?; echo "$c" > "$r.tmp" && mv "$r.tmp" "$r"; exit $c')
@@ -40,13 +44,26 @@ writes to the proxy of a host whose processes already ended, and with the defaul
 141) in place of reporting the job's own exit code; hydra gives the job's processes the default action back."""
 
 
+def launcher() -> tuple[str, Backend]:
+    """The MPI launcher jobs run under (the one beside the daemon's Python, else ``MALLEABLE_MPIEXEC`` or PATH's)
+    and the runtime's backend for its implementation (from its ``--version``, once; MPI is not loaded here).
+
+    Raises:
+        ConfigError: no launcher, or one of an unsupported MPI.
+    """
+    exe = find_mpiexec()
+    return exe, for_mpiexec(exe)
+
+
 def job_argv(job: JobRec, pool: HostPool, slots: int) -> list[str]:
-    """The mpiexec command line of ``job`` on its hosts."""
-    argv = [find_mpiexec(), *pool.launch_args()]
+    """The launcher's command line of ``job`` on its hosts, in the dialect of the daemon's MPI (its backend)."""
+    exe, backend = launcher()
     if job.malleable:
-        return [*argv, "-hosts", job.hosts[0], "-n", "1", *job.cmd]
-    hosts = ",".join(f"{h}:{slots}" if slots > 1 else h for h in job.hosts)
-    return [*argv, "-hosts", hosts, "-n", str(len(job.hosts) * slots), *job.cmd]
+        spec = LaunchSpec(1, tuple(job.cmd), tuple(job.hosts[:1]), launcher_exec=pool.launcher_exec, reach=pool.reach)
+    else:
+        hosts = tuple(h for h in job.hosts for _ in range(slots))
+        spec = LaunchSpec(len(hosts), tuple(job.cmd), hosts, launcher_exec=pool.launcher_exec, reach=pool.reach)
+    return backend.launch_argv(exe, spec)
 
 
 def job_env(job: JobRec, pool: HostPool, slots: int, controller: str, key: Credential, tag: str,
@@ -69,9 +86,12 @@ def job_env(job: JobRec, pool: HostPool, slots: int, controller: str, key: Crede
         # runtime's spawn groups follow the host order and a shrink frees the last hosts first
         env["MALLEABLE_INITIAL_PROCS"] = str(len(job.hosts) * slots)
         env["MALLEABLE_HOSTS"] = ",".join(h for h in job.hosts for _ in range(slots))
-        env.setdefault("MPIR_CVAR_CH4_NETMOD", DEFAULT_NETMOD)
+        for k, v in launcher()[1].job_env(job.hosts).items():     # e.g. MPICH's OFI netmod; the user's setting wins
+            env.setdefault(k, v)
         if pool.launcher_exec:
             env["MALLEABLE_LAUNCHER_EXEC"] = pool.launcher_exec
+        if pool.reach == "fork":        # every host is a slot of this machine: spawns under any MPI stay here
+            env[REACH_ENV] = "fork"
     return env
 
 

@@ -99,7 +99,7 @@ class DaemonViews:
         """The daemon's identity, settings and counters."""
         return P.StatusReply({
             "address": self.address, "jobs_address": self.job_address, "pid": os.getpid(),
-            "controller_id": self.cid, "state": self.config.state, "pool": self.pool.kind,
+            "controller_id": self.cid, "state": self.config.state, "pool": self.pool.kind, "mpi": self.mpi,
             "nodes": list(self.pool.nodes), "policy": self.config.policy, "slots": self.config.core.slots,
             "kill_wait": self.config.core.kill_wait, "cgroups": self.cgroups.root is not None,
             "curve": self.curve_public, "users": len(self.users), "uptime": time.time() - self.started,

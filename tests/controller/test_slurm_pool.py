@@ -48,7 +48,7 @@ APT = "apt-get install -y slurmctld slurmd munge slurm-client"
 def test_pool_from_the_allocation():
     pool = HostPool.from_slurm({"SLURM_JOB_NODELIST": "node[1-3,7]"})
     assert pool.kind == "slurm" and pool.nodes == ("node1", "node2", "node3", "node7")
-    assert pool.launch_args() == ["-launcher", "slurm"]
+    assert pool.reach == "slurm"
     assert HostPool.from_slurm({"SLURM_NODELIST": "a,b"}).nodes == ("a", "b")
 
 
