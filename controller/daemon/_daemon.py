@@ -71,7 +71,7 @@ from ._events import (
 )
 from ._fsshell import FsShell
 from ._gate import Gate
-from ._hostpool import HeldExits, Prober, application, proc_info, scan_tagged
+from ._hostpool import HeldExits, Prober, application, proc_info, ranks_up, scan_tagged
 from ._identity import run_as
 from ._jobmount import JobMounts
 from ._keys import job_credential
@@ -88,6 +88,7 @@ __all__ = ["Daemon", "DaemonConfig", "make_policy", "run_foreground"]
 log = logging.getLogger(__name__)
 
 CHECK_EVERY = 0.2     # seconds between checks of draining hosts
+START_GRACE = 10.0    # seconds a stop waits for a starting job's program to appear before signalling its launcher
 
 
 class Daemon(DaemonViews):
@@ -146,6 +147,7 @@ class Daemon(DaemonViews):
         self.procs: dict[int, Any] = {}          # job id -> Popen (ours) or psutil.Process (re-attached)
         self.allowed: dict[int, int] = {}        # local pools: rank processes a shrunk job keeps
         self.termed: dict[int, set[tuple[int, str]]] = {}   # job id -> (pid, name) sent its SIGTERM
+        self.term_since: dict[int, float] = {}   # job id -> when its first (soft) stop came
         self.started = time.time()
         self.shutdown = False
         self.cancel_on_exit = False
@@ -357,8 +359,15 @@ class Daemon(DaemonViews):
             sent = self.termed.setdefault(a.job_id, set())   # one SIGTERM per (pid, name): an exec'd one is new
             seen, app = {(q.pid, q.name) for q in mine.values()} | {(pid, "")}, application(list(mine.values()), pid)
             targets = [t for t in app if (t, mine[t].name) not in sent]
+            since = self.term_since.setdefault(a.job_id, time.monotonic())
+            # a job still starting (no rank yet): where its ranks can be seen (local, netns) they get the SIGTERM
+            # once they appear, as hydra signalled while it starts its proxies can wait for ever for a proxy the
+            # signal ended. Else, or when none appears in time, the group (mpiexec passes it on, if it is up).
+            if (not ranks_up(list(mine.values())) and self.pool.kind in ("local", "netns")
+                    and time.monotonic() - since < START_GRACE):
+                return
             if not app and seen - sent:
-                stop_job(pid)       # nothing of the program yet: the group (mpiexec passes it on, if it is up)
+                stop_job(pid)
                 sent.update(seen)
             sent.update((t, mine[t].name) for t in targets)
         for t in targets:
@@ -394,6 +403,7 @@ class Daemon(DaemonViews):
             del self.procs[jid]
             self.allowed.pop(jid, None)
             self.termed.pop(jid, None)
+            self.term_since.pop(jid, None)
             code, _ = read_rc(self.jobs_dir, jid)
             if code is None and sig is not None:      # no file (a full disk): the shepherd exits with the job's code
                 code = sig if sig >= 0 else 128 - sig

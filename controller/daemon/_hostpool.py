@@ -39,7 +39,8 @@ from malleable.runtime._mpi import proxy_names
 from ._events import JobExited
 
 __all__ = [
-    "TAG_VAR", "HeldExits", "HostPool", "ProcInfo", "Prober", "application", "netns_of", "proc_info", "scan_tagged",
+    "TAG_VAR", "HeldExits", "HostPool", "ProcInfo", "Prober", "application", "netns_of", "proc_info", "ranks_up",
+    "scan_tagged",
 ]
 
 log = logging.getLogger(__name__)
@@ -123,6 +124,13 @@ def proc_info(pid: int) -> ProcInfo | None:
         return ProcInfo(pid, int(fields[1]), comm, netns_of(pid))
     except (OSError, IndexError, ValueError):
         return None
+
+
+def ranks_up(procs: Sequence[ProcInfo]) -> bool:
+    """Whether some of ``procs`` (all of one job) is a rank: a child of a launcher proxy. Before that, every process
+    of the job is its launch chain still starting (mpiexec without its proxy yet looks like the program)."""
+    names = {p.pid: p.name for p in procs}
+    return any(names.get(p.ppid, "") in _RANK_PARENTS for p in procs)
 
 
 def application(procs: Sequence[ProcInfo], spare: int) -> list[int]:
