@@ -71,7 +71,7 @@ from ._events import (
 )
 from ._fsshell import FsShell
 from ._gate import Gate
-from ._hostpool import HeldExits, Prober, application, proc_info, ranks_up, scan_tagged
+from ._hostpool import START_GRACE, HeldExits, Prober, proc_info, scan_tagged, soft_stop
 from ._identity import run_as
 from ._jobmount import JobMounts
 from ._keys import job_credential
@@ -88,7 +88,6 @@ __all__ = ["Daemon", "DaemonConfig", "make_policy", "run_foreground"]
 log = logging.getLogger(__name__)
 
 CHECK_EVERY = 0.2     # seconds between checks of draining hosts
-START_GRACE = 10.0    # seconds a stop waits for a starting job's program to appear before signalling its launcher
 
 
 class Daemon(DaemonViews):
@@ -338,10 +337,9 @@ class Daemon(DaemonViews):
         log.info("job %d launched (pid %d): %s", j.id, p.pid, " ".join(argv))
 
     def _stop(self, a: Stop) -> None:
-        """SIGTERM the job's own processes on this machine (its cgroup's and those with its tag, but not mpiexec
-        and its proxies, which forward their output and exit codes), or its process group when none are here
-        (mpiexec then forwards the signal to remote hosts). A hard stop SIGKILLs everything: the cgroup, the
-        process group and the tagged processes."""
+        """SIGTERM the job's own processes here (its cgroup's and tagged ones, but not mpiexec and its proxies, which
+        forward their output and exit codes), or its process group when none are here (mpiexec forwards it to
+        remote hosts): :func:`soft_stop`. A hard stop SIGKILLs the cgroup, the process group and the tagged."""
         p = self.procs.get(a.job_id)
         pid = p.pid if p is not None else a.pid
         tag = self.tag(a.job_id)
@@ -356,20 +354,11 @@ class Daemon(DaemonViews):
                 info = mine.get(c) or proc_info(c)
                 if info is not None:
                     mine[c] = info
-            sent = self.termed.setdefault(a.job_id, set())   # one SIGTERM per (pid, name): an exec'd one is new
-            seen, app = {(q.pid, q.name) for q in mine.values()} | {(pid, "")}, application(list(mine.values()), pid)
-            targets = [t for t in app if (t, mine[t].name) not in sent]
             since = self.term_since.setdefault(a.job_id, time.monotonic())
-            # a job still starting (no rank yet): where its ranks can be seen (local, netns) they get the SIGTERM
-            # once they appear, as hydra signalled while it starts its proxies can wait for ever for a proxy the
-            # signal ended. Else, or when none appears in time, the group (mpiexec passes it on, if it is up).
-            if (not ranks_up(list(mine.values())) and self.pool.kind in ("local", "netns")
-                    and time.monotonic() - since < START_GRACE):
-                return
-            if not app and seen - sent:
+            visible = self.pool.kind in ("local", "netns") and time.monotonic() - since < START_GRACE
+            targets, group = soft_stop(mine, pid, self.termed.setdefault(a.job_id, set()), visible)
+            if group:
                 stop_job(pid)
-                sent.update(seen)
-            sent.update((t, mine[t].name) for t in targets)
         for t in targets:
             try:
                 os.kill(t, signal.SIGKILL if a.hard else signal.SIGTERM)

@@ -39,14 +39,15 @@ from malleable.runtime._mpi import proxy_names
 from ._events import JobExited
 
 __all__ = [
-    "TAG_VAR", "HeldExits", "HostPool", "ProcInfo", "Prober", "application", "netns_of", "proc_info", "ranks_up",
-    "scan_tagged",
+    "START_GRACE", "TAG_VAR", "HeldExits", "HostPool", "ProcInfo", "Prober", "application", "netns_of", "proc_info",
+    "ranks_up", "scan_tagged", "soft_stop",
 ]
 
 log = logging.getLogger(__name__)
 
 TAG_VAR = "MALLEABLE_JOB_TAG"
 _TAG = TAG_VAR.encode() + b"="
+START_GRACE = 10.0    # seconds a soft stop waits for a starting job's ranks to appear where it can see them
 _RANK_PARENTS = proxy_names()   # every MPI's (a job's ranks are children of these), whichever MPI the daemon uses
 
 # runs on a remote host: print "pid ppid name" of processes carrying the tag given as argv[1]
@@ -131,6 +132,26 @@ def ranks_up(procs: Sequence[ProcInfo]) -> bool:
     of the job is its launch chain still starting (mpiexec without its proxy yet looks like the program)."""
     names = {p.pid: p.name for p in procs}
     return any(names.get(p.ppid, "") in _RANK_PARENTS for p in procs)
+
+
+def soft_stop(procs: dict[int, ProcInfo], shepherd: int, sent: set[tuple[int, str]],
+              visible: bool) -> tuple[list[int], bool]:
+    """One tick of a job's soft stop: the pids of its processes (``procs`` by pid; ``shepherd`` its shell) that get
+    a SIGTERM now, and whether its process group does. Each (pid, name) gets one (an exec'd process is new), and
+    ``sent`` records them. A job still starting (no rank yet) whose ranks can be seen (``visible``: a local or
+    namespace pool, within the grace) gets nothing until they appear, as hydra signalled while it starts its
+    proxies can wait for ever for a proxy the signal ended; without any of the program, the group gets it (mpiexec
+    passes it on, if it is up)."""
+    if visible and not ranks_up(list(procs.values())):
+        return [], False
+    seen = {(q.pid, q.name) for q in procs.values()} | {(shepherd, "")}
+    app = application(list(procs.values()), shepherd)
+    targets = [t for t in app if (t, procs[t].name) not in sent]
+    group = not app and bool(seen - sent)
+    if group:
+        sent.update(seen)
+    sent.update((t, procs[t].name) for t in targets)
+    return targets, group
 
 
 def application(procs: Sequence[ProcInfo], spare: int) -> list[int]:
