@@ -17,7 +17,7 @@ from typing import Any
 from malleable.errors import AdaptTimeout
 from malleable.runtime._record import get_logger
 
-__all__ = ["Listener", "connect_back", "hostname", "local_addresses", "own_start_time"]
+__all__ = ["Listener", "connect_back", "hostname", "local_addresses", "own_start_ticks"]
 
 log = get_logger(__name__)
 
@@ -59,7 +59,7 @@ class Listener:
         self._pending: list[Any] = []   # accepted, report not read yet
         self._rest: dict[tuple[int, int], bytes] = {}   # what came after a report
         self._pids: dict[tuple[int, int], tuple[str, int]] = {}
-        self._ctimes: dict[tuple[int, int], float] = {}
+        self._ctimes: dict[tuple[int, int], int] = {}   # start, in clock ticks since boot
 
     def endpoint(self) -> dict:
         """What joiners need to connect (JSON)."""
@@ -119,9 +119,9 @@ class Listener:
             data += chunk
         line, _, rest = data.partition(b"\n")   # a process that ended at once may have sent its exit line too
         try:
-            gid, member, pid, host, ctime = line.decode().split()
+            gid, member, pid, host, ticks = line.decode().split()
             key = (int(gid), int(member))
-            started = float(ctime)
+            started = int(ticks)
         except ValueError:
             log.warning("ignoring a malformed liveness hello %r", line[:80])
             conn.close()
@@ -243,22 +243,29 @@ class Listener:
         self._sock.close()
 
 
-def _reap_wait(pid: int, started: float, deadline: float) -> None:
+def _reap_wait(pid: int, started: int, deadline: float) -> None:
     """After the EOF a process may still be tearing down for a moment: wait until it is a zombie or gone.
 
     Only possible where rank 0 sees the process (same host, or hosts sharing a PID namespace); the
-    process is recognised by its pid *and* start time, so an unrelated local pid never matches.
+    process is recognised by its pid *and* its start in clock ticks since boot, so an unrelated local pid
+    never matches. Ticks, not wall-clock times: the boot time a wall-clock start is derived from is a whole
+    second that shifts when the clock is adjusted, and a process taken for another would not be waited for.
     """
-    import psutil
-
     while time.monotonic() < deadline:
-        try:
-            p = psutil.Process(pid)
-            if abs(p.create_time() - started) > 0.05 or p.status() == psutil.STATUS_ZOMBIE:
-                return
-        except psutil.NoSuchProcess:
+        stat = _proc_stat(pid)
+        if stat is None or stat[1] != started or stat[0] in ("Z", "X"):
             return
         time.sleep(0.001)
+
+
+def _proc_stat(pid: int | str) -> tuple[str, int] | None:
+    """(state letter, start in clock ticks since boot) of ``pid`` from /proc; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0].decode(), int(fields[19])
 
 
 def connect_back(endpoint: dict, gid: int, member: int, timeout: float) -> int:
@@ -282,22 +289,13 @@ def connect_back(endpoint: dict, gid: int, member: int, timeout: float) -> int:
             errors.append(f"{addr}: {e}")
             continue
         s.settimeout(None)
-        started = own_start_time()
-        s.sendall(f"{gid} {member} {os.getpid()} {socket.gethostname()} {started:.3f}\n".encode())
+        s.sendall(f"{gid} {member} {os.getpid()} {socket.gethostname()} {own_start_ticks()}\n".encode())
         return s.detach()
     raise AdaptTimeout(f"cannot reach rank 0 of the job to report in: {'; '.join(errors)}")
 
 
-def own_start_time() -> float:
-    """When this process started, as ``psutil.Process().create_time()`` gives it (boot time + start ticks), read
-    from /proc without loading psutil (a joiner reports in before it can answer its parents)."""
-    try:
-        with open("/proc/self/stat", "rb") as f:
-            ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
-        with open("/proc/stat", "rb") as f:
-            btime = next(float(line.split()[1]) for line in f if line.startswith(b"btime"))
-        return ticks / os.sysconf("SC_CLK_TCK") + btime
-    except (OSError, ValueError, IndexError, StopIteration):
-        import psutil
-
-        return float(psutil.Process().create_time())
+def own_start_ticks() -> int:
+    """When this process started, in clock ticks since boot (/proc/self/stat's ``starttime``): exact, and the same
+    number rank 0 reads for this pid (0 without /proc: rank 0 then relies on the EOF alone)."""
+    stat = _proc_stat("self")
+    return 0 if stat is None else stat[1]
