@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 
+import psutil
 import pytest
 
 from malleable.runtime._mpi import backend_named
@@ -104,13 +106,15 @@ def test_open_mpi_refuses_remote_spawns_and_launches_across_hosts(netns_cluster)
     # host is refused before anything is spawned, and the job goes on
     plan = [{"at_probe": 2, "procs": 3, "hosts": ["node3"]}]
     decisions = [{"at_probe": 2, "procs": 3, "hosts": ["node3"]}, {"at_probe": 3, "procs": 3}]
-    for _ in range(2):
+    for _ in range(3):
         rows, reports, errors, proc = run_prog(mpi, 2, [], iters=4, hosts=["node1", "node2"], check=False,
                                                env=dict(netns_cluster.env(), PROG_DECISIONS=json.dumps(decisions)))
         # PRRTE's daemon on a namespace host may lose its TCP link to prterun on a busy machine: a launcher fault
-        # that ends the job early whatever the runtime does, said in so many words; the launch is tried once more
+        # that ends the job early whatever the runtime does, said in so many words. The launch is tried again once
+        # the failed one's daemons and processes have left the hosts (up to three launches in all)
         if "PRTE has lost communication with a remote daemon" not in proc.stdout + proc.stderr:
             break
+        _wait_hosts_clear(netns_cluster, ["node1", "node2"], ("prted", "python"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert [r["hosts"] for r in rows][0] == ["node1", "node2"]
     refused = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith('{"refused"')]
@@ -121,3 +125,22 @@ def test_open_mpi_refuses_remote_spawns_and_launches_across_hosts(netns_cluster)
                           mpi.python, str(PROG)], capture_output=True, text=True, timeout=120,
                          env=dict(os.environ, **MPI_ENV, PROG_ITERS="3"))
     assert bad.returncode != 0 and "cannot spawn onto node3" in bad.stderr
+
+
+def _wait_hosts_clear(cluster, hosts, names, timeout=60.0):
+    """Wait until no process named like ``names`` runs on ``hosts`` (what a failed launch left is ending)."""
+    def left():
+        out = []
+        for h in hosts:
+            for pid in cluster.pids_on(h):
+                try:
+                    if psutil.Process(pid).name().startswith(names):
+                        out.append(pid)
+                except psutil.NoSuchProcess:
+                    pass
+        return out
+
+    deadline = time.monotonic() + timeout
+    while left():
+        assert time.monotonic() < deadline, f"processes of a failed launch still on {hosts}: {left()}"
+        time.sleep(0.1)
