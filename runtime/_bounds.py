@@ -86,15 +86,23 @@ def _load(layout: GroupLayout) -> dict[str, int]:
     return load
 
 
-def check_expand(layout: GroupLayout, plan: ExpandPlan, slots: Slots, local_host: str, remote: str = "") -> None:
+def check_expand(layout: GroupLayout, plan: ExpandPlan, slots: Slots, local_host: str, remote: str = "",
+                 grow: str = "") -> None:
     """Refuse ``plan`` if a host would run more processes than its limit (idle leavers count: they still run).
 
-    ``remote``, if not empty, says why this MPI cannot spawn onto another host than ``local_host``.
+    ``remote``, if not empty, says why this MPI cannot spawn onto another host than ``local_host``; such an MPI
+    does not grow a job whose processes already span several hosts either (its launcher's daemons on the other
+    hosts take part in every spawn, and Open MPI's crash there: see docs/runtime.md). ``grow``, if not empty, says
+    why this job cannot grow at all.
 
     Raises:
         AdaptError: the first host over its limit, with the numbers, or a remote host this MPI cannot reach.
     """
+    if grow:
+        raise AdaptError(f"cannot grow the job: {grow}")
     load = _load(layout)
+    if remote and len(load) > 1:
+        raise AdaptError(f"cannot grow a job whose processes span {len(load)} hosts ({', '.join(load)}): {remote}")
     for host, n in zip(plan.hosts, plan.counts, strict=True):
         h = host or local_host
         if remote and h != local_host:
@@ -113,6 +121,7 @@ def check_plan(
     local_host: str,
     choose: Callable[[GroupLayout, int], tuple[str, ...]],
     remote: str = "",
+    grow: str = "",
 ) -> None:
     """Walk a plan from ``layout`` and refuse it if any step needs more processes than the hosts allow.
 
@@ -123,6 +132,7 @@ def check_plan(
         local_host: the host of rank 0 (where unplaced processes go).
         choose: ``choose(layout, n)`` -> hosts for ``n`` new processes when a step names none.
         remote: why this MPI cannot spawn onto another host than ``local_host`` ('' if it can).
+        grow: why this job cannot grow at all ('' if it can).
 
     Raises:
         PlanError: naming the step, the host and the limit.
@@ -134,7 +144,7 @@ def check_plan(
         try:
             if s.procs > size:
                 plan = plan_expand(layout, s.procs, s.hosts or choose(layout, s.procs - size))
-                check_expand(layout, plan, slots, local_host, remote)
+                check_expand(layout, plan, slots, local_host, remote, grow)
                 layout = _grown(layout, plan, local_host)
             elif s.procs < size:
                 layout = plan_shrink(layout, s.procs).after

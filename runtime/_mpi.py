@@ -113,6 +113,10 @@ class Backend:
         of this machine whose name the launcher does not know (:func:`all_here`), else ``host``."""
         return None if all_here() and not self.forks_any_name else host
 
+    def growth_limit(self) -> str:
+        """Why a job whose rank 0 is this process cannot grow at all here ('' if it can)."""
+        return ""
+
     def can_reach(self) -> bool:
         """Whether spawns may go to other hosts than the spawning one (or the job's hosts are all here)."""
         return self.spawn_across_hosts or all_here()

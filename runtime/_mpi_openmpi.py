@@ -7,7 +7,7 @@ import socket
 from collections.abc import Sequence
 from pathlib import Path
 
-from malleable.runtime._mpi import Backend, LaunchSpec
+from malleable.runtime._mpi import Backend, LaunchSpec, all_here
 
 __all__ = ["OpenMPI", "launcher_subnet"]
 
@@ -38,7 +38,8 @@ class OpenMPI(Backend):
     and mpirun still exits with the joiner's status; after such a failure ``MPI_Finalize`` may crash on the
     dead peer (5.0.11), so the job's processes end without it. Launching over several hosts works (PRRTE's ssh
     agent is ``plm_ssh_agent``), but ``MPI_Comm_spawn`` onto another host makes PRRTE lose its remote daemon and end
-    the job (5.0.11; open-mpi/ompi#12601): such expansions are refused before spawning. No other way helps here:
+    the job (5.0.11; open-mpi/ompi#12601), and a spawn in a job PRRTE started on other hosts fails too (see
+    :meth:`growth_limit`): such expansions are refused before spawning. No other way helps here:
     spawned or separately launched and connected (``MPI_Comm_connect``, in a PRRTE DVM), a process reaches the
     processes of only the first job on another host it is connected to (``opal_modex_recv`` fails with -46 for
     the next); docs/runtime.md, Limits, lists what was tried.
@@ -77,6 +78,22 @@ class OpenMPI(Backend):
             # ULFM: a spawned process that fails is reported to its peers instead of aborting the job
             argv += ["--with-ft", "ulfm"]
         return argv + list(spec.extra) + ["-n", str(spec.n), *spec.cmd]
+
+    def growth_limit(self) -> str:
+        """A job that PRRTE started on another host than mpirun's (this rank 0 is a ``prted``'s child) cannot grow:
+        there a spawn's processes often never start after the job shrank (the spawn does not return), and a spawn
+        of a job spanning hosts crashes a ``prted`` now and then (SIGSEGV in libprrte or libpmix)."""
+        if all_here():
+            return ""
+        try:
+            with open(f"/proc/{os.getppid()}/comm") as f:
+                parent = f.read().strip()
+        except OSError:
+            return ""
+        if parent != "prted":
+            return ""
+        return (f"{self.name} cannot spawn processes in a job its launcher started on another host than mpirun's "
+                "(see docs/runtime.md)")
 
     def spawn_info(self, host: str | None) -> dict[str, str]:
         """``host`` and ``add-host``: PRRTE spawns only onto hosts of the job's allocation unless they are added."""

@@ -102,6 +102,7 @@ class _Runtime:
         self.world, self.layout, self.gid, self.member, self.timeout = world, layout, gid, member, timeout
         self.plan, self.plan_text, self.job_hosts, self.status = plan, plan_text, job_hosts, status
         self.slots = slots if slots is not None else Slots(os.cpu_count() or 1)
+        self.grow = ""                     # why this job cannot grow at all ('' if it can: a joiner's job could)
         self.overlap = overlap             # prepare expansions in the background (see _expand)
         self.probes = 0
         self.pending: Resize | None = None
@@ -186,7 +187,8 @@ def init_adapt(timeout: float | None = None, plan: str | None = None, overlap: b
     if MPI.Comm.Get_parent() != MPI.COMM_NULL:
         return _joiner_init(t, overlap)
     comm = MPI.COMM_WORLD
-    hosts = comm.allgather(hostname())
+    seen = comm.allgather((hostname(), _mpi.current().growth_limit()))
+    hosts, grow = [h for h, _ in seen], seen[0][1]   # whether the job may grow is rank 0's answer on every rank
     base = GroupLayout((Group(0, tuple(hosts), comm.size, base=True),))
     text = plan if plan is not None else os.environ.get("MALLEABLE_PLAN", "")
     steps = parse_plan(text)  # same input on every rank: every rank raises alike
@@ -198,13 +200,14 @@ def init_adapt(timeout: float | None = None, plan: str | None = None, overlap: b
     try:
         if initial > comm.size:
             check_expand(base, plan_expand(base, initial, _initial_hosts(job_hosts, initial, comm.size)), slots,
-                         local, _remote_limit())
+                         local, _remote_limit(), grow)
     except AdaptError as e:
         raise ConfigError(f"cannot start the job with {initial} processes: {e}") from None
     check_plan(steps, initial_layout(base, initial, job_hosts, local), slots, local,
-               lambda lay, n: choose_hosts(lay, job_hosts, n), _remote_limit())
+               lambda lay, n: choose_hosts(lay, job_hosts, n), _remote_limit(), grow)
     rt = _Runtime(comm.Dup(), base, 0, comm.rank, t, steps, text, job_hosts, slots=slots,
                   overlap=overlap if overlap is not None else os.environ.get("MALLEABLE_OVERLAP", "0") == "1")
+    rt.grow = grow
     rt.source = make_source(steps, comm.rank)
     if comm.rank == 0:
         rt.listener = Listener()
@@ -233,7 +236,8 @@ def _remote_limit() -> str:
     b = _mpi.current()
     if b.can_reach():
         return ""
-    return f"{b.name} cannot spawn processes onto another host here (see docs/runtime.md)"
+    return f"{b.name} cannot spawn processes onto another host here, nor grow a job that spans several (see " \
+        "docs/runtime.md)"
 
 
 def set_source(source: Any) -> None:
@@ -320,7 +324,7 @@ def _act(rt: _Runtime, d: Resize | None, granted: bool) -> ProbeResult:
         try:
             hosts = d.hosts or choose_hosts(rt.layout, rt.job_hosts, d.procs - size)
             check_expand(rt.layout, plan_expand(rt.layout, d.procs, hosts), rt.slots, rt.layout.groups[0].hosts[0],
-                         _remote_limit())
+                         _remote_limit(), rt.grow)
         except AdaptError as e:
             log.error("refusing the adaptation: %s", e)  # noqa: TRY400 - the reason is the whole story
             if rt.world.rank == 0:

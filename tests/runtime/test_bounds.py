@@ -41,6 +41,17 @@ def test_slot_precedence_and_messages():
         check_expand(BASE, plan_expand(BASE, 3, ["h1", "h1"]), s, "h0")
 
 
+def test_an_mpi_that_cannot_reach_other_hosts_grows_only_a_one_host_job_on_its_host():
+    s, why = Slots(cores=8), "this MPI cannot"
+    check_expand(BASE, plan_expand(BASE, 3), s, "h0", why)                 # on rank 0's host
+    with pytest.raises(AdaptError, match=r"cannot spawn onto h1: this MPI cannot"):
+        check_expand(BASE, plan_expand(BASE, 3, ["h0", "h1"]), s, "h0", why)
+    two = GroupLayout((Group(0, ("h0", "h1"), 2, base=True),))            # launched over two hosts
+    with pytest.raises(AdaptError, match=r"span 2 hosts \(h0, h1\): this MPI cannot"):
+        check_expand(two, plan_expand(two, 3, ["h0"]), s, "h0", why)
+    check_expand(two, plan_expand(two, 3, ["h0"]), s, "h0")               # an MPI that can
+
+
 def test_plan_walk_counts_idle_leavers_and_names_the_step():
     slots = Slots(cores=4)
     start = initial_layout(BASE, 3, ["h0", "h1"], "h0")

@@ -102,8 +102,9 @@ def test_open_mpi_refuses_remote_spawns_and_launches_across_hosts(netns_cluster)
     from tests.runtime._impls import impl_named
 
     mpi = impl_named("openmpi")
-    # launching over the hosts works (PRRTE's ssh agent is the namespace launcher); an expansion onto another
-    # host is refused before anything is spawned, and the job goes on
+    # launching over the hosts works (PRRTE's ssh agent is the namespace launcher); the job cannot grow, onto
+    # another host or its own (PRRTE started it on other hosts than mpirun's: docs/runtime.md), and each
+    # expansion is refused before anything is spawned; the job goes on
     plan = [{"at_probe": 2, "procs": 3, "hosts": ["node3"]}]
     decisions = [{"at_probe": 2, "procs": 3, "hosts": ["node3"]}, {"at_probe": 3, "procs": 3}]
     for _ in range(3):
@@ -117,9 +118,10 @@ def test_open_mpi_refuses_remote_spawns_and_launches_across_hosts(netns_cluster)
         _wait_hosts_clear(netns_cluster, ["node1", "node2"], ("prted", "python"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert [r["hosts"] for r in rows][0] == ["node1", "node2"]
-    refused = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith('{"refused"')]
-    assert len(refused) == 1 and "cannot spawn processes onto another host" in refused[0]["refused"]
-    assert [r["size"] for r in rows] == [2, 2, 3, 3] and all(r["ok"] for r in rows), proc.stdout + proc.stderr
+    refused = [json.loads(x)["refused"] for x in proc.stdout.splitlines() if x.startswith('{"refused"')]
+    assert refused == ["cannot grow the job: openmpi cannot spawn processes in a job its launcher started on another "
+                       "host than mpirun's (see docs/runtime.md)"] * 2, refused
+    assert [r["size"] for r in rows] == [2, 2, 2, 2] and all(r["ok"] for r in rows), proc.stdout + proc.stderr
     bad = subprocess.run([mpi.python, "-m", "malleable", "run", "-n", "1", "--hosts", "node1",
                           "--launcher-exec", netns_cluster.launcher, "--plan", json.dumps(plan), "--",
                           mpi.python, str(PROG)], capture_output=True, text=True, timeout=120,
