@@ -9,7 +9,10 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
+import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,8 @@ import pytest
 from malleable.controller.daemon._hostpool import HostPool, netns_of
 from tests.controller._daemon_util import daemon_thread, isolate, wait_final, wait_for
 from tests.controller._mounts import checked_root, mount_daemons, mounts_anywhere
+from tests.controller._users import unix_users
+from tests.controller.test_identity import workdir  # noqa: F401 - a fixture: a folder test users can enter
 
 pytestmark = pytest.mark.netns
 
@@ -115,3 +120,68 @@ def psutil_alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+@pytest.mark.timeout(240)
+def test_a_users_mount_on_a_host_joined_later_keeps_the_folder_the_users_and_refuses_a_planted_link(env, workdir,
+                                                                                                   netns_cluster):
+    """The namespace hosts share one file tree: a host a user's job grows onto finds the mount point's folder the
+    user's already (the first host gave it). It is not taken back (the job's processes elsewhere use it); the mount
+    point in it is checked by descriptor, and a link the user put there is refused, not followed."""
+    from malleable.adhocfs._deploy import start_fs, stop_fs
+    from malleable.controller.daemon._fsshell import fs_secret
+    from malleable.controller.daemon._hostpool import TAG_VAR
+    from malleable.controller.daemon._jobmount import JobMounts, check_root
+
+    first, second = netns_cluster.hosts[:2]
+    pool = HostPool.from_hosts([f"{first},{second}"], netns_cluster.launcher)
+    secret = fs_secret(b"t" * 32, "tst", 7)
+    top, dep = workdir, None
+    with unix_users(1) as (ann,), checked_root(str(top / "mnt")) as path:
+        try:
+            mounts = JobMounts(pool, check_root(path), "tst")
+            dep = start_fs(first, [first], launcher=pool.launcher_exec, token=secret.encode(), capacity=64 * M,
+                           env=dict(os.environ, MALLEABLE_TOKEN=secret, **{TAG_VAR: "tst.fs7"}))
+            assert mounts.mount(7, dep.address, secret, [first], ann.uid, ann.gid) == {first: ""}
+            folder = f"{path}/7"
+            assert os.stat(folder).st_uid == ann.uid
+            seen = []                                      # the folder's owner, watched while the second host mounts
+            done = {}
+
+            def join():
+                done.update(mounts.mount(7, dep.address, secret, [second], ann.uid, ann.gid, more=True))
+
+            t = threading.Thread(target=join)
+            t.start()
+            while t.is_alive():
+                seen.append(os.stat(folder).st_uid)
+            t.join()
+            assert done == {second: ""} and set(seen) == {ann.uid}   # never taken back from the user meanwhile
+            pid = int(Path(f"{path}/.ns/7/{second}").read_text())
+            assert netns_of(pid) == pool.ns_inode(second)
+            as_ann = subprocess.run(["nsenter", f"--mount=/proc/{pid}/ns/mnt", "--", "setpriv", f"--reuid={ann.uid}",
+                                     f"--regid={ann.gid}", "--clear-groups", "sh", "-c",
+                                     f'head -c 1000000 /dev/urandom > {folder}/fs/x && cat {folder}/fs/x'],
+                                    capture_output=True, timeout=60)
+            assert as_ann.returncode == 0, as_ann.stderr
+            assert len(as_ann.stdout) == 1000000 and os.stat(folder).st_uid == ann.uid
+            assert mounts.unmount_hosts(7, [second]) == {second: ""}
+            assert [netns_of(p) for p in mount_daemons(path)] == [pool.ns_inode(first)]
+
+            # a link planted by the user where the mount point is: refused, nothing mounted through it
+            target = top / "target"
+            target.mkdir()
+            os.mkdir(f"{path}/8", 0o700)
+            os.symlink(target, f"{path}/8/fs")
+            os.lchown(f"{path}/8/fs", ann.uid, ann.gid)
+            os.chown(f"{path}/8", ann.uid, ann.gid)
+            got = mounts.mount(8, dep.address, secret, [second], ann.uid, ann.gid, more=True)
+            assert "Not a directory" in got[second], got
+            assert not [m for _, m in mounts_anywhere(str(top)) if m.startswith(str(target))]
+            assert os.listdir(target) == [] and os.stat(target).st_uid == 0
+            mounts.unmount(7, [first, second])
+            assert not mounts_anywhere(path) and not mount_daemons(path)
+        finally:
+            if dep is not None:
+                stop_fs(dep.address, token=secret.encode())
+            shutil.rmtree(f"{path}/8", ignore_errors=True)
