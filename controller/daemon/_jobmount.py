@@ -235,7 +235,7 @@ exec {real} "$@"
                 self.unmount(job_id, targets)
             out.update({h: "taken down again: the mount failed on another host" for h in made})
             return out
-        log.info("job %d: file system mounted at %s on %s", job_id, self.path(job_id), ",".join(targets))
+        log.info("job %d: file system mounted at %s on %d host(s)", job_id, self.path(job_id), len(targets))
         return out
 
     def _write_pids(self, job_id: int, pids: dict[str, int]) -> None:
