@@ -20,6 +20,14 @@ no path of the user's, only the network and the mount point, which is made where
 
 A root job's mount is root's alone (no ``allow_other``).
 
+A host a running job grows onto gets its mount the same way (:meth:`JobMounts.mount` with ``more``). Where the
+hosts share one file tree (the namespace hosts), ``<root>/<job id>`` is the user's already there and is not taken
+back (the job's processes on its other hosts use it): ``fs`` in it is checked by descriptor (a folder of the
+daemon's user, not a link, not a mount), and the mount must then show up at exactly its path in the mount daemon's
+mount table (read through ``/proc`` opened before the mount), else it is undone and the mount fails: a link the
+user swapped in between would otherwise have put the mount elsewhere. :meth:`JobMounts.unmount_hosts` takes the
+mount down from the hosts a job left, and only theirs.
+
 Every mount daemon carries the tag ``<controller>.mnt<job>`` (``MALLEABLE_JOB_TAG``), by which it is found again
 without any record: :meth:`JobMounts.unmount` (after the stage-out, on every host) and :meth:`JobMounts.sweep` (at
 the daemon's start: every mount of this controller whose job is not running any more, left by a killed
