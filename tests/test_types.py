@@ -14,6 +14,7 @@ PURE = ["malleable.controller.sched", "malleable.controller.daemon._core", "mall
         "malleable.controller.daemon._jobs", "malleable.controller.daemon._pass", "malleable.controller.daemon._link",
         "malleable.controller.daemon._hosts", "malleable.controller.daemon._storage",
         "malleable.controller.daemon._fsscale", "malleable.controller.daemon._fsrecord",
+        "malleable.controller.daemon._mountplan",
         "malleable.controller.daemon._records", "malleable.controller.daemon._reports",
         "malleable.controller.daemon._events", "malleable.controller.daemon._protocol", "malleable._wire",
         "malleable.adhocfs._placement", "malleable.adhocfs._rule", "malleable.adhocfs._messages",

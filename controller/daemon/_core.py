@@ -44,6 +44,7 @@ from ._events import (
     FsFailed,
     FsFault,
     FsHeld,
+    FsMounted,
     FsProgress,
     FsReady,
     FsSample,
@@ -65,6 +66,7 @@ from ._fsscale import FsScaling
 from ._hosts import Hosts
 from ._jobs import Jobs
 from ._link import Link
+from ._mountplan import MountPlan
 from ._pass import Pass, Policy
 from ._records import HostRec, JobRec, JobState
 from ._reports import mtct_of
@@ -83,6 +85,7 @@ class Parts(NamedTuple):
     scheduling: Pass
     scaling: FsScaling
     hosts: Hosts
+    mounts: MountPlan
 
 
 class Core:
@@ -118,11 +121,12 @@ class Core:
         parts = (st, led, self.out, cfg)
         fs = Storage(*parts)
         life = Jobs(*parts, fs)
-        link = Link(*parts, life)
+        mounts = MountPlan(*parts)
+        link = Link(*parts, life, mounts)
         sched = Pass(*parts, policy, policy_name or getattr(policy, "__name__", type(policy).__name__), life, link,
                      fs)
         scaling = FsScaling(*parts, fs, sched)
-        self.parts = Parts(fs, life, link, sched, scaling, Hosts(*parts, life, scaling))
+        self.parts = Parts(fs, life, link, sched, scaling, Hosts(*parts, life, scaling, mounts), mounts)
         self.requests: Mapping[type[P.Message], Callable[[Any, float], None]] = {
             P.Submit: life.submit, P.Cancel: life.cancel, P.Register: link.register, P.Poll: link.poll,
             P.Committed: link.committed, P.Refused: link.refused, P.Progress: link.progress,
@@ -135,7 +139,7 @@ class Core:
             HostDown: self.parts.hosts.down, HostUp: self.parts.hosts.up, Schedule: sched.schedule,
             FsReady: self._fs_ready, FsProgress: fs.progress, FsFailed: self._fs_failed, FsStopped: self._fs_stopped,
             FsAttached: fs.attached, FsFault: fs.fault, FsSample: scaling.sampled, FsScaled: scaling.scaled,
-            FsHeld: fs.held}
+            FsHeld: fs.held, FsMounted: self._fs_mounted}
         self._load_jobs(list(jobs))
 
     # -- the one entry point ---------------------------------------------------------------------------------
@@ -191,6 +195,12 @@ class Core:
             life.drain_all(j, e.now)
             life.finish(j, JobState.FAILED, None, e.now, f"file system: {e.reason}"[:500])
             life.launch_ready(e.now)
+
+    def _fs_mounted(self, e: FsMounted) -> None:
+        why = self.parts.mounts.reported(e)
+        j = self.state.jobs.get(e.job_id)
+        if why and j is not None and j.order is not None:   # its expansion cannot go on: as if the job refused it
+            self.parts.link.refused(P.Refused(j.id, j.order.seq, why), e.now)
 
     def _fs_stopped(self, e: FsStopped) -> None:
         self.parts.storage.stopped(e)

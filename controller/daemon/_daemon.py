@@ -49,8 +49,6 @@ from ._cgroup import JobCgroups
 from ._config import DaemonConfig
 from ._core import Core
 from ._events import (
-    AbortFs,
-    AttachFs,
     HostClean,
     HostDown,
     HostUp,
@@ -62,11 +60,8 @@ from ._events import (
     Relaunch,
     Reply,
     Request,
-    ScaleFs,
     Schedule,
-    StartFs,
     Stop,
-    StopFs,
     Tick,
 )
 from ._fsshell import FsShell
@@ -572,11 +567,7 @@ _ACTIONS: dict[type, Callable[[Daemon, Any], None]] = {
     Launch: Daemon._launch,
     Stop: Daemon._stop,
     Kill: Daemon._kill,
-    StartFs: lambda d, a: d.fs.start(a),
-    StopFs: lambda d, a: d.fs.stop(a),
-    ScaleFs: lambda d, a: d.fs.scale(a),
-    AttachFs: lambda d, a: d.fs.attach(a),
-    AbortFs: lambda d, a: d.fs.abort(a),
+    **dict.fromkeys(FsShell.ACTIONS, lambda d, a: d.fs.carry_out(a)),     # the file systems' (and mounts')
 }
 """How the daemon carries out each process action of the core."""
 

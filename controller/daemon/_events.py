@@ -29,6 +29,7 @@ __all__ = [
     "FsFailed",
     "FsFault",
     "FsHeld",
+    "FsMounted",
     "FsProgress",
     "FsReady",
     "FsSample",
@@ -42,6 +43,7 @@ __all__ = [
     "Kill",
     "Launch",
     "LaunchFailed",
+    "MountFs",
     "Relaunch",
     "Reply",
     "Request",
@@ -53,6 +55,7 @@ __all__ = [
     "Stop",
     "StopFs",
     "Tick",
+    "UnmountFs",
 ]
 
 
@@ -246,9 +249,22 @@ class FsFault:
     hosts: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class FsMounted:
+    """A job's file system was mounted (``verb`` "mount") or unmounted ("umount") at ``path``: ``results`` holds
+    each host with "" (done) or why not. Reported for the mount before the launch, the mount on a host the job
+    grows onto, the unmount from a host it left and the unmount at its end."""
+
+    now: float
+    job_id: int
+    verb: str
+    path: str
+    results: tuple[tuple[str, str], ...]
+
+
 Event: TypeAlias = (Request | JobLaunched | LaunchFailed | Relaunch | JobExited | HostClean | HostDown | HostUp
                     | Tick | Schedule | FsReady | FsProgress | FsFailed | FsStopped | FsSample | FsScaled
-                    | FsAttached | FsFault | FsHeld)
+                    | FsAttached | FsFault | FsHeld | FsMounted)
 
 
 # -- actions -----------------------------------------------------------------------------------------------
@@ -404,8 +420,30 @@ class AttachFs:
     servers: tuple[tuple[int, str], ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class MountFs:
+    """Mount the running job's file system at ``address`` on ``hosts`` (hosts an expansion adds: mounted before
+    the order reaches the job, so its new processes find the mount), for the job's user ``uid``/``gid``.
+    Answered by :class:`FsMounted`."""
+
+    job_id: int
+    address: str
+    hosts: tuple[str, ...]
+    uid: int | None = None
+    gid: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UnmountFs:
+    """Take the running job's mount down on ``hosts`` (hosts it left, checked free of its processes). Answered by
+    :class:`FsMounted`."""
+
+    job_id: int
+    hosts: tuple[str, ...]
+
+
 Action: TypeAlias = (SaveJob | SaveHost | DeleteHost | AddStep | AddEvent | Launch | Stop | Kill | Reply | StartFs
-                     | StopFs | ScaleFs | AttachFs | AbortFs)
+                     | StopFs | ScaleFs | AttachFs | AbortFs | MountFs | UnmountFs)
 
 PERSIST: tuple[type, ...] = (SaveJob, SaveHost, DeleteHost, AddStep, AddEvent)
 """Action types that change the state file (carried out first, in one transaction)."""

@@ -104,6 +104,8 @@ class JobFs:
         left: hosts where a server process was still found (and killed) at the stop.
         restarted: its phase when the controller restarted while it was being started or stopped.
         old: (a job back in the queue) the earlier file system still being stopped.
+        mounted: hosts where it is mounted for the job (``controller start --bb-mount-root``).
+        mounting: hosts an expansion adds where it is being mounted (the order waits for them).
     """
 
     phase: FsPhase = FsPhase.NONE
@@ -129,6 +131,8 @@ class JobFs:
     left: list[str] = field(default_factory=list)
     restarted: FsPhase = FsPhase.NONE
     old: JobFs | None = None
+    mounted: list[str] = field(default_factory=list)
+    mounting: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -196,7 +200,8 @@ class JobFs:
             str(d.get("scaling", "")), [str(h) for h in d.get("used", [])], [str(h) for h in d.get("lent", [])],
             str(d.get("reclaiming", "")), None if rs is None else float(rs), bool(d.get("taken_over", False)),
             [int(s) for s in d.get("lost", [])], [str(h) for h in d.get("left", [])], phase("restarted"),
-            cls.from_dict(old) if isinstance(old, dict) else None)
+            cls.from_dict(old) if isinstance(old, dict) else None, [str(h) for h in d.get("mounted", [])],
+            [str(h) for h in d.get("mounting", [])])
 
 
 _EMPTY_FIELDS = vars(JobFs())

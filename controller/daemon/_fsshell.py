@@ -23,7 +23,11 @@ server's status, so it is measured, grown and shrunk as before; a stop without a
 restart) kills the servers by their tag on the hosts given.
 
 With a mount root (``controller start --bb-mount-root``), the file system is also mounted on every host of the job
-before it is launched and taken down after its stage-out (:mod:`._jobmount`).
+before it is launched and taken down after its stage-out (:mod:`._jobmount`); while the job runs, it is mounted on
+a host the job grows onto (:class:`~._events.MountFs`) and taken down from a host it left
+(:class:`~._events.UnmountFs`). These changes of a job's mounts are carried out one at a time, in the order they
+were asked for (a job that leaves a host and grows back onto it gets the unmount first), and each is reported as
+:class:`~._events.FsMounted`.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import shutil
 import tempfile
 import threading
 import time
+from concurrent.futures import Future
 from typing import Any
 
 from malleable.errors import MalleableError
@@ -48,14 +53,17 @@ from ._events import (
     FsFailed,
     FsFault,
     FsHeld,
+    FsMounted,
     FsProgress,
     FsReady,
     FsSample,
     FsScaled,
     FsStopped,
+    MountFs,
     ScaleFs,
     StartFs,
     StopFs,
+    UnmountFs,
 )
 from ._hostpool import TAG_VAR, HostPool
 from ._jobmount import JobMounts
@@ -110,7 +118,8 @@ class FsShell:
         self.stopped: set[int] = set()           # jobs whose file system is being stopped or is gone
         self.faults: dict[int, FsFault] = {}     # job id -> a fault found by the last sample, to be reported
         self.aborts: dict[int, threading.Event] = {}   # job id -> set to stop its staging
-        self.mounted: set[int] = set()           # jobs whose file system this daemon mounted on their hosts
+        self.mount_q: queue.Queue[tuple[Future[Any], Any, tuple[Any, ...]]] = queue.Queue()   # mount changes
+        self.mount_worker: threading.Thread | None = None
         self.lock = threading.Lock()
         self.quit = threading.Event()
         self.sampler: threading.Thread | None = None
@@ -150,6 +159,14 @@ class FsShell:
         return env
 
     # -- requests --------------------------------------------------------------------------------------------
+    ACTIONS = (StartFs, StopFs, ScaleFs, AttachFs, AbortFs, MountFs, UnmountFs)
+    """The core's actions carried out here (:meth:`carry_out`)."""
+
+    def carry_out(self, a: Any) -> None:
+        """Carry out one of the core's :data:`ACTIONS` (each in a thread of its own, or in the mount worker's)."""
+        {StartFs: self.start, StopFs: self.stop, ScaleFs: self.scale, AttachFs: self.attach, AbortFs: self.abort,
+         MountFs: self.mount_more, UnmountFs: self.unmount_left}[type(a)](a)
+
     def start(self, a: StartFs) -> None:
         """Start the file system of ``a`` in a thread (an :class:`AbortFs` from now on stops its stage-in)."""
         with self.lock:
@@ -187,9 +204,9 @@ class FsShell:
             t.join(max(0.0, deadline - time.monotonic()))
 
     def busy(self) -> bool:
-        """Whether a file system is being started or stopped."""
+        """Whether a file system is being started or stopped, or a mount changed."""
         self.threads = [t for t in self.threads if t.is_alive()]
-        return bool(self.threads)
+        return bool(self.threads) or self.mount_q.unfinished_tasks > 0
 
     def _thread(self, fn: Any, a: Any, name: str) -> None:
         t = threading.Thread(target=fn, args=(a,), name=name, daemon=True)
@@ -238,14 +255,12 @@ class FsShell:
                                                       f"{bad.dst if bad else ''}: {why}"[:500]))
                 return
         if self.mounts is not None and a.mount_hosts:
-            err = self.mounts.mount(jid, dep.address, self.secret(jid), a.mount_hosts, a.uid, a.gid)
+            err = self._mount(jid, dep.address, a.mount_hosts, a.uid, a.gid)
             if err or self._aborted(jid):
                 self.mounts.unmount(jid, a.mount_hosts)
                 self._shut(jid, dep.address, (a.meta, *a.data))
                 self._post(FsFailed(time.time(), jid, err[:500] or "stage-in cancelled"))
                 return
-            with self.lock:
-                self.mounted.add(jid)
         self._post(FsReady(time.time(), jid, dep.address))
 
     def _stage(self, jid: int, address: str, direction: str, pairs: Any, uid: int | None, gid: int | None,
@@ -318,28 +333,84 @@ class FsShell:
 
     def _unmount(self, a: StopFs) -> None:
         """The job's processes are gone: its mount is taken down on every host (after its stage-out, even a failed
-        one: a held file system keeps its servers and data, not its mount)."""
+        one: a held file system keeps its servers and data, not its mount), after the mount changes asked before."""
         if self.mounts is not None:
-            self.mounts.unmount(a.job_id, a.mount_hosts)
-            with self.lock:
-                self.mounted.discard(a.job_id)
+            self._in_order(self._unmount_all, a.job_id, a.mount_hosts).result()
+
+    def _unmount_all(self, jid: int, hosts: tuple[str, ...]) -> None:
+        assert self.mounts is not None
+        try:
+            err = self.mounts.unmount(jid, hosts)
+        except Exception as e:  # noqa: BLE001 - reported; the stop goes on
+            log.exception("job %d: unmounting its file system", jid)
+            err = " ".join(f"{type(e).__name__}: {e}".split())[:300]
+        self._post(FsMounted(time.time(), jid, "umount", self.mounts.path(jid),
+                             tuple((h, err) for h in self.mounts.targets(hosts))))
+
+    def _mount(self, jid: int, address: str, hosts: Any, uid: int | None, gid: int | None) -> str:
+        """Mount the job's file system on its ``hosts`` before its launch (reported); "" or why not."""
+        assert self.mounts is not None
+        done = self.mounts.mount(jid, address, self.secret(jid), tuple(hosts), uid, gid)
+        self._post(FsMounted(time.time(), jid, "mount", self.mounts.path(jid), tuple(done.items())))
+        return "mount: " + "; ".join(f"{h}: {why}" for h, why in done.items() if why) if any(done.values()) else ""
 
     def mount_at_launch(self, job: Any) -> str:
-        """Mount the file system of a job about to be launched on its hosts, if it is not mounted yet: one made
-        while the job waited (an early stage-in) had no hosts to mount on. "" when mounted (or nothing to do), else
-        why not (nothing is left mounted then)."""
+        """Mount the file system of a job about to be launched on its hosts, where its record does not have it
+        yet: one made while the job waited (an early stage-in) had no hosts to mount on. "" when mounted (or
+        nothing to do), else why not (nothing is left mounted then)."""
         if self.mounts is None or not job.bb or not job.fs.address:
             return ""
+        if set(self.mounts.targets(job.hosts)) <= set(job.fs.mounted):
+            return ""
+        return self._mount(job.id, job.fs.address, job.hosts, *job.acting_ids)
+
+    # -- a running job's mounts, as its hosts change ----------------------------------------------------------
+    def mount_more(self, a: MountFs) -> None:
+        """Mount the job's file system on hosts it grows onto (in the mount worker), reported."""
+        self._in_order(self._mount_more, a)
+
+    def _mount_more(self, a: MountFs) -> None:
+        assert self.mounts is not None
+        try:
+            done = self.mounts.mount(a.job_id, a.address, self.secret(a.job_id), a.hosts, a.uid, a.gid, more=True)
+        except Exception as e:  # noqa: BLE001 - reported: the expansion waiting for it is given up
+            log.exception("job %d: mounting its file system on %s", a.job_id, a.hosts)
+            done = dict.fromkeys(a.hosts, " ".join(f"{type(e).__name__}: {e}".split())[:300])
+        self._post(FsMounted(time.time(), a.job_id, "mount", self.mounts.path(a.job_id), tuple(done.items())))
+
+    def unmount_left(self, a: UnmountFs) -> None:
+        """Take the job's mount down from hosts it left (in the mount worker), reported."""
+        self._in_order(self._unmount_left, a)
+
+    def _unmount_left(self, a: UnmountFs) -> None:
+        assert self.mounts is not None
+        try:
+            done = self.mounts.unmount_hosts(a.job_id, a.hosts)
+        except Exception as e:  # noqa: BLE001 - reported
+            log.exception("job %d: unmounting its file system from %s", a.job_id, a.hosts)
+            done = dict.fromkeys(a.hosts, " ".join(f"{type(e).__name__}: {e}".split())[:300])
+        self._post(FsMounted(time.time(), a.job_id, "umount", self.mounts.path(a.job_id), tuple(done.items())))
+
+    def _in_order(self, fn: Any, *args: Any) -> Future[Any]:
+        """Run ``fn(*args)`` in the mount worker, after the mount changes asked before; its future."""
+        fut: Future[Any] = Future()
+        self.mount_q.put((fut, fn, args))
         with self.lock:
-            if job.id in self.mounted:
-                return ""
-        err = self.mounts.mount(job.id, job.fs.address, self.secret(job.id), tuple(job.hosts), *job.acting_ids)
-        if err:
-            self.mounts.unmount(job.id, tuple(job.hosts))
-            return err
-        with self.lock:
-            self.mounted.add(job.id)
-        return ""
+            if self.mount_worker is None or not self.mount_worker.is_alive():
+                self.mount_worker = threading.Thread(target=self._mount_loop, name="fs-mounts", daemon=True)
+                self.mount_worker.start()
+        return fut
+
+    def _mount_loop(self) -> None:
+        while True:
+            fut, fn, args = self.mount_q.get()
+            try:
+                fut.set_result(fn(*args))
+            except Exception as e:  # noqa: BLE001 - a bug in one change must not stop the next ones
+                log.exception("a mount change failed")
+                fut.set_exception(e)
+            finally:
+                self.mount_q.task_done()
 
     def _shut(self, jid: int, address: str, hosts: Any) -> tuple[tuple[str, ...], str]:
         """Stop the servers, wait for them, kill what is left on ``hosts``; returns (hosts with leftovers, error)."""

@@ -10,6 +10,7 @@ from malleable.controller.sched._model import FAILED_PRIORITY
 from ._events import DeleteHost, HostClean, HostDown, HostUp
 from ._fsscale import FsScaling
 from ._jobs import Jobs
+from ._mountplan import MountPlan
 from ._state import CoreConfig, CoreState, Outbox, Part
 
 __all__ = ["Hosts"]
@@ -21,13 +22,15 @@ class Hosts(Part):
     Args:
         jobs: the job life cycle (an interrupted job; jobs waiting for clean hosts).
         scaling: a host checked empty may be kept for a file system that took it back.
+        mounts: a host checked empty after its job left it loses that job's mount.
     """
 
     def __init__(self, state: CoreState, ledger: Ledger, out: Outbox, config: CoreConfig, jobs: Jobs,
-                 scaling: FsScaling) -> None:
+                 scaling: FsScaling, mounts: MountPlan) -> None:
         super().__init__(state, ledger, out, config)
         self.jobs = jobs
         self.scaling = scaling
+        self.mounts = mounts
 
     def clean(self, e: HostClean) -> None:
         st = self.state
@@ -43,6 +46,7 @@ class Hosts(Part):
             self.scaling.host_checked(e.host, e.now)   # free for every policy, or kept for a data server
         self.jobs.release_held()
         self.out.log_event(job, "host-free", f"{e.host}: no process of job {job} left; host reusable", e.now)
+        self.mounts.host_free(job, e.host)
         self.jobs.launch_ready(e.now)
 
     def down(self, e: HostDown) -> None:

@@ -20,6 +20,14 @@ no path of the user's, only the network and the mount point, which is made where
 
 A root job's mount is root's alone (no ``allow_other``).
 
+A host a running job grows onto gets its mount the same way (:meth:`JobMounts.mount` with ``more``). Where the
+hosts share one file tree (the namespace hosts), ``<root>/<job id>`` is the user's already there and is not taken
+back (the job's processes on its other hosts use it): ``fs`` in it is checked by descriptor (a folder of the
+daemon's user, not a link, not a mount), and the mount must then show up at exactly its path in the mount daemon's
+mount table (read through ``/proc`` opened before the mount), else it is undone and the mount fails: a link the
+user swapped in between would otherwise have put the mount elsewhere. :meth:`JobMounts.unmount_hosts` takes the
+mount down from the hosts a job left, and only theirs.
+
 Every mount daemon carries the tag ``<controller>.mnt<job>`` (``MALLEABLE_JOB_TAG``), by which it is found again
 without any record: :meth:`JobMounts.unmount` (after the stage-out, on every host) and :meth:`JobMounts.sweep` (at
 the daemon's start: every mount of this controller whose job is not running any more, left by a killed
@@ -108,19 +116,23 @@ def check_root(path: str) -> str:
 
 def mounts_under(root: str, mountinfo: str = "/proc/self/mountinfo") -> list[str]:
     """adhocfs mount points under ``root`` in the mount namespace whose ``mountinfo`` is given."""
-    out = []
     try:
         with open(mountinfo, encoding="utf-8") as f:
-            lines = f.read().splitlines()
+            text = f.read()
     except OSError:
         return []
-    for line in lines:
+    return [where for where, _ in _adhocfs_mounts(text) if where.startswith(root.rstrip("/") + "/")]
+
+
+def _adhocfs_mounts(mountinfo: str) -> list[tuple[str, str]]:
+    """``(mount point, source)`` of every adhocfs mount in the text of a ``mountinfo``."""
+    out = []
+    for line in mountinfo.splitlines():
         left, _, right = line.partition(" - ")
-        fields = left.split()
-        if len(fields) > 4 and right.split()[:1] == [_FSTYPE]:
+        fields, tail = left.split(), right.split()
+        if len(fields) > 4 and tail[:1] == [_FSTYPE]:
             where = fields[4].replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n")
-            if where.startswith(root.rstrip("/") + "/"):
-                out.append(where.replace("\\134", "\\"))
+            out.append((where.replace("\\134", "\\"), tail[1] if len(tail) > 1 else ""))
     return out
 
 
@@ -207,23 +219,32 @@ exec {real} "$@"
 
     # -- mount -------------------------------------------------------------------------------------------------
     def mount(self, job_id: int, address: str, secret: str, hosts: Sequence[str], uid: int | None,
-              gid: int | None) -> str:
+              gid: int | None, more: bool = False) -> dict[str, str]:
         """Mount job ``job_id``'s file system at ``address`` on every one of ``hosts`` (concurrently), for the job's
-        user ``uid``/``gid`` (None: the daemon's); "" when every host has it, else why not (the mounts made are then
-        taken down)."""
+        user ``uid``/``gid`` (None: the daemon's); each host with "" (mounted) or why not. When one fails, the
+        mounts this call made are taken down again: every mount of the job before the launch, only the new hosts'
+        for ``more`` (hosts a running job grows onto; the mounts of its other hosts are in use). On a ``local``
+        pool the job's one mount serves every slot: ``more`` has nothing to do."""
+        if more and self.pool.kind == "local":
+            return {h: "" for h in hosts}
         targets = self.targets(hosts)
         req = {"address": address, "secret": secret, "dir": self.path(job_id), "root": self.root,
                "uid": uid, "gid": gid, "tag": self.tag(job_id)}
         with ThreadPoolExecutor(max_workers=min(8, max(1, len(targets)))) as ex:
             answers = dict(zip(targets, ex.map(lambda h: self._run_on(h, "mount", req), targets), strict=True))
-        errors = [f"{h}: {a['error']}" for h, a in answers.items() if a.get("error")]
-        if errors:
-            self.unmount(job_id, targets)
-            return "mount: " + "; ".join(errors)
+        out = {h: str(a.get("error") or "") for h, a in answers.items()}
         if self.pool.kind == "netns":
-            self._write_pids(job_id, {h: int(a["pid"]) for h, a in answers.items()})
+            self._write_pids(job_id, {h: int(a["pid"]) for h, a in answers.items() if not a.get("error")})
+        if any(out.values()):
+            made = [h for h, why in out.items() if not why]
+            if more:
+                self.unmount_hosts(job_id, made)
+            else:
+                self.unmount(job_id, targets)
+            out.update({h: "taken down again: the mount failed on another host" for h in made})
+            return out
         log.info("job %d: file system mounted at %s on %d host(s)", job_id, self.path(job_id), len(targets))
-        return ""
+        return out
 
     def _write_pids(self, job_id: int, pids: dict[str, int]) -> None:
         folder = Path(self.root, _NS, str(job_id))
@@ -270,6 +291,35 @@ exec {real} "$@"
             log.info("job %d: %s unmounted on every host, its mount point removed", job_id, self.path(job_id))
         return "; ".join(errors)
 
+    def unmount_hosts(self, job_id: int, hosts: Sequence[str]) -> dict[str, str]:
+        """Take job ``job_id``'s mount down on ``hosts`` only (hosts a running job left: its other hosts keep
+        theirs, and the mount point with them); each host with "" or what went wrong. Nothing to do on a ``local``
+        pool (its one mount serves every slot until the job ends)."""
+        if self.pool.kind == "local":
+            return {h: "" for h in hosts}
+        if self.pool.kind == "netns":
+            return {h: self._unmount_netns(job_id, h) for h in hosts}
+        req = {"root": self.root, "cid": self.cid, "jobs": [job_id]}
+        with ThreadPoolExecutor(max_workers=min(8, max(1, len(hosts)))) as ex:
+            answers = list(ex.map(lambda h: (h, self._run_on(h, "unmount", req)), hosts))
+        return {h: str(a.get("error") or "") for h, a in answers}
+
+    def _unmount_netns(self, job_id: int, host: str) -> str:
+        """One namespace host's mount of the job: its daemon (found by its pid file, checked by its tag) has the
+        mount detached in its own mount namespace and is ended; the mount point stays (the file tree is shared
+        with the job's other hosts)."""
+        pid_file = Path(self.root, _NS, str(job_id), host)
+        try:
+            pid = int(pid_file.read_text())
+        except (OSError, ValueError):
+            return ""                                   # never mounted there
+        errors: list[str] = []
+        if any(p.pid == pid for p in scan_tagged(self.tag(job_id)).get(self.tag(job_id), [])):
+            errors = _detach(pid, os.path.join(self.root, str(job_id)))
+            _end([pid])
+        pid_file.unlink(missing_ok=True)
+        return "; ".join(errors)
+
     def sweep(self, keep: set[int]) -> None:
         """At the start: every mount of this controller under the root whose job is not in ``keep`` (the jobs
         still running with their file system) is taken down, on every host, and its mount point removed."""
@@ -302,11 +352,7 @@ def _unmount_here(root: str, jobs: set[int] | None, cid: str, keep: set[int] | N
         if not jid.isdigit() or (jobs is not None and int(jid) not in jobs) or (keep and int(jid) in keep):
             continue
         for p in procs:                          # the mount as its daemon's namespace has it
-            for path in mounts_under(os.path.join(root, jid), f"/proc/{p.pid}/mountinfo"):
-                done = subprocess.run(["nsenter", f"--mount=/proc/{p.pid}/ns/mnt", "--", "umount", "-l", "-c",
-                                       path], capture_output=True, text=True, timeout=30, check=False)
-                if done.returncode and "not mounted" not in done.stderr:
-                    errors.append(f"umount {path} (pid {p.pid}): {' '.join(done.stderr.split())[:200]}")
+            errors += _detach(p.pid, os.path.join(root, jid))
             waits.append(p.pid)
     _end(waits)
     for path in mounts_under(root):             # a mount whose daemon is gone answers ENOTCONN: detach it too
@@ -317,6 +363,18 @@ def _unmount_here(root: str, jobs: set[int] | None, cid: str, keep: set[int] | N
         if name.isdigit() and (jobs is None or int(name) in jobs) and not (keep and int(name) in keep):
             if not mounts_under(os.path.join(root, name)):
                 _remove(root, name)
+    return errors
+
+
+def _detach(pid: int, folder: str) -> list[str]:
+    """Detach the adhocfs mounts under ``folder`` in the mount namespace of process ``pid`` (its mount daemon);
+    what went wrong."""
+    errors = []
+    for path in mounts_under(folder, f"/proc/{pid}/mountinfo"):
+        done = subprocess.run(["nsenter", f"--mount=/proc/{pid}/ns/mnt", "--", "umount", "-l", "-c", path],
+                              capture_output=True, text=True, timeout=30, check=False)
+        if done.returncode and "not mounted" not in done.stderr:
+            errors.append(f"umount {path} (pid {pid}): {' '.join(done.stderr.split())[:200]}")
     return errors
 
 
@@ -401,15 +459,67 @@ def _child_mount(req: dict[str, Any]) -> dict[str, Any]:
     uid, gid = req.get("uid"), req.get("gid")
     other = os.geteuid() == 0 and uid not in (None, 0)
     name = os.path.relpath(req["dir"], req["root"]).split("/")[0]
-    _mount_point(req["root"], name)
+    joining = other and _given(req["root"], name, uid)
+    if not joining:
+        _mount_point(req["root"], name)
     os.environ["MALLEABLE_TOKEN"] = req["secret"]
     os.environ[TAG_VAR] = req["tag"]
     gid = gid if gid is not None else uid
-    rec = mount(req["address"], req["dir"], allow_other=other, uid=uid if other else None,
-                gid=gid if other else None)
-    if other:
+    proc = os.open("/proc", _DIR)                 # opened before the mount: what it says cannot be the user's
+    try:
+        rec = mount(req["address"], req["dir"], allow_other=other, uid=uid if other else None,
+                    gid=gid if other else None)
+        if joining:
+            _check_landed(proc, rec.pid, req["dir"], f"adhocfs:{req['address']}")
+    finally:
+        os.close(proc)
+    if other and not joining:
         _give(req["root"], name, uid, gid)
     return {"pid": rec.pid}
+
+
+def _given(root: str, name: str, uid: int) -> bool:
+    """Whether ``<root>/<name>`` is the job's user's already: another host of a shared file tree (the namespace
+    hosts') mounted it for the job, whose processes there use it, so it is not taken back. Its mount point ``fs``
+    is then checked by descriptor: a folder (not a link) of the daemon's user, not a mount here."""
+    rfd = os.open(root, _DIR)
+    try:
+        try:
+            fd = os.open(name, _DIR, dir_fd=rfd)
+        except FileNotFoundError:
+            return False
+        try:
+            st = os.fstat(fd)
+            if st.st_uid != uid or st.st_uid == os.geteuid():
+                return False
+            sub = os.open("fs", _DIR, dir_fd=fd)
+            try:
+                mp = os.fstat(sub)
+            finally:
+                os.close(sub)
+            if st.st_dev != os.fstat(rfd).st_dev or mp.st_dev != st.st_dev or mp.st_uid != os.geteuid():
+                raise OSError(f"{root}/{name}/fs is not the mount point the controller made")
+            return True
+        finally:
+            os.close(fd)
+    finally:
+        os.close(rfd)
+
+
+def _check_landed(proc: int, pid: int, where: str, source: str) -> None:
+    """The mount just made (``source``, served by ``pid``) is at ``where`` and nowhere else: its path went
+    through a folder of the user's, who could have put a link on the way between the check and the mount. If it
+    landed elsewhere it is undone and the mount fails. ``proc`` is ``/proc``, opened before the mount."""
+    fd = os.open(f"{pid}/mountinfo", os.O_RDONLY | os.O_CLOEXEC, dir_fd=proc)
+    with os.fdopen(fd, encoding="utf-8") as f:
+        points = [p for p, src in _adhocfs_mounts(f.read()) if src == source]
+    if points == [where]:
+        return
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
+    for p in points:
+        subprocess.run(["umount", "-l", p], capture_output=True, timeout=30, check=False)
+    raise OSError(f"the mount point {where} changed while it was mounted (found at {points}); mount undone")
 
 
 def _child_unmount(req: dict[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from malleable.errors import PolicyError, Refusal, UnknownJob
 from . import _protocol as P
 from ._events import AddStep, Reply
 from ._jobs import Jobs
+from ._mountplan import MountPlan
 from ._records import JobRec, JobState
 from ._reports import IO_PHASE, check_io, fraction, intensity_of, mtct_of, serial_of
 from ._state import CoreConfig, CoreState, Outbox, Part, host_list
@@ -26,11 +27,14 @@ class Link(Part):
     Args:
         jobs: the job life cycle (a refused order may put a job waiting for its hosts back in the queue; an
             acknowledged one may let another job start).
+        mounts: the job mounts (an expansion's order waits for the mount on its added hosts).
     """
 
-    def __init__(self, state: CoreState, ledger: Ledger, out: Outbox, config: CoreConfig, jobs: Jobs) -> None:
+    def __init__(self, state: CoreState, ledger: Ledger, out: Outbox, config: CoreConfig, jobs: Jobs,
+                 mounts: MountPlan) -> None:
         super().__init__(state, ledger, out, config)
         self.jobs = jobs
+        self.mounts = mounts
 
     def linked(self, job_id: int) -> JobRec:
         j = self.state.jobs.get(job_id)
@@ -63,7 +67,7 @@ class Link(Part):
             self.out.emit(Reply(P.Declined(why)))
             return
         o = j.order
-        if not o or (o.kind == "expand" and not self.state.hosts_clean(o.added)):
+        if not o or (o.kind == "expand" and not (self.state.hosts_clean(o.added) and self.mounts.order_ready(j))):
             self.out.emit(Reply(P.Ok()))
             return
         if not o.sent:

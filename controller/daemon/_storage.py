@@ -54,13 +54,15 @@ HELD_REASON = "StageOutFailed"
 """The reason of an ended job whose stage-out failed (shown beside its own exit code until a retry succeeds)."""
 
 
-def _who(j: JobRec, mounts: bool = False) -> dict[str, Any]:
+def _who(j: JobRec, mounts: bool = False, fs: JobFs | None = None) -> dict[str, Any]:
     """The identity and time bound of a job's staging: its submitting user's uid and gid (the daemon's own for a
     record from before jobs had a user), its time limit (0: none), and, when the controller ``mounts`` job file
-    systems, its hosts (where its file system is mounted)."""
+    systems, its hosts and those where its file system ``fs`` (default: its current one) was mounted."""
     limit = j.time_limit if j.time_limit and math.isfinite(j.time_limit) and j.time_limit > 0 else 0.0
     uid, gid = j.acting_ids
-    return {"uid": uid, "gid": gid, "limit": float(limit), "mount_hosts": tuple(j.hosts) if mounts else ()}
+    fs = fs if fs is not None else j.fs
+    where = tuple(dict.fromkeys([*j.hosts, *fs.mounted, *fs.mounting])) if mounts else ()
+    return {"uid": uid, "gid": gid, "limit": float(limit), "mount_hosts": where}
 
 
 def submitted(m: P.Submit) -> dict[str, Any]:
@@ -198,7 +200,7 @@ class Storage(Part):
         fs.phase = FsPhase.STAGING_OUT if out else FsPhase.STOPPING
         self._hold(j, fs)
         self.out.log_event(j.id, "fs-stop", f"{len(out)} file(s) to stage out, then the servers stop", now)
-        self.out.emit(StopFs(j.id, fs.address, fs.hosts(), out, **_who(j, self.config.mounts)))
+        self.out.emit(StopFs(j.id, fs.address, fs.hosts(), out, **_who(j, self.config.mounts, fs)))
 
     def _keep_old(self, j: JobRec) -> None:
         """A job back in the queue keeps the file system being stopped for it in its record (``fs.old``, until
@@ -307,7 +309,7 @@ class Storage(Part):
         fs.phase = FsPhase.STAGING_OUT
         self.out.save(j)
         self.out.log_event(j.id, "fs-stop", f"stage-out tried again: {len(out)} file(s), then the servers stop", now)
-        self.out.emit(StopFs(j.id, fs.address, fs.hosts(), out, **_who(j, self.config.mounts)))
+        self.out.emit(StopFs(j.id, fs.address, fs.hosts(), out, **_who(j, self.config.mounts, fs)))
         self.out.emit(Reply(P.Ok()))
 
     def release(self, m: StageOutAgain, now: float) -> None:
@@ -318,7 +320,7 @@ class Storage(Part):
         self.out.save(j)
         self.out.log_event(j.id, "fs-stop", "released by its owner: the files not staged out are dropped, the "
                            "servers stop", now)
-        self.out.emit(StopFs(j.id, fs.address, fs.hosts(), (), **_who(j, self.config.mounts)))
+        self.out.emit(StopFs(j.id, fs.address, fs.hosts(), (), **_who(j, self.config.mounts, fs)))
         self.out.emit(Reply(P.Ok()))
 
     def attached(self, e: FsAttached) -> None:
@@ -393,6 +395,7 @@ class Storage(Part):
             self._restop(j, fs)
         elif j.launched and fs.phase == FsPhase.READY:
             fs.scaling, fs.taken_over = "", True    # a change in flight was lost; none until it answers
+            fs.mounting = []                        # a mount in flight too: asked again at the job's next poll
             self.ledger.withhold(h for h in fs.lent if h in self.ledger.free_set)
             self.out.emit(AttachFs(j.id, fs.address, tuple(fs.servers)))
         return j
@@ -419,4 +422,4 @@ class Storage(Part):
         self._hold(j, fs)
         log.info("job %d: the controller restarted while its file system was %s: %d file(s) left to stage out, "
                  "then its servers are stopped", j.id, phase, len(out))
-        self.out.emit(StopFs(j.id, fs.address, fs.hosts(), out, **_who(j, self.config.mounts)))
+        self.out.emit(StopFs(j.id, fs.address, fs.hosts(), out, **_who(j, self.config.mounts, fs)))
