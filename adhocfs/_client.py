@@ -33,6 +33,7 @@ from malleable.adhocfs._namespace import BLOCKING, MODES, normalize
 from malleable.adhocfs._placement import FileLayout, block_range, in_ranges, ranges_of
 from malleable.adhocfs._protocol import (
     DeclareRio,
+    Entries,
     Extend,
     FileInfo,
     FsStatus,
@@ -44,6 +45,7 @@ from malleable.adhocfs._protocol import (
     Open,
     Remove,
     Rename,
+    ScanDir,
     SetSize,
     Stat,
     StatReply,
@@ -222,8 +224,8 @@ class FileSystem:
 
     def scandir(self, path: str = "/") -> list[tuple[str, bool, int]]:
         """``(name, is_dir, size)`` of each entry of directory ``path``, in one request."""
-        reply = self.call(ListDir(normalize(path), detail=True))
-        assert isinstance(reply, Names)
+        reply = self.call(ScanDir(normalize(path)))
+        assert isinstance(reply, Entries)
         return list(zip(reply.names, map(bool, reply.dirs), reply.lengths, strict=True))
 
     def mkdir(self, path: str, exist_ok: bool = False) -> None:

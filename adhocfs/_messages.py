@@ -30,6 +30,7 @@ __all__ = [
     "DeclareRio",
     "DropBlocks",
     "DropFile",
+    "Entries",
     "Error",
     "Expand",
     "Extend",
@@ -58,6 +59,7 @@ __all__ = [
     "Remove",
     "Rename",
     "SCALARS",
+    "ScanDir",
     "ServerIds",
     "SetSize",
     "Shrink",
@@ -427,19 +429,32 @@ class StatReply(Message):
 
 @_msg("listdir")
 class ListDir(Message):
-    """Names in a directory (with ``detail``, also which are folders and the files' sizes)."""
+    """Names in a directory."""
 
     path: str
-    detail: bool = False
 
 
 @_msg("names")
 class Names(Message):
-    """Reply to :class:`ListDir`; with ``detail``, ``dirs[i]`` is 1 for a folder and ``lengths[i]`` a file's size."""
+    """Reply to :class:`ListDir`."""
 
     names: list[str]
-    dirs: list[int] = dataclasses.field(default_factory=list)
-    lengths: list[int] = dataclasses.field(default_factory=list)
+
+
+@_msg("scandir")
+class ScanDir(Message):
+    """The entries of a directory with their kinds and sizes (a tree walked with one request per folder)."""
+
+    path: str
+
+
+@_msg("entries")
+class Entries(Message):
+    """Reply to :class:`ScanDir`: ``dirs[i]`` is 1 when ``names[i]`` is a folder, ``lengths[i]`` a file's size."""
+
+    names: list[str]
+    dirs: list[int]
+    lengths: list[int]
 
 
 @_msg("mkdir")

@@ -29,6 +29,7 @@ from malleable.adhocfs._protocol import (
     DeclareRio,
     DropBlocks,
     DropFile,
+    Entries,
     Extend,
     FileInfo,
     GetLayout,
@@ -43,6 +44,7 @@ from malleable.adhocfs._protocol import (
     Registered,
     Remove,
     Rename,
+    ScanDir,
     ServerIds,
     SetSize,
     Stat,
@@ -449,7 +451,7 @@ class Namespace:
             (len(prefix), prefix, len(prefix) + 1),
         )
 
-    def _listdir(self, path: str, detail: bool = False) -> Names:
+    def _listdir(self, path: str, detail: bool = False) -> Names | Entries:
         row = self._lookup(path)
         if row is None:
             raise FileNotFoundError(errno.ENOENT, f"no such directory: {path}")
@@ -459,7 +461,7 @@ class Namespace:
         names = [posixpath.basename(r["path"]) for r in rows]
         if not detail:
             return Names(names)
-        return Names(names, [int(r["is_dir"]) for r in rows], [int(r["size"]) for r in rows])
+        return Entries(names, [int(r["is_dir"]) for r in rows], [int(r["size"]) for r in rows])
 
     def _mkdir(self, path: str, exist_ok: bool) -> Ok:
         row = self._lookup(path)
@@ -532,7 +534,8 @@ _HANDLERS: dict[type, Callable[[Namespace, Any], tuple[Message, list[Send]]]] = 
     GetLayout: lambda ns, m: (ns.info(ns.file_row(m.fid)), []),
     SetSize: Namespace._set_size,
     Stat: lambda ns, m: (ns._stat(normalize(m.path)), []),
-    ListDir: lambda ns, m: (ns._listdir(normalize(m.path), m.detail), []),
+    ListDir: lambda ns, m: (ns._listdir(normalize(m.path)), []),
+    ScanDir: lambda ns, m: (ns._listdir(normalize(m.path), detail=True), []),
     Mkdir: lambda ns, m: (ns._mkdir(normalize(m.path), m.exist_ok), []),
     Remove: lambda ns, m: ns._remove(normalize(m.path)),
     Rename: lambda ns, m: ns._rename(normalize(m.src), normalize(m.dst)),

@@ -129,6 +129,6 @@ def test_bad_bulk_requests_get_one_clear_error_each_and_change_nothing(dep, fs, 
 
 def test_bulk_messages_round_trip():
     for msg in (P.CreateFiles(["/a", "/b"], [0, 7]), P.Publish([3, 4], [5, 6]),
-                P.Created([3], [1], BS, 0, [1, 2], {"1": "tcp://x:1"}, 2), P.ListDir("/", detail=True),
-                P.Names(["a", "b"], [0, 1], [3, 0])):
+                P.Created([3], [1], BS, 0, [1, 2], {"1": "tcp://x:1"}, 2), P.ScanDir("/"),
+                P.Entries(["a", "b"], [0, 1], [3, 0])):
         assert P.decode(P.encode(msg, b"k", 5), b"k") == (msg, 5)
