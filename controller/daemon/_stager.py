@@ -259,11 +259,12 @@ def _write_file(fs: Any, src: str, dfd: int, name: str, shown: str, commit: Comm
         with fs.open(src, "rb") as f:
             size = f.seek(0, io.SEEK_END)                 # as opened: reading no further asks for no new layout
             f.seek(0)
-            while total < size and (chunk := f.read(min(CHUNK, size - total))):
-                view = memoryview(chunk)
+            buf = memoryview(bytearray(min(CHUNK, size)))  # one buffer for every chunk: no copy, no new pages
+            while total < size and (got := f.readinto(buf[:size - total])):
+                view = buf[:got]
                 while view:
                     view = view[os.write(fd, view):]
-                total += len(chunk)
+                total += got
         if commit is None:
             os.fsync(fd)
             os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
@@ -371,8 +372,9 @@ def _copy_range_out(src: str, fd: int, off: int, length: int, shown: str, parts:
                 return 0
             with fs.open(src, "rb") as f:
                 f.seek(off)
-                while n < length and (chunk := f.read(min(CHUNK, length - n))):
-                    view = memoryview(chunk)
+                buf = memoryview(bytearray(min(CHUNK, length)))
+                while n < length and (got := f.readinto(buf[:length - n])):
+                    view = buf[:got]
                     while view:
                         w = os.pwrite(fd, view, off + n)
                         view, n = view[w:], n + w
