@@ -131,7 +131,8 @@ def _copy_file_in(fd: int, dst: str) -> Callable[[Any], int]:
 
 class _Small:
     """Small files read whole and handed to the streams in batches, each written by one bulk request
-    (:meth:`~malleable.adhocfs._client.FileSystem.write_files`) instead of one open, write and close apiece."""
+    (:meth:`~malleable.adhocfs._client.FileSystem.write_files`) instead of one open, write and close apiece; a
+    batch may span folders (each is made before its files are read)."""
 
     def __init__(self, streams: Streams) -> None:
         self.streams = streams
@@ -168,7 +169,6 @@ def _plan_in(fs: Any, fd: int, name: str, dst: str, streams: Streams, own: bool,
                     return
                 child = _open_source(entry, fd, f"{name.rstrip('/')}/{entry}")
                 _plan_in(fs, child, f"{name}/{entry}", f"{dst.rstrip('/')}/{entry}", streams, True, small)
-            small.flush()                                 # a folder's files are written before the next folder's
             return
         if not stat.S_ISREG(st.st_mode):
             raise StageFailure(f"{name} is {_kind(st.st_mode)}: only regular files and folders are staged")
