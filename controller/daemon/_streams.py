@@ -3,7 +3,8 @@
 :class:`Streams` runs ``n`` threads, each with a connection of its own (a connection and its files belong to one
 thread), so that the round trips of many small files, and the servers' work on the ranges of a large one, overlap.
 The stager (:mod:`._stager`) walks the sources, opens and checks every local file itself, and hands each copy to
-the streams as a job.
+the streams as a job. :class:`Commit` makes the local files a stage-out wrote whole durable together before their
+renames.
 """
 
 from __future__ import annotations
