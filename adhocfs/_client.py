@@ -21,16 +21,19 @@ import io
 import logging
 import os
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import zmq
 
 from malleable._secret import load_token
 from malleable.adhocfs._buffers import keep_freed_buffers
+from malleable.adhocfs._bulk import write_files
 from malleable.adhocfs._namespace import BLOCKING, MODES, normalize
 from malleable.adhocfs._placement import FileLayout, block_range, in_ranges, ranges_of
 from malleable.adhocfs._protocol import (
     DeclareRio,
+    Entries,
     Extend,
     FileInfo,
     FsStatus,
@@ -42,6 +45,7 @@ from malleable.adhocfs._protocol import (
     Open,
     Remove,
     Rename,
+    ScanDir,
     SetSize,
     Stat,
     StatReply,
@@ -193,6 +197,11 @@ class FileSystem:
         assert isinstance(info, FileInfo)
         return AdhocFile(self, info, base)
 
+    def write_files(self, files: Sequence[tuple[str, Any]]) -> int:
+        """Create or replace many small files at once, each ``(path, bytes)`` (at most 1024; their folders exist):
+        two metadata requests in all and every block in flight together (:mod:`._bulk`); returns the bytes."""
+        return write_files(self, files)
+
     def stat(self, path: str) -> StatReply:
         """Metadata of ``path`` (``is_dir``, ``size``, ``block_size``, ``nblocks``, ``status``)."""
         reply = self.call(Stat(normalize(path)))
@@ -212,6 +221,12 @@ class FileSystem:
         reply = self.call(ListDir(normalize(path)))
         assert isinstance(reply, Names)
         return reply.names
+
+    def scandir(self, path: str = "/") -> list[tuple[str, bool, int]]:
+        """``(name, is_dir, size)`` of each entry of directory ``path``, in one request."""
+        reply = self.call(ScanDir(normalize(path)))
+        assert isinstance(reply, Entries)
+        return list(zip(reply.names, map(bool, reply.dirs), reply.lengths, strict=True))
 
     def mkdir(self, path: str, exist_ok: bool = False) -> None:
         """Create directory ``path`` (its parent must exist)."""

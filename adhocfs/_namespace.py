@@ -24,9 +24,12 @@ from typing import Any
 from malleable.adhocfs._placement import UNALLOCATED, Epochs, FileLayout, clip_ranges, merge_ranges
 from malleable.adhocfs._protocol import (
     AddServers,
+    Created,
+    CreateFiles,
     DeclareRio,
     DropBlocks,
     DropFile,
+    Entries,
     Extend,
     FileInfo,
     GetLayout,
@@ -36,10 +39,12 @@ from malleable.adhocfs._protocol import (
     Names,
     Ok,
     Open,
+    Publish,
     Register,
     Registered,
     Remove,
     Rename,
+    ScanDir,
     ServerIds,
     SetSize,
     Stat,
@@ -56,6 +61,7 @@ BLOCKING = frozenset({"decommissioning", "rebalancing", "repairing"})
 """File states in which writes wait (reads go on)."""
 Send = tuple[int, Message]
 MAX_RANGES = 20_000  # written ranges a file may record (they travel in every FileInfo)
+MAX_SIZE = 1 << 60  # largest file size a request may set
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS kv(k TEXT PRIMARY KEY, v TEXT NOT NULL);
@@ -335,6 +341,52 @@ class Namespace:
             row = self._create(path, msg.block_size)
         return self.info(row), actions
 
+    def _create_files(self, msg: CreateFiles) -> tuple[Message, list[Send]]:
+        eid = self.current_epoch()
+        if eid is None:
+            raise FsError("the file system has no data servers yet")
+        paths = [normalize(p) for p in msg.paths]
+        if len(set(paths)) != len(paths):
+            raise ValueError("create_files: a path is given twice")
+        if any(size > MAX_SIZE for size in msg.lengths):
+            raise ValueError(f"create_files: a size beyond {MAX_SIZE} bytes")
+        actions: list[Send] = []
+        fids, versions = [], []
+        for path, size in zip(paths, msg.lengths, strict=True):
+            row = self._lookup(path)
+            if row is not None:                   # replaced as by open(path, "w"): a fresh file id
+                if row["is_dir"]:
+                    raise IsADirectoryError(errno.EISDIR, f"is a directory: {path}")
+                if row["status"] in BLOCKING:
+                    raise Busy(f"{path} is being redistributed")
+                actions += self._delete_file(row)
+            row = self._create(path, 0)
+            blocks = -(-size // row["block_size"])
+            layout = FileLayout.empty().allocate(0, blocks, eid)
+            self.db.execute("UPDATE files SET hw=?, layout=? WHERE fid=?",
+                            (blocks, json.dumps(layout.to_pairs()), row["fid"]))
+            fids.append(row["fid"])
+            versions.append(row["version"])
+        sids = self.epochs()[eid]
+        addrs = self.server_addrs()
+        return Created(fids, versions, self.block_size, eid, list(sids), {str(s): addrs.get(s, "") for s in sids},
+                       self.replicas()), actions
+
+    def _publish(self, msg: Publish) -> tuple[Message, list[Send]]:
+        for fid, size in zip(msg.fids, msg.lengths, strict=True):
+            row = self.file_row(fid)
+            if row["status"] in BLOCKING:
+                raise Busy(f"{row['path']} is being redistributed; writes wait")
+            if size > MAX_SIZE:
+                raise ValueError(f"publish: a size beyond {MAX_SIZE} bytes")
+            blocks = -(-size // row["block_size"])
+            if self.layout(row).any_unallocated(0, blocks):
+                raise ValueError(f"publish: {row['path']} has no blocks allocated for {size} bytes")
+            written = merge_ranges(json.loads(row["written"]), [[0, blocks]] if blocks else [])
+            self.db.execute("UPDATE files SET size=?, written=?, mtime=? WHERE fid=?",
+                            (max(row["size"], size), json.dumps(written), self.clock(), fid))
+        return Ok(), []
+
     def _extend(self, msg: Extend) -> FileInfo:
         row = self.file_row(msg.fid)
         if row["status"] in BLOCKING:
@@ -394,18 +446,22 @@ class Namespace:
     def _children(self, path: str) -> list[dict[str, Any]]:
         prefix = path.rstrip("/") + "/"
         return self._rows(
-            "SELECT path, is_dir FROM files WHERE substr(path, 1, ?) = ? AND path != '/' "
+            "SELECT path, is_dir, size FROM files WHERE substr(path, 1, ?) = ? AND path != '/' "
             "AND instr(substr(path, ?), '/') = 0 ORDER BY path",
             (len(prefix), prefix, len(prefix) + 1),
         )
 
-    def _listdir(self, path: str) -> Names:
+    def _listdir(self, path: str, detail: bool = False) -> Names | Entries:
         row = self._lookup(path)
         if row is None:
             raise FileNotFoundError(errno.ENOENT, f"no such directory: {path}")
         if not row["is_dir"]:
             raise NotADirectoryError(errno.ENOTDIR, f"not a directory: {path}")
-        return Names([posixpath.basename(r["path"]) for r in self._children(path)])
+        rows = self._children(path)
+        names = [posixpath.basename(r["path"]) for r in rows]
+        if not detail:
+            return Names(names)
+        return Entries(names, [int(r["is_dir"]) for r in rows], [int(r["size"]) for r in rows])
 
     def _mkdir(self, path: str, exist_ok: bool) -> Ok:
         row = self._lookup(path)
@@ -472,11 +528,14 @@ class Namespace:
 
 _HANDLERS: dict[type, Callable[[Namespace, Any], tuple[Message, list[Send]]]] = {
     Open: Namespace._open,
+    CreateFiles: Namespace._create_files,
+    Publish: Namespace._publish,
     Extend: lambda ns, m: (ns._extend(m), []),
     GetLayout: lambda ns, m: (ns.info(ns.file_row(m.fid)), []),
     SetSize: Namespace._set_size,
     Stat: lambda ns, m: (ns._stat(normalize(m.path)), []),
     ListDir: lambda ns, m: (ns._listdir(normalize(m.path)), []),
+    ScanDir: lambda ns, m: (ns._listdir(normalize(m.path), detail=True), []),
     Mkdir: lambda ns, m: (ns._mkdir(normalize(m.path), m.exist_ok), []),
     Remove: lambda ns, m: ns._remove(normalize(m.path)),
     Rename: lambda ns, m: ns._rename(normalize(m.src), normalize(m.dst)),

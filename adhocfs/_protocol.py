@@ -17,6 +17,7 @@ from malleable._wire import check_fields, pack, unpack
 from malleable.errors import ProtocolError
 
 from ._messages import (
+    MAX_FILES,
     MAX_PARTS,
     VERSION,
     VERSIONS,
@@ -27,10 +28,13 @@ from ._messages import (
     Check,
     CheckReply,
     Copy,
+    Created,
+    CreateFiles,
     Data,
     DeclareRio,
     DropBlocks,
     DropFile,
+    Entries,
     Error,
     Expand,
     Extend,
@@ -50,12 +54,14 @@ from ._messages import (
     Names,
     Ok,
     Open,
+    Publish,
     Put,
     PutBlocks,
     Register,
     Registered,
     Remove,
     Rename,
+    ScanDir,
     ServerIds,
     SetSize,
     Shrink,
@@ -78,10 +84,13 @@ __all__ = [
     "Check",
     "CheckReply",
     "Copy",
+    "Created",
+    "CreateFiles",
     "Data",
     "DeclareRio",
     "DropBlocks",
     "DropFile",
+    "Entries",
     "Error",
     "Expand",
     "Extend",
@@ -102,12 +111,14 @@ __all__ = [
     "Names",
     "Ok",
     "Open",
+    "Publish",
     "Put",
     "PutBlocks",
     "Register",
     "Registered",
     "Remove",
     "Rename",
+    "ScanDir",
     "ServerIds",
     "SetSize",
     "Shrink",
@@ -125,6 +136,7 @@ __all__ = [
 # ---------------------------------------------------------------- encode / decode
 _SPECS: dict[str, tuple[dict[str, Any], dict[str, str], bool]] = {}
 _DEFAULTS: dict[str, dict[str, Any]] = {}
+_ENVELOPE = frozenset({"v", "type", "id", "sizes"})  # header keys of the envelope, not a message's fields
 
 
 def _defaults(cls: type[Message]) -> dict[str, Any]:
@@ -149,6 +161,8 @@ def _spec(cls: type[Message]) -> tuple[dict[str, Any], dict[str, str], bool]:
     has_data = False
     for f in dataclasses.fields(cls):
         ann = str(f.type)
+        if f.name in _ENVELOPE:  # pragma: no cover - a programming error in _messages
+            raise AssertionError(f"{cls.TYPE}: field name {f.name!r} is the envelope's")
         if f.name in ("data", "parts"):
             has_data = True
             continue
@@ -218,6 +232,12 @@ def decode(
         elif type(val) is float and (val != val or val < 0):
             raise ProtocolError(f"{cls.TYPE}: field {name!r} must be a non-negative number")
         kwargs[name] = val
+    if cls.PAIRED:
+        lengths = {len(kwargs[name]) for name in cls.PAIRED}
+        if len(lengths) != 1:
+            raise ProtocolError(f"{cls.TYPE}: fields {' and '.join(cls.PAIRED)} must have one entry per file each")
+        if lengths.pop() > MAX_FILES:
+            raise ProtocolError(f"{cls.TYPE}: more than {MAX_FILES} files")
     if cls.PARTS_OF:
         kwargs["parts"] = list(payloads)
         if cls is PutBlocks and len(kwargs["offsets"]) != len(payloads):

@@ -13,7 +13,8 @@ is one ``cp`` process, whose own start is counted (about 1 ms).
 python``: the previous commit built beside this one), alternating with this tree's, for before/after figures.
 
 The file system is one metadata server and ``--servers`` data servers on 127.0.0.1, started with adhocfs's own
-``start_fs`` (what the controller calls), blocks kept in a folder of the same disk as the ``cp`` copies.
+``start_fs`` (what the controller calls), their blocks in memory as the controller starts a job's (``--store dir``:
+also mirrored to a folder of the same disk as the ``cp`` copies, each block written through to a file).
 
 Run: ``.venv/bin/python benchmarks/staging.py [--quick] [--other /work/main/.venv/bin/python]``.
 Writes ``benchmarks/results/staging.json`` and ``staging.png``.
@@ -128,7 +129,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         tree = src / "tree"
         tree_bytes = make_tree(tree, args.files, args.file_size)
         loads = {"large file": (big, args.big), "small files": (tree, tree_bytes)}
-        dep = start_fs("127.0.0.1", ["127.0.0.1"] * args.servers, dir=str(work / "blocks"), token=TOKEN.encode())
+        dep = start_fs("127.0.0.1", ["127.0.0.1"] * args.servers, token=TOKEN.encode(),
+                       dir=str(work / "blocks") if args.store == "dir" else None)
         addr = dep.address
         res: dict[str, dict[str, list[float]]] = {w: {} for w in loads}
         equal = True
@@ -164,6 +166,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return {"date": time.strftime("%Y-%m-%d %H:%M"), "rounds": args.rounds, "data_servers": args.servers,
+            "store": args.store,
             "large_file_bytes": args.big, "small_files": args.files, "small_file_bytes": args.file_size,
             "other_python": args.other or None, "bytes_equal": equal,
             "loadavg_end": os.getloadavg()[0],
@@ -212,6 +215,9 @@ def main() -> int:
     ap.add_argument("--files", type=int, default=2000, help="small files in the tree")
     ap.add_argument("--file-size", type=int, default=32 << 10, help="bytes of each small file")
     ap.add_argument("--servers", type=int, default=1, help="data servers")
+    ap.add_argument("--store", choices=("memory", "dir"), default="memory",
+                    help="data servers keep blocks in memory, as the controller starts a job's (default), or also in "
+                         "a folder of the same disk")
     ap.add_argument("--other", help="another checkout's python to compare with (e.g. /work/main/.venv/bin/python)")
     ap.add_argument("--streams", type=int, default=None, help="streams asked of the stager (default: its own)")
     ap.add_argument("--dir", default=None, help="where the files go (default: the temporary folder)")

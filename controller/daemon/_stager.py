@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import io
 import json
 import os
 import re
@@ -40,7 +41,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._streams import CHUNK, Parts, Shared, Streams, ranges
+from ._streams import CHUNK, Commit, Parts, Shared, Streams, ranges
 
 __all__ = ["Staged", "run"]
 
@@ -49,6 +50,10 @@ SPLIT = 32 << 20
 STREAMS = 4
 """Files of a folder copied at once, each stream over a connection of its own (the per-file round trips to the
 metadata and data servers overlap)."""
+SMALL = 1 << 20
+"""A file of at most this many bytes is read whole and written with others in one bulk request."""
+BATCH_FILES, BATCH_BYTES = 256, 8 << 20
+"""Most small files, and bytes, per bulk request."""
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _DIR = os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -124,9 +129,37 @@ def _copy_file_in(fd: int, dst: str) -> Callable[[Any], int]:
     return job
 
 
-def _plan_in(fs: Any, fd: int, name: str, dst: str, streams: Streams, own: bool) -> None:
+class _Small:
+    """Small files read whole and handed to the streams in batches, each written by one bulk request
+    (:meth:`~malleable.adhocfs._client.FileSystem.write_files`) instead of one open, write and close apiece; a
+    batch may span folders (each is made before its files are read)."""
+
+    def __init__(self, streams: Streams) -> None:
+        self.streams = streams
+        self.files: list[tuple[str, bytes]] = []
+        self.nbytes = 0
+
+    def add(self, fd: int, dst: str) -> None:
+        """Read what descriptor ``fd`` (checked regular; closed here) holds, to be written to ``dst``."""
+        try:
+            data = b"".join(iter(lambda: os.read(fd, CHUNK), b""))
+        finally:
+            os.close(fd)
+        self.files.append((dst, data))
+        self.nbytes += len(data)
+        if len(self.files) >= BATCH_FILES or self.nbytes >= BATCH_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        files, self.files, self.nbytes = self.files, [], 0
+        if files:
+            self.streams.put(lambda fs: fs.write_files(files) if fs is not None else 0)
+
+
+def _plan_in(fs: Any, fd: int, name: str, dst: str, streams: Streams, own: bool, small: _Small) -> None:
     """Hand the copy of what descriptor ``fd`` (a regular file or a folder) holds to ``streams``, folders made
-    here first; ``fd`` is closed here (a folder's) or by its job (a file's), ``own`` when it is ours to close."""
+    here first; ``fd`` is closed here (a folder's, a small file's) or by its job (a file's), ``own`` when it is
+    ours to close."""
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
@@ -135,7 +168,7 @@ def _plan_in(fs: Any, fd: int, name: str, dst: str, streams: Streams, own: bool)
                 if streams.error is not None:
                     return
                 child = _open_source(entry, fd, f"{name.rstrip('/')}/{entry}")
-                _plan_in(fs, child, f"{name}/{entry}", f"{dst.rstrip('/')}/{entry}", streams, True)
+                _plan_in(fs, child, f"{name}/{entry}", f"{dst.rstrip('/')}/{entry}", streams, True, small)
             return
         if not stat.S_ISREG(st.st_mode):
             raise StageFailure(f"{name} is {_kind(st.st_mode)}: only regular files and folders are staged")
@@ -145,6 +178,9 @@ def _plan_in(fs: Any, fd: int, name: str, dst: str, streams: Streams, own: bool)
         raise
     if not own:
         fd = os.dup(fd)                                   # the caller closes its own
+    if st.st_size <= SMALL:
+        small.add(fd, dst)
+        return
     if streams.n < 2 or st.st_size < SPLIT:
         streams.put(_copy_file_in(fd, dst))
         return
@@ -169,8 +205,10 @@ def stage_in(fs: Any, src: str, dst: str, open_fs: Callable[[], Any] | None = No
             if parent:
                 fs.makedirs(parent, exist_ok=True)
         pool = Streams(open_fs or (lambda: Shared(fs)), streams if open_fs else 1)
+        small = _Small(pool)
         try:
-            _plan_in(fs, fd, src, dst, pool, False)
+            _plan_in(fs, fd, src, dst, pool, False, small)
+            small.flush()
         finally:
             total = pool.join()
         return total
@@ -211,20 +249,27 @@ def _open_dir_at(name: str, dir_fd: int | None, shown: str) -> int:
         raise StageFailure(f"destination folder {shown}: {e.strerror}") from None
 
 
-def _write_file(fs: Any, src: str, dfd: int, name: str, shown: str) -> int:
+def _write_file(fs: Any, src: str, dfd: int, name: str, shown: str, commit: Commit | None = None) -> int:
     """Copy file ``src`` of the file system to ``name`` in folder ``dfd``: a new file under a temporary name,
-    checked regular, fsync-ed, then renamed over ``name``."""
+    checked regular, fsync-ed, then renamed over ``name`` (or, with ``commit``, handed to it complete to be
+    made durable and renamed with others)."""
     tmp, fd = _new_file(dfd, name, shown)
     total, done = 0, False
     try:
         with fs.open(src, "rb") as f:
-            while chunk := f.read(CHUNK):
-                view = memoryview(chunk)
+            size = f.seek(0, io.SEEK_END)                 # as opened: reading no further asks for no new layout
+            f.seek(0)
+            buf = memoryview(bytearray(min(CHUNK, size)))  # one buffer for every chunk: no copy, no new pages
+            while total < size and (got := f.readinto(buf[:size - total])):
+                view = buf[:got]
                 while view:
                     view = view[os.write(fd, view):]
-                total += len(chunk)
-        os.fsync(fd)
-        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                total += got
+        if commit is None:
+            os.fsync(fd)
+            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        else:
+            commit.add(dfd, tmp, name, shown)
         done = True
     except OSError as e:
         raise StageFailure(f"{shown}: {e.strerror or e}") from None
@@ -289,11 +334,13 @@ def _new_file(dfd: int, name: str, shown: str) -> tuple[str, int]:
     return tmp, fd
 
 
-def _plan_file_out(src: str, size: int, dfd: int, name: str, shown: str, streams: Streams) -> None:
-    """Hand the copy of file ``src`` to ``name`` in folder ``dfd`` to ``streams``: whole, or in byte ranges into
-    one new file, renamed over ``name`` once every range is written and synced."""
+def _plan_file_out(src: str, size: int, dfd: int, name: str, shown: str, streams: Streams,
+                   commit: Commit | None = None) -> None:
+    """Hand the copy of file ``src`` to ``name`` in folder ``dfd`` to ``streams``: whole (made durable and
+    renamed by ``commit`` when given), or in byte ranges into one new file, renamed over ``name`` once every
+    range is written and synced."""
     if streams.n < 2 or size < SPLIT:
-        streams.put(lambda f: _write_file(f, src, dfd, name, shown) if f is not None else 0)
+        streams.put(lambda f: _write_file(f, src, dfd, name, shown, commit) if f is not None else 0)
         return
     tmp, fd = _new_file(dfd, name, shown)
 
@@ -325,8 +372,9 @@ def _copy_range_out(src: str, fd: int, off: int, length: int, shown: str, parts:
                 return 0
             with fs.open(src, "rb") as f:
                 f.seek(off)
-                while n < length and (chunk := f.read(min(CHUNK, length - n))):
-                    view = memoryview(chunk)
+                buf = memoryview(bytearray(min(CHUNK, length)))
+                while n < length and (got := f.readinto(buf[:length - n])):
+                    view = buf[:got]
                     while view:
                         w = os.pwrite(fd, view, off + n)
                         view, n = view[w:], n + w
@@ -339,24 +387,21 @@ def _copy_range_out(src: str, fd: int, off: int, length: int, shown: str, parts:
     return job
 
 
-def _plan_out(fs: Any, src: str, dfd: int, name: str, shown: str, streams: Streams, dirs: list[int]) -> None:
-    """Hand the copy of ``src`` (a file, or a folder: made here, its descriptor kept in ``dirs`` until the copies
-    are done) to ``name`` in folder ``dfd`` to ``streams``."""
-    st = fs.stat(src)
-    if not st.is_dir:
-        _plan_file_out(src, st.size, dfd, name, shown, streams)
-        return
-    sub = _make_dir_at(name, dfd, shown)
-    dirs.append(sub)
-    _plan_tree_out(fs, src, sub, shown, streams, dirs)
-
-
-def _plan_tree_out(fs: Any, src: str, dfd: int, shown: str, streams: Streams, dirs: list[int]) -> None:
+def _plan_tree_out(fs: Any, src: str, dfd: int, shown: str, streams: Streams, dirs: list[int],
+                   commit: Commit) -> None:
+    """Hand the copy of what folder ``src`` holds to folder ``dfd`` to ``streams``: its folders made here (their
+    descriptors kept in ``dirs`` until the copies are done), its files copied by the streams."""
     _clear_stale(dfd)
-    for entry in sorted(fs.listdir(src)):
+    for entry, is_dir, size in sorted(fs.scandir(src)):
         if streams.error is not None:
             return
-        _plan_out(fs, f"{src.rstrip('/')}/{entry}", dfd, entry, f"{shown.rstrip('/')}/{entry}", streams, dirs)
+        path, where = f"{src.rstrip('/')}/{entry}", f"{shown.rstrip('/')}/{entry}"
+        if not is_dir:
+            _plan_file_out(path, size, dfd, entry, where, streams, commit)
+            continue
+        sub = _make_dir_at(entry, dfd, where)
+        dirs.append(sub)
+        _plan_tree_out(fs, path, sub, where, streams, dirs, commit)
 
 
 def stage_out(fs: Any, src: str, dst: str, open_fs: Callable[[], Any] | None = None, streams: int = 1) -> int:
@@ -367,11 +412,15 @@ def stage_out(fs: Any, src: str, dst: str, open_fs: Callable[[], Any] | None = N
         dfd = _open_folder(dst, make_last=True)
         dirs = [dfd]
         pool = Streams(open_fs or (lambda: Shared(fs)), streams if open_fs else 1)
+        commit = Commit()
         try:
             try:
-                _plan_tree_out(fs, src, dfd, dst, pool, dirs)
+                _plan_tree_out(fs, src, dfd, dst, pool, dirs, commit)
             finally:
-                total = pool.join()
+                try:
+                    total = pool.join()
+                finally:
+                    commit.flush()                        # the files copied whole, even when another one failed
             for d in reversed(dirs):
                 os.fsync(d)
             return total

@@ -3,20 +3,26 @@
 :class:`Streams` runs ``n`` threads, each with a connection of its own (a connection and its files belong to one
 thread), so that the round trips of many small files, and the servers' work on the ranges of a large one, overlap.
 The stager (:mod:`._stager`) walks the sources, opens and checks every local file itself, and hands each copy to
-the streams as a job.
+the streams as a job. :class:`Commit` makes the local files a stage-out wrote whole durable together before their
+renames.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import os
 import queue
 import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["CHUNK", "Parts", "Shared", "Streams", "ranges"]
+__all__ = ["CHUNK", "COMMIT_FILES", "Commit", "Parts", "Shared", "Streams", "ranges"]
 
 CHUNK = 4 << 20
 """Bytes read or written at once; ranges of a split file are multiples of it."""
+COMMIT_FILES = 256
+"""Files written whole that a :class:`Commit` makes durable and renames together."""
 
 
 class Streams:
@@ -107,3 +113,50 @@ class Shared:
 
     def close(self) -> None:
         pass
+
+
+class Commit:
+    """Local files written complete under temporary names, made durable together and then renamed over their
+    names: one ``syncfs`` per file system for up to :data:`COMMIT_FILES` files, where an ``fsync`` apiece made
+    every small file wait for a journal commit of its own. A file is renamed only once its bytes are on disk, as
+    with ``fsync``; one whose sync or rename fails is removed, and the first failure is raised."""
+
+    def __init__(self) -> None:
+        self._files: list[tuple[int, str, str, str]] = []
+        self._lock = threading.Lock()
+
+    def add(self, dfd: int, tmp: str, name: str, shown: str) -> None:
+        """File ``tmp`` of folder ``dfd`` (kept open until :meth:`flush`) is complete: rename it over ``name``
+        (``shown`` in messages) once durable."""
+        with self._lock:
+            self._files.append((dfd, tmp, name, shown))
+            full = len(self._files) >= COMMIT_FILES
+        if full:
+            self.flush()
+
+    def flush(self) -> None:
+        """Make the files added so far durable and rename them."""
+        with self._lock:
+            files, self._files = self._files, []
+        done = 0
+        try:
+            for dfd in {os.fstat(d).st_dev: d for d, _, _, _ in files}.values():
+                _syncfs(dfd)
+            for dfd, tmp, name, _ in files:
+                os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                done += 1
+        except OSError as e:
+            for dfd, tmp, _, _ in files[done:]:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=dfd)
+            raise OSError(e.errno, f"{files[done][3]}: {e.strerror or e}") from None
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def _syncfs(fd: int) -> None:
+    """Write out everything of the file system holding ``fd`` (``syncfs(2)``)."""
+    if _LIBC.syncfs(fd) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))

@@ -1,9 +1,11 @@
 """Hostile messages against live adhocfs servers: an altered payload, a replayed write, a nested-bracket header,
-a fuzzer mutating headers and payloads, and oversized unauthenticated frames. Each is refused with an error
-reply (or the sender dropped), the servers keep serving, and no stored byte changes."""
+a fuzzer mutating headers and payloads, oversized unauthenticated frames, and bad bulk requests (``create_files``,
+``publish``). Each is refused with an error reply (or the sender dropped), the servers keep serving, and no stored
+byte changes."""
 
 from __future__ import annotations
 
+import json
 import random
 import time
 
@@ -153,3 +155,45 @@ def test_oversized_unauthenticated_frames_are_not_buffered(dep, fs):
     with fs.open("/still", "wb") as f:
         f.write(b"serving")
     assert _read(fs, "/still") == b"serving"
+
+
+@pytest.mark.timeout(60)
+def test_bad_bulk_requests_get_one_clear_error_each_and_change_nothing(dep, fs, shared_secret):
+    fs.makedirs("/bad")
+    fs.write_files([("/bad/kept", b"kept")])
+    fs.mkdir("/bad/folder")
+    kept = fs.stat("/bad/kept").fid
+    before = sorted(fs.scandir("/bad"))
+    raw = Raw(dep.address)
+    bs = fs.stat("/bad/kept").block_size
+
+    def raw_header(header):
+        return W.pack_raw(json.dumps(dict(header, v=1, id=9, sizes=[])).encode(), shared_secret, [])
+
+    cases = [
+        (raw_header({"type": "create_files", "paths": ["/bad/a", "/bad/b"], "lengths": [1]}),
+         "ProtocolError", "fields paths and lengths must have one entry per file each"),
+        (raw_header({"type": "create_files", "paths": ["/bad/a"] * 1025, "lengths": [1] * 1025}),
+         "ProtocolError", "more than 1024 files"),
+        (raw_header({"type": "create_files", "paths": ["/bad/a"], "lengths": [-1]}),
+         "ProtocolError", "must be list[int] of non-negative values"),
+        (raw_header({"type": "publish", "fids": [kept], "lengths": "1"}), "ProtocolError", "'lengths'"),
+        (P.encode(P.CreateFiles(["/bad/a", "/bad/kept", "/bad/./a"], [1, 2, 3]), shared_secret, 3),
+         "ValueError", "a path is given twice"),
+        (P.encode(P.CreateFiles(["/bad/a", "/bad/folder"], [1, 2]), shared_secret, 4),
+         "IsADirectoryError", "is a directory: /bad/folder"),
+        (P.encode(P.CreateFiles(["/bad/a", "/nowhere/x"], [1, 2]), shared_secret, 5),
+         "FileNotFoundError", "no such directory: /nowhere"),
+        (P.encode(P.CreateFiles(["/bad/a"], [1 << 61]), shared_secret, 6), "ValueError", "a size beyond"),
+        (P.encode(P.Publish([kept, 10**9], [4, 4]), shared_secret, 7), "FileNotFoundError", "no longer exists"),
+        (P.encode(P.Publish([kept], [bs * 3]), shared_secret, 8), "ValueError",
+         f"/bad/kept has no blocks allocated for {bs * 3} bytes"),
+    ]
+    try:
+        for frames, kind, words in cases:
+            reply = raw.ask(frames, shared_secret)
+            assert isinstance(reply, P.Error) and reply.kind == kind and words in reply.msg, (kind, reply)
+    finally:
+        raw.close()
+    assert sorted(fs.scandir("/bad")) == before                      # no file made by a refused request
+    assert fs.stat("/bad/kept").fid == kept and _read(fs, "/bad/kept") == b"kept"
