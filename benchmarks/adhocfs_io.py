@@ -32,7 +32,8 @@ The mount rows (``--mount-servers N``, 0 to skip) run unmodified tools through a
 data servers: ``dd`` (one stream) and ``fio`` (two jobs) writing then reading in 1 MiB requests, each paired with
 as many Python client processes doing the same through the API just before it; and an mdtest-like metadata
 figure (create, stat, unlink of ``--md-files`` files in one directory) through the mount, through the Python
-client and on a local tmpfs (/dev/shm).
+client and on a local tmpfs (/dev/shm). With the variant ``against``, the tools also run through a mount made by
+the other tree's mount daemon, in turn with this tree's (the order alternating between repetitions).
 
 Usage: python benchmarks/adhocfs_io.py [--total 512MiB] [--clients 2] [--configs 1,2,4,2r2,4r2,2enc] [--reps 3]
        [--variants client,nomac,against --against /path/to/other/.venv/bin/python]
@@ -476,7 +477,8 @@ def main() -> int:
         from adhocfs_mount_rows import mount_rows, plot_mount, print_mount
 
         result["mount"] = mount_rows(args.mount_servers, _parse_size(args.mount_total), args.reps, args.md_files,
-                                     _spawn)
+                                     _spawn, args.against if "against" in args.variants else None,
+                                     args.against_label)
         print_mount(result["mount"])
         plot_mount(result["mount"], Path(f"{out}_mount.png" if rows else f"{out}.png"))
     out.parent.mkdir(parents=True, exist_ok=True)
