@@ -165,9 +165,9 @@ def print_mount(res: dict[str, Any]) -> None:
     print(f"{'tool':>11} {'mount':>16} {'streams':>7} {'write MB/s':>11} {'client':>7} {'ratio':>6} {'read MB/s':>10} "
           f"{'client':>7} {'ratio':>6}")
     for r in res["rows"]:
-        print(f"{r['tool']:>11} {r.get('variant', 'this'):>16} {r['streams']:>7} {r['write_MBps']:>11.0f} {r['client_write_MBps']:>7.0f} "
-              f"{r['write_vs_client']:>6.0%} {r['read_MBps']:>10.0f} {r['client_read_MBps']:>7.0f} "
-              f"{r['read_vs_client']:>6.0%}")
+        print(f"{r['tool']:>11} {r.get('variant', 'this'):>16} {r['streams']:>7} {r['write_MBps']:>11.0f} "
+              f"{r['client_write_MBps']:>7.0f} {r['write_vs_client']:>6.0%} {r['read_MBps']:>10.0f} "
+              f"{r['client_read_MBps']:>7.0f} {r['read_vs_client']:>6.0%}")
     md = res["metadata"]
     if md.get("files"):
         print(f"\nmetadata, {md['files']} files in one directory (operations per second)")
