@@ -371,9 +371,10 @@ class MountOps(mfusepy.Operations):
     @answered
     def write_buf(self, path: str | None, bufv: Any, offset: int, fh: int) -> int:
         """A write request as libfuse received it (``bufv``, a ``fuse_bufvec``). Implementing this lets libfuse
-        splice write requests into a pipe (where the pipe can hold a whole request: the daemon runs as root): the
-        data is then read once, straight into the bytes the write-behind keeps, instead of being copied into
-        libfuse's buffer by the kernel and out of it by ``write``."""
+        splice write requests into a pipe where a pipe may hold a whole request (2 MiB: ``CAP_SYS_RESOURCE`` or
+        ``fs.pipe-max-size``): the data is then read once, straight into the bytes the write-behind keeps, instead
+        of being copied into libfuse's buffer by the kernel and out of it again (elsewhere libfuse still does that
+        first copy, and this the second, as ``write`` would)."""
         return self.write(path or "", _take(bufv.contents), offset, fh)
 
     def _truncate(self, node: _Node, length: int) -> None:
@@ -463,6 +464,8 @@ def _take(bufv: Any) -> bytes:
         b = bufs[i]
         skip = v.off if i == v.idx else 0
         n = b.size - skip
+        if n <= 0:
+            continue
         if not b.flags & FUSE_BUF_IS_FD:
             parts.append(ctypes.string_at(b.mem + skip, n))
         elif b.flags & FUSE_BUF_FD_SEEK:
@@ -476,7 +479,7 @@ def _take(bufv: Any) -> bytes:
                 got.append(more)
             parts.append(got[0] if len(got) == 1 else b"".join(got))
     v.idx, v.off = v.count, 0
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+    return parts[0] if len(parts) == 1 else b"".join(parts)  # b"" for none
 
 
 def serve(ops: MountOps, mountpoint: str, fsname: str, allow_other: bool = False) -> None:

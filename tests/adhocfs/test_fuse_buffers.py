@@ -47,11 +47,12 @@ def test_every_kind_of_buffer(tmp_path):
             {"size": 16, "flags": 0, "mem": ctypes.addressof(mem), "fd": -1, "pos": 0},
             {"size": len(piped), "flags": FUSE_BUF_IS_FD, "mem": None, "fd": r, "pos": 0},
             {"size": 10, "flags": FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK, "mem": None, "fd": fd, "pos": 10},
+            {"size": 0, "flags": 0, "mem": None, "fd": -1, "pos": 0},  # an empty one, no memory behind it
         ], off=4)
         got = _take(v)
         writer.join(10)
         assert got == b"memory-part|" + piped + b"file-part|"
-        assert (v.idx, v.off) == (3, 0)
+        assert (v.idx, v.off) == (4, 0)
         os.set_blocking(r, False)
         with pytest.raises(BlockingIOError):
             os.read(r, 1)  # nothing left in the pipe
