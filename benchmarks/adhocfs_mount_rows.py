@@ -196,9 +196,17 @@ def plot_mount(res: dict[str, Any], path: Path) -> None:
     ax.bar(range(len(vals)), vals, color=colors)
     ax.set_xticks(range(len(vals)), labels, rotation=45, ha="right", fontsize=8)
     ax.set_ylabel("MB/s")
-    ax.set_title("through the mount (blue; orange: the other tree's mount) vs Python client (grey, same repetition)")
+    ax.set_title("through the mount (blue; orange: other tree's daemon) vs client (grey)")
     md = res["metadata"]
     wheres = [w for w in ("mount", "client", "tmpfs") if w in md]
+    if not wheres:  # --md-files 0
+        bx.set_axis_off()
+        bx.set_title("metadata: not measured")
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        return
     for i, w in enumerate(wheres):
         bx.bar([j + 0.25 * i for j in range(3)], [md[w][k] for k in ("create", "stat", "unlink")], 0.25, label=w)
     bx.set_xticks([j + 0.25 for j in range(3)], ["create", "stat", "unlink"])
