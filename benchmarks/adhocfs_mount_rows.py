@@ -199,21 +199,18 @@ def plot_mount(res: dict[str, Any], path: Path) -> None:
     ax.set_title("through the mount (blue; orange: other tree's daemon) vs client (grey)")
     md = res["metadata"]
     wheres = [w for w in ("mount", "client", "tmpfs") if w in md]
-    if not wheres:  # --md-files 0
+    if wheres:
+        for i, w in enumerate(wheres):
+            bx.bar([j + 0.25 * i for j in range(3)], [md[w][k] for k in ("create", "stat", "unlink")], 0.25,
+                   label=w)
+        bx.set_xticks([j + 0.25 for j in range(3)], ["create", "stat", "unlink"])
+        bx.set_yscale("log")
+        bx.set_ylabel("operations/s")
+        bx.set_title(f"metadata, {md.get('files', 0)} files")
+        bx.legend(fontsize=8)
+    else:  # --md-files 0
         bx.set_axis_off()
         bx.set_title("metadata: not measured")
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        return
-    for i, w in enumerate(wheres):
-        bx.bar([j + 0.25 * i for j in range(3)], [md[w][k] for k in ("create", "stat", "unlink")], 0.25, label=w)
-    bx.set_xticks([j + 0.25 for j in range(3)], ["create", "stat", "unlink"])
-    bx.set_yscale("log")
-    bx.set_ylabel("operations/s")
-    bx.set_title(f"metadata, {md.get('files', 0)} files")
-    bx.legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
