@@ -43,6 +43,7 @@ READ_AHEAD_KB = 4096  # kernel read-ahead of the mount: several blocks in flight
 FILE_MODE, DIR_MODE = stat.S_IFREG | 0o644, stat.S_IFDIR | 0o755
 RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
 FUSE_CAP_ASYNC_READ = 1 << 0
+FUSE_BUF_IS_FD, FUSE_BUF_FD_SEEK = 1 << 1, 1 << 2
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -367,6 +368,15 @@ class MountOps(mfusepy.Operations):
             node.size, node.mtime = max(node.size, offset + n), time.time()
         return n
 
+    @answered
+    def write_buf(self, path: str | None, bufv: Any, offset: int, fh: int) -> int:
+        """A write request as libfuse received it (``bufv``, a ``fuse_bufvec``). Implementing this lets libfuse
+        splice write requests into a pipe where a pipe may hold a whole request (2 MiB: ``CAP_SYS_RESOURCE`` or
+        ``fs.pipe-max-size``): the data is then read once, straight into the bytes the write-behind keeps, instead
+        of being copied into libfuse's buffer by the kernel and out of it again (elsewhere libfuse still does that
+        first copy, and this the second, as ``write`` would)."""
+        return self.write(path or "", _take(bufv.contents), offset, fh)
+
     def _truncate(self, node: _Node, length: int) -> None:
         with node.conn.lock:
             node.file.truncate(length)
@@ -416,7 +426,8 @@ class MountOps(mfusepy.Operations):
 
 
 class _Fuse(mfusepy.FUSE):
-    """mfusepy's FUSE with reads straight into the kernel's buffer and rename flags passed on."""
+    """mfusepy's FUSE with reads straight into the kernel's buffer, writes taken from libfuse's buffer vector
+    (spliced) and rename flags passed on."""
 
     def read(self, path: bytes | None, buf: Any, size: int, offset: int, fip: Any) -> int:
         out = (ctypes.c_char * size).from_address(ctypes.addressof(buf.contents))
@@ -428,9 +439,47 @@ class _Fuse(mfusepy.FUSE):
                 log.warning("read: %s", e)
             return -code
 
+    def write_buf(self, path: bytes | None, bufv: Any, offset: int, fip: Any) -> int:
+        return self.operations.write_buf(None, bufv, offset, fip.contents.fh)  # the path is not needed (nor set)
+
     def rename_fuse_3(self, old: bytes, new: bytes, flags: int) -> int:
         return self.operations.rename(old.decode(self.encoding, self.errors),
                                       new.decode(self.encoding, self.errors), flags)
+
+
+class _BufVec(ctypes.Structure):
+    """libfuse's ``struct fuse_bufvec``: its buffers are an array inside it (mfusepy declares a pointer)."""
+
+    _fields_ = (("count", ctypes.c_size_t), ("idx", ctypes.c_size_t), ("off", ctypes.c_size_t),
+                ("buf", mfusepy.fuse_buf * 1))
+
+
+def _take(bufv: Any) -> bytes:
+    """The bytes of a libfuse buffer vector from its current position, which is moved to its end (libfuse then
+    knows its pipe was emptied: a pipe left with data in it is replaced by a new one)."""
+    v = _BufVec.from_address(ctypes.addressof(bufv))
+    bufs = (mfusepy.fuse_buf * v.count).from_address(ctypes.addressof(v) + _BufVec.buf.offset)
+    parts = []
+    for i in range(v.idx, v.count):
+        b = bufs[i]
+        skip = v.off if i == v.idx else 0
+        n = b.size - skip
+        if n <= 0:
+            continue
+        if not b.flags & FUSE_BUF_IS_FD:
+            parts.append(ctypes.string_at(b.mem + skip, n))
+        elif b.flags & FUSE_BUF_FD_SEEK:
+            parts.append(os.pread(b.fd, n, b.pos + skip))
+        else:
+            got = [os.read(b.fd, n)]
+            while (have := sum(map(len, got))) < n:
+                more = os.read(b.fd, n - have)
+                if not more:
+                    raise OSError(errno.EIO, f"a write request's data ended after {have} of {n} bytes")
+                got.append(more)
+            parts.append(got[0] if len(got) == 1 else b"".join(got))
+    v.idx, v.off = v.count, 0
+    return parts[0] if len(parts) == 1 else b"".join(parts)  # b"" for none
 
 
 def serve(ops: MountOps, mountpoint: str, fsname: str, allow_other: bool = False) -> None:

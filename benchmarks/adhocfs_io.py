@@ -9,9 +9,12 @@ clients): ``--configs 1,2,4,2r2,4r2,2enc``.
 The baseline of a configuration with N servers is raw pyzmq in the same pattern: P client processes (DEALER
 sockets) and N server processes (ROUTER) doing the minimum: writes send the same bytes in 512 KiB messages
 spread over the servers, which count and drop them and acknowledge the end (``raw``), or keep them in memory as a
-store must (``keep``, a second write phase: what holding new memory costs; with R replicas each message is kept by
-R servers, as the file system keeps R copies, while ``raw`` still carries each byte once); reads ask each server for
-a share, which it streams back in 512 KiB messages, the frames it kept, as received (zero copy). No envelope, no MAC. The raw
+store must (``keep``, a second write phase: what holding new memory costs). With R replicas every write message goes
+to R servers, in both phases, as the file system sends each block to the R servers keeping its copies: the raw
+writes carry the same bytes over the same connections as the file system's (R times the file set), and a
+replicated configuration is compared with raw replicated writes. Reads ask each server for a share (each byte
+once, as the file system reads one copy), which it streams back in 512 KiB messages, the frames it kept, as received
+(zero copy). No envelope, no MAC. The raw
 processes use the same socket options and malloc settings as the file system's (``adhocfs/_buffers.py``), and an
 encrypted configuration's baseline is encrypted the same way.
 
@@ -29,7 +32,8 @@ The mount rows (``--mount-servers N``, 0 to skip) run unmodified tools through a
 data servers: ``dd`` (one stream) and ``fio`` (two jobs) writing then reading in 1 MiB requests, each paired with
 as many Python client processes doing the same through the API just before it; and an mdtest-like metadata
 figure (create, stat, unlink of ``--md-files`` files in one directory) through the mount, through the Python
-client and on a local tmpfs (/dev/shm).
+client and on a local tmpfs (/dev/shm). With the variant ``against``, the tools also run through a mount made by
+the other tree's mount daemon, in turn with this tree's (the order alternating between repetitions).
 
 Usage: python benchmarks/adhocfs_io.py [--total 512MiB] [--clients 2] [--configs 1,2,4,2r2,4r2,2enc] [--reps 3]
        [--variants client,nomac,against --against /path/to/other/.venv/bin/python]
@@ -166,9 +170,9 @@ def worker_raw_server() -> None:
 
 def worker_raw_client(addrs: str, nbytes: int, op: str, start_at: float, copies: int = 1) -> None:
     """Raw baseline client: one DEALER per server; writes ``nbytes`` in XFER messages spread round-robin over the
-    servers (then waits for every server's acknowledgement; ``keep``: the servers keep the bytes in memory, each
-    message on ``copies`` consecutive servers, as a replicated store must), or reads the same share back from
-    each."""
+    servers, each message to ``copies`` consecutive servers, as a replicated store sends it (then waits for every
+    server's acknowledgement; ``write``: the servers drop the bytes, ``keep``: they keep them in memory), or reads
+    the same share back from each (each byte once, as a store reads one copy)."""
     import zmq
 
     from malleable.adhocfs._buffers import keep_freed_buffers
@@ -192,7 +196,7 @@ def worker_raw_client(addrs: str, nbytes: int, op: str, start_at: float, copies:
     if op in ("write", "keep"):
         kind = b"W" if op == "write" else b"K"
         for i in range(n):
-            for c in range(copies if op == "keep" else 1):
+            for c in range(copies):
                 socks[(i + c) % len(socks)].send_multipart([kind, buf], copy=False)
         for s in socks:
             s.send_multipart([b"E"])
@@ -211,7 +215,7 @@ def worker_raw_client(addrs: str, nbytes: int, op: str, start_at: float, copies:
                     except zmq.Again:
                         break
     t1, c1 = time.time(), _own_cpu()
-    assert got == n * XFER * (copies if op == "keep" else 1), (got, n * XFER)
+    assert got == n * XFER * (copies if op != "read" else 1), (got, n * XFER)
     for s in socks:
         s.close()
     ctx.term()
@@ -473,7 +477,8 @@ def main() -> int:
         from adhocfs_mount_rows import mount_rows, plot_mount, print_mount
 
         result["mount"] = mount_rows(args.mount_servers, _parse_size(args.mount_total), args.reps, args.md_files,
-                                     _spawn)
+                                     _spawn, args.against if "against" in args.variants else None,
+                                     args.against_label)
         print_mount(result["mount"])
         plot_mount(result["mount"], Path(f"{out}_mount.png" if rows else f"{out}.png"))
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -82,72 +82,92 @@ def _mdtest(root: str, n: int, fs: Any = None) -> dict[str, float]:
     return out
 
 
+def _mount_other(python: str, addr: str, path: str) -> None:
+    """Mount with another tree's code (its Python runs its mount daemon)."""
+    code = f"from malleable.adhocfs._fuse_mount import mount; mount({addr!r}, {path!r})"
+    subprocess.run([python, "-c", code], check=True, timeout=120)
+
+
 def mount_rows(nservers: int, total: int, reps: int, md_files: int,
-               spawn: Callable[..., subprocess.Popen]) -> dict[str, Any]:
+               spawn: Callable[..., subprocess.Popen], against: str | None = None,
+               label: str = "main") -> dict[str, Any]:
     """Throughput of dd and fio through a mount, each paired with the Python client just before it, and the
-    metadata figure; medians of ``reps`` repetitions."""
+    metadata figure; medians of ``reps`` repetitions. With ``against`` (another tree's Python) the same file
+    system is also mounted by that tree's mount daemon, and each tool runs through both mounts in turn (which
+    goes first alternates from one repetition to the next), after the same client run."""
     from malleable.adhocfs import connect, start_fs
     from malleable.adhocfs._fuse_mount import mount, umount
 
     per1 = total // MIB * MIB
     per2 = total // 2 // MIB * MIB
-    runs: dict[str, list[dict[str, float]]] = {"dd": [], "dd O_DIRECT": [], "fio": [], "fio O_DIRECT": []}
+    tools = ("dd", "dd O_DIRECT", "fio", "fio O_DIRECT")
+    sides = ["this", *([label] if against else [])]
+    runs: dict[tuple[str, str], list[dict[str, float]]] = {(t, v): [] for t in tools for v in sides}
     md: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as st, start_fs("127.0.0.1", ["127.0.0.1"] * nservers, state=st) as dep:
-        mnt = os.path.join(st, "mnt")
-        os.mkdir(mnt)
-        mount(dep.address, mnt)
+        mnts = {"this": os.path.join(st, "mnt"), label: os.path.join(st, "other")}
+        os.mkdir(mnts["this"])
+        mount(dep.address, mnts["this"])
+        if against:
+            os.mkdir(mnts[label])
+            _mount_other(against, dep.address, mnts[label])
         try:
-            for rep in range(reps):  # the client first, then the tools through the mount doing the same
+            for rep in range(reps):  # the client first, then the tools through the mount(s) doing the same
+                order = sides if rep % 2 == 0 else sides[::-1]
                 base = _client(spawn, dep.address, 1, per1, f"c{rep}-")
                 for direct in (False, True):
-                    got = _dd(mnt, per1, f"dd{rep}{direct:d}", direct)
-                    runs["dd O_DIRECT" if direct else "dd"].append(
-                        {**got, "client_write": base["write"], "client_read": base["read"]})
+                    for side in order:
+                        got = _dd(mnts[side], per1, f"dd{rep}{direct:d}{side}", direct)
+                        runs[("dd O_DIRECT" if direct else "dd", side)].append(
+                            {**got, "client_write": base["write"], "client_read": base["read"]})
                 if shutil.which("fio"):
                     base = _client(spawn, dep.address, 2, per2, f"k{rep}-")
                     for direct in (False, True):
-                        got = _fio(mnt, 2, per2, f"fio{rep}{direct:d}", direct)
-                        runs["fio O_DIRECT" if direct else "fio"].append(
-                            {**got, "client_write": base["write"], "client_read": base["read"]})
-                for name in os.listdir(mnt):
-                    os.unlink(os.path.join(mnt, name))
+                        for side in order:
+                            got = _fio(mnts[side], 2, per2, f"fio{rep}{direct:d}{side}", direct)
+                            runs[("fio O_DIRECT" if direct else "fio", side)].append(
+                                {**got, "client_write": base["write"], "client_read": base["read"]})
+                for name in os.listdir(mnts["this"]):
+                    os.unlink(os.path.join(mnts["this"], name))
             if md_files:
-                os.mkdir(os.path.join(mnt, "md"))
-                md["mount"] = _mdtest(os.path.join(mnt, "md"), md_files)
+                os.mkdir(os.path.join(mnts["this"], "md"))
+                md["mount"] = _mdtest(os.path.join(mnts["this"], "md"), md_files)
                 with connect(dep.address) as fs:
                     fs.mkdir("/mdc")
                     md["client"] = _mdtest("/mdc", md_files, fs)
         finally:
-            umount(mnt)
+            umount(mnts["this"])
+            if against:
+                umount(mnts[label])
     if md_files:
         with tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as shm:  # noqa: S108
             md["tmpfs"] = _mdtest(shm, md_files)
     rows = []
-    for tool, rs in runs.items():
+    for (tool, side), rs in runs.items():
         if not rs:
             continue
         med = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
         rows.append({
-            "tool": tool, "streams": 1 if tool.startswith("dd") else 2, "servers": nservers,
+            "tool": tool, "variant": side, "streams": 1 if tool.startswith("dd") else 2, "servers": nservers,
             "write_MBps": round(med["write"], 1), "read_MBps": round(med["read"], 1),
             "client_write_MBps": round(med["client_write"], 1), "client_read_MBps": round(med["client_read"], 1),
             "write_vs_client": round(statistics.median(r["write"] / r["client_write"] for r in rs), 3),
             "read_vs_client": round(statistics.median(r["read"] / r["client_read"] for r in rs), 3),
             "all": [{k: round(v, 1) for k, v in r.items()} for r in rs],
         })
-    return {"bytes_per_row": per1, "rows": rows, "metadata": {"files": md_files, **md}}
+    return {"bytes_per_row": per1, "against": label if against else None, "rows": rows,
+            "metadata": {"files": md_files, **md}}
 
 
 def print_mount(res: dict[str, Any]) -> None:
     """The mount rows and the metadata figure as tables."""
     print(f"\nthrough the mount vs the Python client (same run, 1 MiB requests, {res['bytes_per_row'] >> 20} MiB)")
-    print(f"{'tool':>11} {'streams':>7} {'write MB/s':>11} {'client':>7} {'ratio':>6} {'read MB/s':>10} {'client':>7} "
-          f"{'ratio':>6}")
+    print(f"{'tool':>11} {'mount':>16} {'streams':>7} {'write MB/s':>11} {'client':>7} {'ratio':>6} {'read MB/s':>10} "
+          f"{'client':>7} {'ratio':>6}")
     for r in res["rows"]:
-        print(f"{r['tool']:>11} {r['streams']:>7} {r['write_MBps']:>11.0f} {r['client_write_MBps']:>7.0f} "
-              f"{r['write_vs_client']:>6.0%} {r['read_MBps']:>10.0f} {r['client_read_MBps']:>7.0f} "
-              f"{r['read_vs_client']:>6.0%}")
+        print(f"{r['tool']:>11} {r.get('variant', 'this'):>16} {r['streams']:>7} {r['write_MBps']:>11.0f} "
+              f"{r['client_write_MBps']:>7.0f} {r['write_vs_client']:>6.0%} {r['read_MBps']:>10.0f} "
+              f"{r['client_read_MBps']:>7.0f} {r['read_vs_client']:>6.0%}")
     md = res["metadata"]
     if md.get("files"):
         print(f"\nmetadata, {md['files']} files in one directory (operations per second)")
@@ -169,22 +189,28 @@ def plot_mount(res: dict[str, Any], path: Path) -> None:
     labels, vals, colors = [], [], []
     for r in res["rows"]:
         for op in ("write", "read"):
-            labels += [f"{r['tool']} {op}", f"client {op}"]
+            side = r.get("variant", "this")
+            labels += [f"{r['tool']} {op}" + ("" if side == "this" else f" ({side})"), f"client {op}"]
             vals += [r[f"{op}_MBps"], r[f"client_{op}_MBps"]]
-            colors += ["tab:blue", "tab:grey"]
+            colors += ["tab:blue" if side == "this" else "tab:orange", "tab:grey"]
     ax.bar(range(len(vals)), vals, color=colors)
     ax.set_xticks(range(len(vals)), labels, rotation=45, ha="right", fontsize=8)
     ax.set_ylabel("MB/s")
-    ax.set_title("through the mount (blue) vs Python client (grey)")
+    ax.set_title("through the mount (blue; orange: other tree's daemon) vs client (grey)")
     md = res["metadata"]
     wheres = [w for w in ("mount", "client", "tmpfs") if w in md]
-    for i, w in enumerate(wheres):
-        bx.bar([j + 0.25 * i for j in range(3)], [md[w][k] for k in ("create", "stat", "unlink")], 0.25, label=w)
-    bx.set_xticks([j + 0.25 for j in range(3)], ["create", "stat", "unlink"])
-    bx.set_yscale("log")
-    bx.set_ylabel("operations/s")
-    bx.set_title(f"metadata, {md.get('files', 0)} files")
-    bx.legend(fontsize=8)
+    if wheres:
+        for i, w in enumerate(wheres):
+            bx.bar([j + 0.25 * i for j in range(3)], [md[w][k] for k in ("create", "stat", "unlink")], 0.25,
+                   label=w)
+        bx.set_xticks([j + 0.25 for j in range(3)], ["create", "stat", "unlink"])
+        bx.set_yscale("log")
+        bx.set_ylabel("operations/s")
+        bx.set_title(f"metadata, {md.get('files', 0)} files")
+        bx.legend(fontsize=8)
+    else:  # --md-files 0
+        bx.set_axis_off()
+        bx.set_title("metadata: not measured")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
