@@ -18,8 +18,8 @@ from typing import Any
 from malleable.errors import ConfigError
 from malleable.runtime._record import Record
 
-__all__ = ["REACH", "REACH_ENV", "Backend", "LaunchSpec", "all_here", "backend_named", "current", "detect", "for_mpiexec",
-           "names", "proxy_names"]
+__all__ = ["REACH", "REACH_ENV", "Backend", "LaunchSpec", "all_here", "backend_named", "current", "detect",
+           "for_mpiexec", "names", "proxy_names"]
 
 
 REACH = ("ssh", "fork", "slurm")

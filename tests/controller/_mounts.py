@@ -57,3 +57,15 @@ def checked_root(path: str) -> Iterator[str]:
         pytest.skip(f"FUSE is unavailable: {why}")
     yield path
     assert not clean_mounts(path), "a job mount outlived the test"
+
+
+@pytest.fixture
+def root(tmp_path) -> Iterator[str]:
+    """The mount root of a test's controller (``--bb-mount-root``), checked as :func:`checked_root` does."""
+    with checked_root(str(tmp_path / "mnt")) as path:
+        yield path
+
+
+def fs_phase(c, jid) -> str | None:
+    """The phase of job ``jid``'s file system as ``info`` shows it (None: it has none)."""
+    return (c.info(jid).job.get("fs") or {}).get("phase")

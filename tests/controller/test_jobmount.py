@@ -18,7 +18,7 @@ from malleable.controller.daemon._jobmount import check_root
 from malleable.controller.daemon._paths import addr_file
 from tests._procs import kill9
 from tests.controller._daemon_util import TOKEN, cli, daemon_thread, isolate, kill_leftovers, wait_final, wait_for
-from tests.controller._mounts import checked_root, mount_daemons, mounts_anywhere
+from tests.controller._mounts import checked_root, fs_phase, mount_daemons, mounts_anywhere
 from tests.controller._users import unix_users
 from tests.controller.test_identity import workdir  # noqa: F401 - a fixture: a folder test users can enter
 
@@ -46,10 +46,6 @@ def start(state: str, root: str) -> int:
                        "--state", state, "--tick", "0.2", "--bb-mount-root", root)
     assert code == 0, err
     return json.loads(addr_file(state).read_text())["pid"]
-
-
-def fs_phase(c, jid):
-    return (c.info(jid).job.get("fs") or {}).get("phase")
 
 
 @pytest.mark.parametrize("bad, why", [

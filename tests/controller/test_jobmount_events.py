@@ -10,7 +10,7 @@ import pytest
 
 from malleable.controller.daemon._hostpool import HostPool
 from tests.controller._daemon_util import cli, daemon_thread, isolate, wait_final, wait_for
-from tests.controller._mounts import checked_root, mount_daemons, mounts_anywhere
+from tests.controller._mounts import fs_phase, mount_daemons, mounts_anywhere, root  # noqa: F401 - a fixture
 
 M = 1 << 20
 
@@ -21,18 +21,8 @@ def env(monkeypatch, tmp_path):
     return dict(os.environ)
 
 
-@pytest.fixture
-def root(tmp_path):
-    with checked_root(str(tmp_path / "mnt")) as path:
-        yield path
-
-
 def mount_events(c, jid):
     return [(e["kind"], e["text"]) for e in c.info(jid).events if e["kind"] in ("mount", "umount")]
-
-
-def fs_phase(c, jid):
-    return (c.info(jid).job.get("fs") or {}).get("phase")
 
 
 @pytest.mark.timeout(120)

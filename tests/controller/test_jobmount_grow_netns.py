@@ -19,7 +19,7 @@ import pytest
 
 from malleable.controller.daemon._hostpool import HostPool, netns_of
 from tests.controller._daemon_util import daemon_thread, isolate, wait_final, wait_for
-from tests.controller._mounts import checked_root, mount_daemons, mounts_anywhere
+from tests.controller._mounts import checked_root, mount_daemons, mounts_anywhere, root  # noqa: F401 - a fixture
 from tests.controller._users import unix_users
 from tests.controller.test_identity import workdir  # noqa: F401 - a fixture: a folder test users can enter
 
@@ -35,12 +35,6 @@ WHERE = str(Path(__file__).parent / "progs" / "where_prog.py")
 def env(monkeypatch, tmp_path):
     isolate(monkeypatch, tmp_path)
     return dict(os.environ, MALLEABLE_ADAPT_TIMEOUT="40")
-
-
-@pytest.fixture
-def root(tmp_path):
-    with checked_root(str(tmp_path / "mnt")) as path:
-        yield path
 
 
 def body(host: str) -> bytes:

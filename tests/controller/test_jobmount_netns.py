@@ -19,7 +19,7 @@ from malleable.controller.daemon._hostpool import HostPool, netns_of, scan_tagge
 from malleable.controller.daemon._paths import addr_file
 from tests._procs import kill9
 from tests.controller._daemon_util import TOKEN, cli, daemon_thread, isolate, kill_leftovers, wait_final, wait_for
-from tests.controller._mounts import checked_root, mount_daemons, mounts_anywhere
+from tests.controller._mounts import fs_phase, mount_daemons, mounts_anywhere, root  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.netns
 
@@ -56,16 +56,6 @@ while not os.path.exists(f"{out}/stop") and time.time() < deadline:
 def env(monkeypatch, tmp_path):
     isolate(monkeypatch, tmp_path)
     return dict(os.environ)
-
-
-@pytest.fixture
-def root(tmp_path):
-    with checked_root(str(tmp_path / "mnt")) as path:
-        yield path
-
-
-def fs_phase(c, jid):
-    return (c.info(jid).job.get("fs") or {}).get("phase")
 
 
 @pytest.mark.timeout(240)
