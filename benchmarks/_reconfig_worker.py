@@ -123,7 +123,8 @@ class _Profile:
 
     Wraps the runtime's module functions by name where they exist (the names differ between commits): every
     module-level binding of the function in ``malleable.runtime.*`` is replaced, so calls through ``from x import
-    f`` are timed too. Each span records (name, start, end) in ``time.time()``; the driver lines them up.
+    f`` are timed too. Each span records (name, start, end) in ``time.time()``; the driver lines them up. A joiner
+    wraps only modules it has loaded (importing others would lengthen the start being measured).
     """
 
     STEPS = {  # span name: [(module, attribute)] (a class attribute as "Class.method")
@@ -170,8 +171,11 @@ class _Profile:
 
         for name, targets in self.STEPS.items():
             for mod_name, attr in targets:
+                full = f"malleable.runtime.{mod_name}"
+                if JOINER and full not in sys.modules:
+                    continue   # a joiner times what it loads anyway: importing more here would slow its start
                 try:
-                    mod = importlib.import_module(f"malleable.runtime.{mod_name}")
+                    mod = importlib.import_module(full)
                 except ImportError:
                     continue
                 owner, _, meth = attr.rpartition(".")
