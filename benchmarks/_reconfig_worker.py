@@ -271,11 +271,8 @@ while mr.probe_count() < last:
         mr.adapt_begin()
         rep = mr.adapt_commit()
         t1 = time.perf_counter()
-        if st is mr.Status.LEAVING:
-            if PROFILE is not None:
-                PROFILE.mark("left")
-                PROFILE.dump()
-            sys.exit(0)
+        if st is mr.Status.LEAVING:   # (its profile was written when it joined: writing it now would delay its exit,
+            sys.exit(0)               # which rank 0's shrink waits for)
         if mr.world().rank == 0:
             reports.append({"kind": rep.kind, "old": rep.old_size, "new": rep.new_size, "seconds": t1 - t_probe,
                             "runtime_seconds": rep.seconds, "stall": t1 - t0,
