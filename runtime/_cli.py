@@ -130,8 +130,7 @@ def _check_job(procs: int, hosts: list[str], plan_text: str | None, env: dict[st
     base = GroupLayout((Group(0, (local,), 1, base=True),))
     slots = slots_from_env({**os.environ, **env}).replace(raise_with="--max-procs-per-host {n}")
     backend = for_mpiexec(find_mpiexec())
-    remote = "" if backend.spawn_across_hosts else \
-        f"{backend.name} cannot spawn processes onto another host here, nor grow a job that spans several"
+    remote = "" if backend.spawn_across_hosts else backend.reach_limit()
     if procs > 1:
         chosen = [hosts[i % len(hosts)] for i in range(1, procs)] if hosts else []
         try:

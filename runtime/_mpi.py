@@ -113,6 +113,12 @@ class Backend:
         of this machine whose name the launcher does not know (:func:`all_here`), else ``host``."""
         return None if all_here() and not self.forks_any_name else host
 
+    def reach_limit(self) -> str:
+        """Why this MPI's jobs do not spawn onto another host, nor grow while they span several (the refusal's
+        reason where it applies: see :meth:`can_reach`)."""
+        return f"{self.name} cannot spawn processes onto another host here, nor grow a job that spans several (see " \
+            "docs/runtime.md)"
+
     def growth_limit(self) -> str:
         """Why a job whose rank 0 is this process cannot grow at all here ('' if it can)."""
         return ""

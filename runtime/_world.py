@@ -234,10 +234,7 @@ def init_adapt(timeout: float | None = None, plan: str | None = None, overlap: b
 def _remote_limit() -> str:
     """Why this MPI cannot spawn onto another host ('' if it can)."""
     b = _mpi.current()
-    if b.can_reach():
-        return ""
-    return f"{b.name} cannot spawn processes onto another host here, nor grow a job that spans several (see " \
-        "docs/runtime.md)"
+    return "" if b.can_reach() else b.reach_limit()
 
 
 def set_source(source: Any) -> None:
