@@ -187,7 +187,7 @@ def init_adapt(timeout: float | None = None, plan: str | None = None, overlap: b
     if MPI.Comm.Get_parent() != MPI.COMM_NULL:
         return _joiner_init(t, overlap)
     comm = MPI.COMM_WORLD
-    seen = comm.allgather((hostname(), _mpi.current().growth_limit()))
+    seen = comm.allgather((hostname(), _mpi.current().growth_limit() if comm.rank == 0 else ""))
     hosts, grow = [h for h, _ in seen], seen[0][1]   # whether the job may grow is rank 0's answer on every rank
     base = GroupLayout((Group(0, tuple(hosts), comm.size, base=True),))
     text = plan if plan is not None else os.environ.get("MALLEABLE_PLAN", "")
