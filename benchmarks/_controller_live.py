@@ -6,11 +6,10 @@ from __future__ import annotations
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from _daemon_proc import TOKEN, _daemon, _stop
+from _daemon_proc import TOKEN, _daemon, _stop, scratch
 
 from malleable.launch._testbed import launcher as testbed_launcher  # the test cluster's ssh stand-in
 
@@ -45,7 +44,7 @@ def _final(c, ids, timeout):
 def bench_resize(cycles: int = 4) -> dict:
     from malleable.controller.daemon._client import Client
 
-    tmp = tempfile.mkdtemp(prefix="ctlbench-")
+    tmp = scratch()
     state = os.path.join(tmp, "s.sqlite")
     _daemon(state, "--hosts", "node[1-4]", "--launcher-exec", str(testbed_launcher()),
             policy="malleable-fill")
@@ -97,7 +96,7 @@ def bench_mixed(reconfig_s: float) -> dict:
     from malleable.controller.sched._fill import malleable_fill
     from malleable.controller.sched._speedup import amdahl
 
-    tmp = tempfile.mkdtemp(prefix="ctlbench-")
+    tmp = scratch()
     state = os.path.join(tmp, "s.sqlite")
     _daemon(state, "--hosts", "node[1-4]", "--launcher-exec", str(testbed_launcher()),
             policy="malleable-fill")

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 TOKEN = "bench-controller-token"  # noqa: S105 - a benchmark secret
+
+
+def scratch() -> str:
+    """A temporary folder for one benchmark part's state files, removed when the benchmark exits (its
+    databases reach hundreds of MB)."""
+    tmp = tempfile.mkdtemp(prefix="ctlbench-")
+    atexit.register(shutil.rmtree, tmp, True)
+    return tmp
 
 
 def _daemon(state: str, *pool: str, policy: str = "easy", env: dict | None = None, python: str = "") -> int:

@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 
 from _controller_live import _netns_ok, bench_mixed, bench_resize
-from _daemon_proc import TOKEN, _daemon, _stop
+from _daemon_proc import TOKEN, _daemon, _stop, scratch
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -74,7 +74,7 @@ def bench_pass(policy_name: str, hosts: int = 512, queued: int = 1000, passes: i
     from malleable.controller.sched import StartJob
 
     rng = random.Random(seed)  # noqa: S311 - seeded benchmark data
-    tmp = tempfile.mkdtemp(prefix="ctlbench-")
+    tmp = scratch()
     names = [f"h{i:04d}" for i in range(hosts)]
     policy = make_policy(policy_name, {})
     store = Store(os.path.join(tmp, "s.sqlite"))
@@ -143,7 +143,7 @@ def bench_submit(n: int = 1000, n_cli: int = 10) -> dict:
     from malleable.controller.daemon import _protocol as P
     from malleable.controller.daemon._client import Client
 
-    tmp = tempfile.mkdtemp(prefix="ctlbench-")
+    tmp = scratch()
     state = os.path.join(tmp, "s.sqlite")
     _daemon(state, "--local", "1")
     try:
@@ -221,7 +221,7 @@ def bench_queue(n: int = 100_000, reps: int = 3, against: str = "") -> dict:
     from malleable.controller.daemon._records import JobRec
     from malleable.controller.daemon._store import Store
 
-    tmp = tempfile.mkdtemp(prefix="ctlbench-")
+    tmp = scratch()
     empty, state = os.path.join(tmp, "empty.sqlite"), os.path.join(tmp, "s.sqlite")
     st = Store(state)
     now = time.time()
