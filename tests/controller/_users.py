@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from malleable.controller.daemon._identity import UnixUser, unix_user
+from tests._reach import closed_to_others
 
 __all__ = ["unix_users"]
 
@@ -21,9 +22,11 @@ __all__ = ["unix_users"]
 @contextlib.contextmanager
 def unix_users(n: int) -> Iterator[list[UnixUser]]:
     """``n`` new Unix users (``mlb`` and random letters, no home, shell sh), removed on exit; skips without root
-    or useradd."""
+    or useradd, or where those users cannot reach the checkout."""
     if os.geteuid() != 0 or not shutil.which("useradd"):
         pytest.skip("needs root and useradd (the privilege tests create Unix users)")
+    if why := closed_to_others():
+        pytest.skip(why)
     made: list[UnixUser] = []
     try:
         for _ in range(n):
