@@ -208,10 +208,19 @@ def decode(
     cls = _TYPES.get(header["type"])
     if cls is None or (expect and cls not in expect):
         raise ProtocolError(f"unexpected message type {header['type']!r}")
-    spec, lists, has_data = _spec(cls)
     rid = header.get("id", 0)
     if type(rid) is not int:
         raise ProtocolError(f"{cls.TYPE}: request id must be an int")
+    try:
+        return _build(cls, header, payloads), rid
+    except ProtocolError as e:
+        e.request_id = rid   # authenticated: the refusal is answered to this request, not left to time out
+        raise
+
+
+def _build(cls: type[Message], header: dict[str, Any], payloads: list[Any]) -> Message:
+    """The message of an authenticated ``header`` and its payload frames, every field checked."""
+    spec, lists, has_data = _spec(cls)
     if cls.PARTS_OF:
         count = header.get(cls.PARTS_OF)
         if not isinstance(count, list) or len(count) != len(payloads):
@@ -250,7 +259,7 @@ def decode(
         kwargs["data"] = payloads[0]
     elif payloads:
         raise ProtocolError(f"{cls.TYPE}: unexpected data frames")
-    return cls(**kwargs), rid
+    return cls(**kwargs)
 
 
 def _check_list(where: str, name: str, ann: str, val: list[Any]) -> None:

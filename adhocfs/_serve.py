@@ -104,6 +104,7 @@ def serve_one(
         log.warning("rejected message: %s", e)
         reply = Error("AuthError", str(e))
     except expected as e:
+        rid = getattr(e, "request_id", rid)        # a field refused after the request id was read
         if not isinstance(e, quiet):
             log.log(level, "request failed: %s", e)
         reply = reply_error(e)

@@ -46,6 +46,9 @@ class AdaptTimeout(AdaptError, TimeoutError):
 class ProtocolError(MalleableError):
     """A wire message is malformed, of an unknown type or of an unsupported version."""
 
+    #: the id of an authenticated request refused for one of its fields, so the refusal answers it (0: unknown)
+    request_id: int = 0
+
 
 class AuthError(ProtocolError):
     """A wire message was not authenticated with the shared secret."""

@@ -53,7 +53,8 @@ class Raw:
         self.s.send_multipart([b"", *frames])
         if not self.s.poll(wait):
             return None
-        return P.decode(self.s.recv_multipart()[1:], token)[0]
+        msg, self.rid = P.decode(self.s.recv_multipart()[1:], token)
+        return msg
 
     def close(self):
         self.s.close(0)
@@ -193,6 +194,7 @@ def test_bad_bulk_requests_get_one_clear_error_each_and_change_nothing(dep, fs, 
         for frames, kind, words in cases:
             reply = raw.ask(frames, shared_secret)
             assert isinstance(reply, P.Error) and reply.kind == kind and words in reply.msg, (kind, reply)
+            assert raw.rid == json.loads(bytes(frames[1]))["id"]     # answers that request: no client waits it out
     finally:
         raw.close()
     assert sorted(fs.scandir("/bad")) == before                      # no file made by a refused request
