@@ -116,13 +116,13 @@ def controller_envelope(old: bool, token: bytes = TOKEN) -> Iterator[None]:
 def submit_rate(n: int, old: bool, user: bool = False) -> float:
     """Submits per second through a daemon serving in a thread (every job waits behind a running one); with
     ``user``, the submits are sealed with a user's key (the daemon derives it and checks the rules)."""
+    from _unixuser import bench_user
+
     from malleable.controller.daemon import _protocol as P
     from malleable.controller.daemon._client import Client
     from malleable.controller.daemon._core import CoreConfig
     from malleable.controller.daemon._daemon import Daemon, DaemonConfig
     from malleable.controller.daemon._hostpool import HostPool
-
-    from _unixuser import bench_user
 
     with tempfile.TemporaryDirectory() as d, controller_envelope(old), \
             (bench_user() if user else contextlib.nullcontext("")) as name:

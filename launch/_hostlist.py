@@ -21,7 +21,7 @@ def expand_hostlist(text: str) -> list[str]:
     Raises:
         ConfigError: unbalanced brackets, a bad, backwards or too large range, or a list that names no host.
     """
-    import hostlist   # here: launching a job on this host needs no host list
+    import hostlist  # here: launching a job on this host needs no host list
 
     if not isinstance(text, str):
         raise TypeError(f"host list must be a string, got {type(text).__name__}")

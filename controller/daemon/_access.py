@@ -24,8 +24,8 @@ from typing import Any
 from malleable.errors import Refusal
 
 from . import _protocol as P
-from ._protocol import USER_NAME
 from ._fsrequest import StageOutAgain
+from ._protocol import USER_NAME
 
 __all__ = ["OPERATOR", "Principal", "USER_NAME", "authorize", "principal_of", "secret_looking", "submitter"]
 

@@ -72,8 +72,8 @@ from ._jobmount import JobMounts
 from ._keys import job_credential
 from ._launch import job_argv, job_env, launcher, read_rc, start_job, stop_job
 from ._parts import encode_reply
-from ._records import JobState
 from ._paths import addr_file, jobs_dir
+from ._records import JobState
 from ._statefile import StateLock, check_state
 from ._store import Store
 from ._views import VIEWS, DaemonViews

@@ -50,7 +50,6 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path

@@ -33,10 +33,22 @@ from malleable.controller.sched._stagein import plan_stage_in
 from malleable.errors import Refusal
 
 from . import _protocol as P
-from ._events import (AbortFs, AttachFs, FsAttached, FsFailed, FsFault, FsHeld, FsProgress, FsReady, FsStopped,
-                      Reply, StartFs, StopFs)
-from ._fsrequest import StageOutAgain
+from ._events import (
+    AbortFs,
+    AttachFs,
+    FsAttached,
+    FsFailed,
+    FsFault,
+    FsHeld,
+    FsProgress,
+    FsReady,
+    FsStopped,
+    Reply,
+    StartFs,
+    StopFs,
+)
 from ._fsrecord import RESTOP, FsPhase, JobFs, StagedFile
+from ._fsrequest import StageOutAgain
 from ._records import JobRec, JobState
 from ._state import Part, StoppingFs, host_list
 

@@ -49,6 +49,7 @@ from malleable.errors import PolicyError
 from ._decide import DISPATCH as _DISPATCH
 from ._decide import Busy as _Busy
 from ._decide import not_a_decision as _not_a_decision
+from ._holds import Holds, Kind
 from ._model import (
     NO_REQUESTS,
     Job,
@@ -62,7 +63,6 @@ from ._model import (
     StorageView,
 )
 from ._nodes import Bad as _Bad
-from ._holds import Holds, Kind
 from ._nodes import ListFree, RunFree
 from ._qindex import LedgerQueue, QueueIndex
 from ._speedup import MtctModel, ReconfigCost, SpeedupModel, amdahl, no_reconfig_cost

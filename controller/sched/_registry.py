@@ -13,8 +13,8 @@ import dataclasses
 import functools
 import importlib
 import inspect
-from typing import Any
 from importlib.metadata import entry_points
+from typing import Any
 
 from malleable.errors import ConfigError, PolicyError
 

@@ -16,7 +16,7 @@ from malleable.controller.daemon import _protocol as P
 from malleable.controller.daemon._hostpool import HostPool, scan_tagged
 from tests._procs import running
 from tests.controller._cli_util import cli_env
-from tests.controller._daemon_util import cli, daemon_thread, states, wait_final, wait_for
+from tests.controller._daemon_util import cli, daemon_thread, wait_final, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 env = pytest.fixture(cli_env, name="env")

@@ -13,7 +13,6 @@ from malleable.controller.sched._conservative import conservative, conservative_
 from tests._data import HPC2N
 
 
-
 def recording(policy, log):
     def wrapped(snapshot, now):
         out = policy(snapshot, now)

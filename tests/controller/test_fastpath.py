@@ -13,6 +13,7 @@ from malleable.controller.sim import Simulator, Workload, read_swf, synthetic
 from malleable.controller.sim._fastpath import run_rigid
 from tests._data import HPC2N
 
+
 def both(w: Workload, policy: str):
     slow = Simulator(w, get_policy(policy), fast=False).run()
     sim = Simulator(w, get_policy(policy))

@@ -5,8 +5,8 @@ a racing user swapping names for symlinks never gains a file; jobs run as their 
 from __future__ import annotations
 
 import os
-import stat
 import shutil
+import stat
 import subprocess
 import tempfile
 from pathlib import Path

@@ -34,7 +34,7 @@ from malleable.errors import ConfigError, ProtocolError, Refusal
 from malleable.runtime import _iometer
 from malleable.runtime._iometer import IOMeter, io_phase, io_stats, meter, report_io
 from tests.controller._core_shell import Shell
-from tests.controller._daemon_util import TOKEN, cli, daemon_thread, isolate, wait_final, wait_for
+from tests.controller._daemon_util import cli, daemon_thread, isolate, wait_final, wait_for
 
 PY = sys.executable
 HEAVY, POLICY = 0.9, "io-aware-0.6"   # alpha > 0.5: the balance outweighs the queue order of two jobs

@@ -18,8 +18,7 @@ from malleable.controller.daemon._client import Client
 from malleable.controller.daemon._hostpool import HostPool, scan_tagged
 from malleable.controller.daemon._paths import addr_file
 from tests._procs import kill9
-from tests.controller._daemon_util import (TOKEN, cli, daemon_thread, isolate, kill_leftovers, wait_final,
-                                           wait_for)
+from tests.controller._daemon_util import TOKEN, cli, daemon_thread, isolate, kill_leftovers, wait_final, wait_for
 
 M = 1 << 20
 PY = sys.executable

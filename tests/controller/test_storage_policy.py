@@ -13,8 +13,8 @@ from malleable.controller.daemon import _protocol as P
 from malleable.controller.daemon._cli_submit import resolve
 from malleable.controller.daemon._events import FsReady, FsSample, FsScaled, ScaleFs, StartFs, StopFs
 from malleable.controller.daemon._views import DaemonViews
-from malleable.controller.sched._fspolicy import Donor, FsState, StorageRule, decide_storage
 from malleable.controller.sched import get_policy
+from malleable.controller.sched._fspolicy import Donor, FsState, StorageRule, decide_storage
 from malleable.errors import ConfigError, ProtocolError
 from tests.controller._core_shell import Shell
 
