@@ -42,7 +42,7 @@ MAX_WRITE = 1 << 20
 READ_AHEAD_KB = 4096  # kernel read-ahead of the mount: several blocks in flight for sequential readers
 FILE_MODE, DIR_MODE = stat.S_IFREG | 0o644, stat.S_IFDIR | 0o755
 RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
-FUSE_CAP_ASYNC_READ = 1 << 0
+FUSE_CAP_ASYNC_READ, FUSE_CAP_AUTO_INVAL_DATA = 1 << 0, 1 << 12
 FUSE_BUF_IS_FD, FUSE_BUF_FD_SEEK = 1 << 1, 1 << 2
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -184,6 +184,11 @@ class MountOps(mfusepy.Operations):
             # the kernel's read-ahead requests go out together (several in flight, taken by different threads,
             # a little out of order): the client's read-ahead keeps serving them from blocks fetched ahead
             conn_info.want |= FUSE_CAP_ASYNC_READ
+            # libfuse 3 asks the kernel to check a file's attributes before every read() and drop its cached pages
+            # when they changed; attributes are never cached here, so that was a getattr (a metadata request)
+            # per read() call, even one served from the page cache. Without it the kernel asks only for a read
+            # past the size it knows, and the pages are dropped at every open: close-to-open all the same
+            conn_info.want &= ~FUSE_CAP_AUTO_INVAL_DATA
         if config is not None:
             # close-to-open across hosts: attributes are never cached, so a stat, or a read past the size the
             # kernel knows, asks again (an open sees another host's published size at its first read); names
