@@ -14,6 +14,7 @@ never a hang; a server that does not answer becomes EIO after the client's timeo
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import errno
 import functools
@@ -126,6 +127,7 @@ class MountOps(mfusepy.Operations):
         self.is_ready = threading.Event()
         self._closing, self._closed = threading.Lock(), False
         self._started = time.time()
+        self.served: collections.Counter[str] = collections.Counter()  # requests by kind, logged at the unmount
 
     # ------------------------------------------------------------ plumbing
     def close(self) -> None:
@@ -213,6 +215,7 @@ class MountOps(mfusepy.Operations):
     # ------------------------------------------------------------ attributes
     @answered
     def getattr(self, path: str, fh: int | None = None) -> dict[str, Any]:
+        self.served["getattr"] += 1
         node = self._nodes.get(fh if fh is not None else self._paths.get(path, -1))
         if node is not None and node.writable:  # a file being written here: this mount knows best
             return self._attrs(False, node.fid, node.size, node.mtime, node.file.block_size)
@@ -352,6 +355,7 @@ class MountOps(mfusepy.Operations):
 
     def read_into(self, fh: int, buf: Any, offset: int) -> int:
         """Read the file at ``offset`` into ``buf`` (the kernel's buffer); the number of bytes read."""
+        self.served["read"] += 1
         node = self._node(fh)
         with node.conn.lock:
             f = node.file
@@ -365,6 +369,7 @@ class MountOps(mfusepy.Operations):
 
     @answered
     def write(self, path: str, data: bytes, offset: int, fh: int) -> int:
+        self.served["write"] += 1
         node = self._node(fh)
         with node.conn.lock:
             f = node.file
@@ -497,7 +502,8 @@ def serve(ops: MountOps, mountpoint: str, fsname: str, allow_other: bool = False
     try:
         _Fuse(ops, mountpoint, **opts)
     finally:
-        log.info("%s unmounted after %.1f s", mountpoint, time.monotonic() - started)
+        log.info("%s unmounted after %.1f s (requests served: %s)", mountpoint, time.monotonic() - started,
+                 ", ".join(f"{k} {v}" for k, v in sorted(ops.served.items())) or "none")
         ops.close()
 
 
