@@ -193,7 +193,7 @@ class MountOps(mfusepy.Operations):
             conn_info.want &= ~FUSE_CAP_AUTO_INVAL_DATA
         if config is not None:
             # close-to-open across hosts: attributes are never cached, so a stat, or a read past the size the
-            # kernel knows, asks again (an open sees another host's published size at its first read); names
+            # kernel knows, asks again (a reader sees another host's published size when it reads up to it); names
             # are kept a second (a file removed on another host may still be found for that long, its open
             # then fails with ENOENT); missing names are not kept (another host's new file is seen at once)
             config.entry_timeout = 1.0
