@@ -14,6 +14,7 @@ never a hang; a server that does not answer becomes EIO after the client's timeo
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import errno
 import functools
@@ -42,7 +43,7 @@ MAX_WRITE = 1 << 20
 READ_AHEAD_KB = 4096  # kernel read-ahead of the mount: several blocks in flight for sequential readers
 FILE_MODE, DIR_MODE = stat.S_IFREG | 0o644, stat.S_IFDIR | 0o755
 RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
-FUSE_CAP_ASYNC_READ = 1 << 0
+FUSE_CAP_ASYNC_READ, FUSE_CAP_AUTO_INVAL_DATA = 1 << 0, 1 << 12
 FUSE_BUF_IS_FD, FUSE_BUF_FD_SEEK = 1 << 1, 1 << 2
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -126,6 +127,7 @@ class MountOps(mfusepy.Operations):
         self.is_ready = threading.Event()
         self._closing, self._closed = threading.Lock(), False
         self._started = time.time()
+        self.served: collections.Counter[str] = collections.Counter()  # requests by kind, logged at the unmount
 
     # ------------------------------------------------------------ plumbing
     def close(self) -> None:
@@ -184,9 +186,14 @@ class MountOps(mfusepy.Operations):
             # the kernel's read-ahead requests go out together (several in flight, taken by different threads,
             # a little out of order): the client's read-ahead keeps serving them from blocks fetched ahead
             conn_info.want |= FUSE_CAP_ASYNC_READ
+            # libfuse 3 asks the kernel to check a file's attributes before every read() and drop its cached pages
+            # when they changed; attributes are never cached here, so that was a getattr (a metadata request)
+            # per read() call, even one served from the page cache. Without it the kernel asks only for a read
+            # past the size it knows, and the pages are dropped at every open: close-to-open all the same
+            conn_info.want &= ~FUSE_CAP_AUTO_INVAL_DATA
         if config is not None:
             # close-to-open across hosts: attributes are never cached, so a stat, or a read past the size the
-            # kernel knows, asks again (an open sees another host's published size at its first read); names
+            # kernel knows, asks again (a reader sees another host's published size when it reads up to it); names
             # are kept a second (a file removed on another host may still be found for that long, its open
             # then fails with ENOENT); missing names are not kept (another host's new file is seen at once)
             config.entry_timeout = 1.0
@@ -208,6 +215,7 @@ class MountOps(mfusepy.Operations):
     # ------------------------------------------------------------ attributes
     @answered
     def getattr(self, path: str, fh: int | None = None) -> dict[str, Any]:
+        self.served["getattr"] += 1
         node = self._nodes.get(fh if fh is not None else self._paths.get(path, -1))
         if node is not None and node.writable:  # a file being written here: this mount knows best
             return self._attrs(False, node.fid, node.size, node.mtime, node.file.block_size)
@@ -347,6 +355,7 @@ class MountOps(mfusepy.Operations):
 
     def read_into(self, fh: int, buf: Any, offset: int) -> int:
         """Read the file at ``offset`` into ``buf`` (the kernel's buffer); the number of bytes read."""
+        self.served["read"] += 1
         node = self._node(fh)
         with node.conn.lock:
             f = node.file
@@ -360,6 +369,7 @@ class MountOps(mfusepy.Operations):
 
     @answered
     def write(self, path: str, data: bytes, offset: int, fh: int) -> int:
+        self.served["write"] += 1
         node = self._node(fh)
         with node.conn.lock:
             f = node.file
@@ -492,7 +502,8 @@ def serve(ops: MountOps, mountpoint: str, fsname: str, allow_other: bool = False
     try:
         _Fuse(ops, mountpoint, **opts)
     finally:
-        log.info("%s unmounted after %.1f s", mountpoint, time.monotonic() - started)
+        log.info("%s unmounted after %.1f s (requests served: %s)", mountpoint, time.monotonic() - started,
+                 ", ".join(f"{k} {v}" for k, v in sorted(ops.served.items())) or "none")
         ops.close()
 
 

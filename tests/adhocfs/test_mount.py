@@ -248,3 +248,29 @@ def test_two_mounts_of_one_file_system(dep2, mnt, tmp_path):
         assert (mnt / "shared.bin").read_bytes() == data + b"tail"
         os.unlink(other / "shared.bin")
         assert not (mnt / "shared.bin").exists()
+
+
+def test_reads_ask_for_attributes_only_past_the_size(dep2, mnt, tmp_path):
+    """A program reading in small calls costs no attribute request (a metadata round trip) per call: the kernel
+    asks only for a read past the size it knows. Close-to-open holds all the same: a file rewritten in place on
+    another mount (same size, other bytes) is read anew at the next open, and one grown there is read to its new
+    end, even by a descriptor opened before."""
+    old, new = random.Random(5).randbytes(4 << 20), random.Random(6).randbytes(4 << 20)
+    (mnt / "attrs.bin").write_bytes(old)
+    with mounted(dep2.address, tmp_path / "reader") as rec:
+        path = Path(rec.dir) / "attrs.bin"
+        with open(path, "rb", buffering=0) as f:
+            got = b"".join(iter(lambda: f.read(4096), b""))  # 1,024 read() calls
+        assert got == old
+        (mnt / "attrs.bin").write_bytes(new)  # rewritten in place on the other mount, and closed
+        with open(path, "rb", buffering=0) as f:
+            assert f.read(len(new) + 1) == new
+            with open(mnt / "attrs.bin", "ab") as g:
+                g.write(b"more")
+            f.seek(len(new) - 2)
+            assert f.read(10) == new[-2:] + b"more"
+    served = next(ln for ln in Path(rec.log).read_text().splitlines()[::-1] if "requests served" in ln)
+    parts = served.split("requests served: ")[1].rstrip(")").split(", ")
+    counts = {k: int(v) for k, v in (part.split() for part in parts)}
+    assert counts["read"] >= 2
+    assert counts["getattr"] < 40, served  # was one per read() call: over 1,024
