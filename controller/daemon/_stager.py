@@ -15,6 +15,11 @@ Every local file is reached without following a link at its last step, and check
   regular), ``fsync``-ed and renamed over the destination only when complete, so a failed copy leaves no partial file
   and nothing already there is written through.
 
+Small files (up to :data:`SMALL` bytes) go in batches: a stage-in writes a batch with one bulk request, a stage-out
+of a folder reads one with a request per data server (:mod:`malleable.adhocfs._bulk`) and writes each file as
+above, a batch's syncs and renames grouped (:class:`~._streams.Commit`); :mod:`._localfs` opens and makes the local
+files.
+
 A destination folder that does not exist is not made (except the last level of a folder staged out): the copy
 fails, and the caller keeps the job's file system so that it can be staged out again. :func:`run` is the daemon's
 side: it starts the child, reports each pair as it is done, and kills the child on a deadline or when asked to stop.
