@@ -17,7 +17,7 @@ Every local file is reached without following a link at its last step, and check
 
 Small files (up to :data:`SMALL` bytes) go in batches: a stage-in writes a batch with one bulk request, a stage-out
 of a folder reads one with a request per data server (:mod:`malleable.adhocfs._bulk`) and writes each file as
-above, a batch's syncs and renames grouped (:class:`~._streams.Commit`); :mod:`._localfs` opens and makes the local
+above, a batch's syncs and renames grouped (:class:`~._streams.Commit`); :mod:`._stagepaths` opens and makes the local
 files.
 
 A destination folder that does not exist is not made (except the last level of a folder staged out): the copy
@@ -43,7 +43,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._localfs import StageFailure, clear_stale, kind, make_dir_at, new_file, open_folder, open_source
+from ._stagepaths import StageFailure, clear_stale, kind, make_dir_at, new_file, open_folder, open_source
 from ._streams import CHUNK, Commit, Parts, Shared, Streams, ranges
 
 __all__ = ["Staged", "run"]

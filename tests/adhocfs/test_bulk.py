@@ -1,7 +1,8 @@
 """Many small files written at once (``FileSystem.write_files``: the ``create_files`` and ``publish`` requests), read
 at once (``FileSystem.read_files``: ``open_files`` and ``get_files``) and folders listed with their entries' kinds and
 sizes (``scandir``), on live servers with two copies of each block: the bytes read back are the ones written (holes
-as zeros, a copy gone read from the other), and a file written again is replaced (bad bulk requests: test_hostile.py)."""
+as zeros, a copy gone read from the other), and a file written again is replaced (bad bulk requests:
+test_hostile.py)."""
 
 from __future__ import annotations
 
