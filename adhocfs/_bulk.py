@@ -126,7 +126,7 @@ def read_files(fs: FileSystem, paths: Sequence[str]) -> list[Any]:
     asks: dict[int, list[tuple[int, int, int]]] = {}    # sid -> (file, block, bytes) to ask it for
     for i, (fid, size, bs) in enumerate(zip(opened.fids, opened.lengths, opened.block_sizes, strict=True)):
         layout, blocks = FileLayout.from_pairs(pairs.get(i, [])), -(-size // max(1, bs))
-        if opened.damaged[i] or layout.any_unallocated(0, blocks):
+        if opened.broken[i] or layout.any_unallocated(0, blocks):
             again.add(i)
             continue
         for b in range(blocks):

@@ -85,17 +85,17 @@ class OpenFiles(Message):
 @_msg("opened")
 class Opened(Message):
     """Reply to :class:`OpenFiles`, one entry per path in order: the file's id, layout version, size and block
-    size, and ``damaged[i]`` 1 when it has blocks lost with every copy. ``layout`` rows are ``[i, start, epoch]``:
+    size, and ``broken[i]`` 1 when it has blocks lost with every copy. ``layout`` rows are ``[i, start, epoch]``:
     the ``[start, epoch]`` pairs of file ``i``'s interval map (:class:`~._messages.FileInfo`'s ``layout``);
     ``epochs``, ``servers`` and ``replicas`` are shared by all."""
 
-    PAIRED: ClassVar[tuple[str, ...]] = ("fids", "versions", "lengths", "block_sizes", "damaged")
+    PAIRED: ClassVar[tuple[str, ...]] = ("fids", "versions", "lengths", "block_sizes", "broken")
 
     fids: list[int]
     versions: list[int]
     lengths: list[int]
     block_sizes: list[int]
-    damaged: list[int]
+    broken: list[int]
     layout: list[list[int]]
     epochs: dict
     servers: dict

@@ -233,7 +233,7 @@ def test_bad_bulk_reads_get_one_clear_error_each_and_change_nothing(dep, fs, sha
                                       "blocks": [0], "versions": [version], "lengths": [4]}).encode(),
                           shared_secret, [b"x"]), "ProtocolError", "get_files: unexpected data frames"),
         (data, raw_header({"type": "opened", "fids": [fid], "versions": [version], "lengths": [4],
-                           "block_sizes": [BS], "damaged": [0], "layout": [], "epochs": {}, "servers": {}}),
+                           "block_sizes": [BS], "broken": [0], "layout": [], "epochs": {}, "servers": {}}),
          "ProtocolError", "data server does not handle 'opened'"),
     ]
     try:
