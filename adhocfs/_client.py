@@ -28,7 +28,7 @@ import zmq
 
 from malleable._secret import load_token
 from malleable.adhocfs._buffers import keep_freed_buffers
-from malleable.adhocfs._bulk import write_files
+from malleable.adhocfs._bulk import read_files, write_files
 from malleable.adhocfs._namespace import BLOCKING, MODES, normalize
 from malleable.adhocfs._placement import FileLayout, block_range, in_ranges, ranges_of
 from malleable.adhocfs._protocol import (
@@ -201,6 +201,11 @@ class FileSystem:
         """Create or replace many small files at once, each ``(path, bytes)`` (at most 1024; their folders exist):
         two metadata requests in all and every block in flight together (:mod:`._bulk`); returns the bytes."""
         return write_files(self, files)
+
+    def read_files(self, paths: Sequence[str]) -> list[Any]:
+        """The bytes of many small files at once (at most 1024 paths), in order: one metadata request and one
+        request per data server for all their blocks (:mod:`._bulk`)."""
+        return read_files(self, paths)
 
     def stat(self, path: str) -> StatReply:
         """Metadata of ``path`` (``is_dir``, ``size``, ``block_size``, ``nblocks``, ``status``)."""

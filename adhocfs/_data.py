@@ -33,6 +33,7 @@ from malleable.adhocfs._protocol import (
     Fence,
     Get,
     GetBlocks,
+    GetFiles,
     Inventory,
     InventoryReply,
     ListBlocks,
@@ -127,6 +128,17 @@ class DataServer:
         found, parts = [], []
         for b in msg.blocks:
             view = self.store.read((msg.fid, b), 0, msg.length)
+            self._count("reads", 0 if view is None else len(view))
+            found.append(0 if view is None else 1)
+            parts.append(b"" if view is None else view)
+        return BlockData(found, parts)
+
+    def _get_files(self, msg: GetFiles) -> Message:
+        for fid, version in set(zip(msg.fids, msg.versions, strict=True)):
+            self._check_fence(fid, version, write=False)   # checked for all before reading any
+        found, parts = [], []
+        for fid, b, length in zip(msg.fids, msg.blocks, msg.lengths, strict=True):
+            view = self.store.read((fid, b), 0, length)
             self._count("reads", 0 if view is None else len(view))
             found.append(0 if view is None else 1)
             parts.append(b"" if view is None else view)
@@ -268,6 +280,7 @@ _HANDLERS: dict[type, Callable[[DataServer, Any], Message]] = {
     PutBlocks: DataServer._put_blocks,
     Get: DataServer._get,
     GetBlocks: DataServer._get_blocks,
+    GetFiles: DataServer._get_files,
     Copy: DataServer._copy,
     DropBlocks: DataServer._drop_blocks,
     DropFile: DataServer._drop_file,

@@ -3,7 +3,8 @@
 A message travels as ``[MAGIC, header, mac, *payloads]``; the header holds the message type, the protocol
 version, a request id (``id``) and the JSON fields of the class. Messages that carry bytes (``Put``,
 ``Data``, ``Copy``) have one payload frame, declared by a ``data`` field. Numbers must be non-negative
-unless a field is listed in ``SIGNED``. Nothing received is unpickled.
+unless a field is listed in ``SIGNED``. Nothing received is unpickled. The messages of bulk transfers (many
+small files per request) are in :mod:`._bulk_messages`, registered in the same :data:`TYPES`.
 """
 
 from __future__ import annotations
@@ -24,13 +25,10 @@ __all__ = [
     "Check",
     "CheckReply",
     "Copy",
-    "CreateFiles",
-    "Created",
     "Data",
     "DeclareRio",
     "DropBlocks",
     "DropFile",
-    "Entries",
     "Error",
     "Expand",
     "Extend",
@@ -48,10 +46,8 @@ __all__ = [
     "Message",
     "Mkdir",
     "Names",
-    "MAX_FILES",
     "Ok",
     "Open",
-    "Publish",
     "Put",
     "PutBlocks",
     "Register",
@@ -59,7 +55,6 @@ __all__ = [
     "Remove",
     "Rename",
     "SCALARS",
-    "ScanDir",
     "ServerIds",
     "SetSize",
     "Shrink",
@@ -105,7 +100,7 @@ class Message:
     TYPE: ClassVar[str] = ""
     SIGNED: ClassVar[frozenset[str]] = frozenset()
     PARTS_OF: ClassVar[str] = ""  # with a ``parts`` field: the list field with one entry per payload frame
-    PAIRED: ClassVar[tuple[str, ...]] = ()  # list fields of one entry per file each (at most MAX_FILES)
+    PAIRED: ClassVar[tuple[str, ...]] = ()  # list fields of one entry per file each (at most _bulk_messages.MAX_FILES)
 
 
 _M = TypeVar("_M")
@@ -356,48 +351,6 @@ class Extend(Message):
     written: list[list[int]] = dataclasses.field(default_factory=list)
 
 
-MAX_FILES = 1024  # most files in one CreateFiles / Publish
-
-
-@_msg("create_files")
-class CreateFiles(Message):
-    """Create (or replace, as ``open(path, "w")``) each of ``paths`` with its blocks for ``lengths[i]`` bytes
-    allocated in the current epoch, in one transaction: a bulk writer of many small files (the stager) then
-    sends every block at once and publishes them all with :class:`Publish`."""
-
-    PAIRED: ClassVar[tuple[str, ...]] = ("paths", "lengths")
-
-    paths: list[str]
-    lengths: list[int]  # (``sizes`` is the envelope's)
-
-
-@_msg("created")
-class Created(Message):
-    """Reply to :class:`CreateFiles`: the new files' ids and layout versions, in order, and where their blocks
-    go (every block of them in epoch ``epoch`` of servers ``sids``, at ``servers`` addresses, ``replicas``
-    copies, ``block_size`` bytes each)."""
-
-    fids: list[int]
-    versions: list[int]
-    block_size: int
-    epoch: int
-    sids: list[int]
-    servers: dict
-    replicas: int = 1
-
-
-@_msg("publish")
-class Publish(Message):
-    """Raise the size of each file ``fids[i]`` to ``lengths[i]`` and mark its blocks ``[0, ceil(size / block
-    size))`` written (what :class:`Extend` does for one file on its flush), once a bulk writer's blocks are
-    acknowledged."""
-
-    PAIRED: ClassVar[tuple[str, ...]] = ("fids", "lengths")
-
-    fids: list[int]
-    lengths: list[int]
-
-
 @_msg("set_size")
 class SetSize(Message):
     """Set the size exactly (truncate); the metadata server also cuts blocks on the data servers."""
@@ -439,22 +392,6 @@ class Names(Message):
     """Reply to :class:`ListDir`."""
 
     names: list[str]
-
-
-@_msg("scandir")
-class ScanDir(Message):
-    """The entries of a directory with their kinds and sizes (a tree walked with one request per folder)."""
-
-    path: str
-
-
-@_msg("entries")
-class Entries(Message):
-    """Reply to :class:`ScanDir`: ``dirs[i]`` is 1 when ``names[i]`` is a folder, ``lengths[i]`` a file's size."""
-
-    names: list[str]
-    dirs: list[int]
-    lengths: list[int]
 
 
 @_msg("mkdir")

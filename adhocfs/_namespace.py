@@ -39,6 +39,8 @@ from malleable.adhocfs._protocol import (
     Names,
     Ok,
     Open,
+    Opened,
+    OpenFiles,
     Publish,
     Register,
     Registered,
@@ -372,6 +374,26 @@ class Namespace:
         return Created(fids, versions, self.block_size, eid, list(sids), {str(s): addrs.get(s, "") for s in sids},
                        self.replicas()), actions
 
+    def _open_files(self, msg: OpenFiles) -> tuple[Message, list[Send]]:
+        paths = [normalize(p) for p in msg.paths]
+        rows = []
+        for path in paths:
+            row = self._lookup(path)
+            if row is None:
+                raise FileNotFoundError(errno.ENOENT, f"no such file: {path}")
+            if row["is_dir"]:
+                raise IsADirectoryError(errno.EISDIR, f"is a directory: {path}")
+            rows.append(row)
+        layouts = [self.layout(row) for row in rows]
+        all_epochs = self.epochs()
+        epochs = {str(i.epoch): list(all_epochs[i.epoch])
+                  for lay in layouts for i in lay.intervals if i.epoch != UNALLOCATED}
+        addrs = self.server_addrs()
+        return Opened([r["fid"] for r in rows], [r["version"] for r in rows], [r["size"] for r in rows],
+                      [r["block_size"] for r in rows], [int(json.loads(r["damaged"]) != []) for r in rows],
+                      [[i, *pair] for i, lay in enumerate(layouts) for pair in lay.to_pairs()], epochs,
+                      {str(s): addrs.get(s, "") for sids in epochs.values() for s in sids}, self.replicas()), []
+
     def _publish(self, msg: Publish) -> tuple[Message, list[Send]]:
         for fid, size in zip(msg.fids, msg.lengths, strict=True):
             row = self.file_row(fid)
@@ -530,6 +552,7 @@ _HANDLERS: dict[type, Callable[[Namespace, Any], tuple[Message, list[Send]]]] = 
     Open: Namespace._open,
     CreateFiles: Namespace._create_files,
     Publish: Namespace._publish,
+    OpenFiles: Namespace._open_files,
     Extend: lambda ns, m: (ns._extend(m), []),
     GetLayout: lambda ns, m: (ns.info(ns.file_row(m.fid)), []),
     SetSize: Namespace._set_size,

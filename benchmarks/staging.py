@@ -7,7 +7,9 @@ round and workload, in turn: ``cp`` (``cp -r`` for the tree) into a new local fo
 each pair), and the stage-out of the same files back to a new local folder, whose bytes are compared with the
 source. A stager run copies a 1-byte marker first: its time is taken from the marker's answer to the data's, so the
 child's interpreter start (about 0.15 s, the same for every size) is not counted as copying; the ``cp`` baseline
-is one ``cp`` process, whose own start is counted (about 1 ms).
+is one ``cp`` process, whose own start is counted (about 1 ms). A stage-out makes its files durable before it
+reports them (``fsync``/``syncfs``: the file system is torn down after it), which ``cp`` does not: the second
+baseline, ``cp+sync``, is ``cp`` followed by ``sync -f`` of the copy (the disk's share of a durable copy).
 
 ``--other PYTHON`` runs the same stager requests with another checkout's interpreter too (``/work/main/.venv/bin/
 python``: the previous commit built beside this one), alternating with this tree's, for before/after figures.
@@ -94,9 +96,11 @@ def stager(python: str, address: str, direction: str, pairs: list[tuple[str, str
     return times[-1] - times[0]
 
 
-def cp(src: Path, dst: Path) -> float:
+def cp(src: Path, dst: Path, durable: bool = False) -> float:
     t = time.perf_counter()
     subprocess.run(["cp", "-r", str(src), str(dst)], check=True)
+    if durable:
+        subprocess.run(["sync", "-f", str(dst)], check=True)
     return time.perf_counter() - t
 
 
@@ -144,8 +148,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     cols = res[w]
                     n += 1
                     dst = work / f"cp{n}"
-                    cols.setdefault("cp", []).append(size / cp(path, dst) / 1e6)
-                    shutil.rmtree(dst) if dst.is_dir() else dst.unlink()
+                    for base, durable in (("cp", False), ("cp+sync", True)):
+                        cols.setdefault(base, []).append(size / cp(path, dst, durable) / 1e6)
+                        shutil.rmtree(dst) if dst.is_dir() else dst.unlink()
                     for name, py in order:
                         fsdst = "/in/" + path.name + ("/" if path.is_dir() else "")
                         drop(addr, "/in/" + path.name)
@@ -173,16 +178,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "MBps": {w: {k: stats(v) for k, v in cols.items()} for w, cols in res.items()},
             "ratio_to_cp": {w: {k: round(statistics.median(v) / statistics.median(cols["cp"]), 3)
                                 for k, v in cols.items() if k != "cp"} for w, cols in res.items()},
+            "ratio_to_cp_sync": {w: {k: round(statistics.median(v) / statistics.median(cols["cp+sync"]), 3)
+                                     for k, v in cols.items() if k.startswith("stage")} for w, cols in res.items()},
             "raw": res}
 
 
 def table(result: dict[str, Any]) -> str:
-    lines = [f"{'workload':<12} {'copy':<16} {'MB/s median (min-max)':>26} {'of cp':>7}"]
+    lines = [f"{'workload':<12} {'copy':<16} {'MB/s median (min-max)':>26} {'of cp':>7} {'of cp+sync':>11}"]
     for w, cols in result["MBps"].items():
         for k, s in cols.items():
-            ratio = result["ratio_to_cp"][w].get(k)
+            ratio, durable = result["ratio_to_cp"][w].get(k), result["ratio_to_cp_sync"][w].get(k)
             lines.append(f"{w:<12} {k:<16} {s['median']:>10.0f} ({s['min']:.0f}-{s['max']:.0f}){'':>4} "
-                         f"{'' if ratio is None else f'{ratio:.0%}':>7}")
+                         f"{'' if ratio is None else f'{ratio:.0%}':>7} "
+                         f"{'' if durable is None else f'{durable:.0%}':>11}")
     return "\n".join(lines)
 
 
@@ -197,7 +205,8 @@ def plot(result: dict[str, Any], path: Path) -> None:
         names = list(cols)
         med = [cols[k]["median"] for k in names]
         err = [[cols[k]["median"] - cols[k]["min"] for k in names], [cols[k]["max"] - cols[k]["median"] for k in names]]
-        ax.bar(range(len(names)), med, yerr=err, color=["tab:grey"] + ["tab:blue", "tab:orange"] * 2)
+        ax.bar(range(len(names)), med, yerr=err,
+               color=["tab:grey", "silver"] + ["tab:blue", "tab:orange"] * ((len(names) - 2) // 2))
         ax.axhline(cols["cp"]["median"] / 2, color="k", ls=":", lw=1, label="50% of cp")
         ax.set_xticks(range(len(names)), names, rotation=20, fontsize=7)
         ax.set_ylabel("MB/s (median, min-max)")
@@ -210,7 +219,8 @@ def plot(result: dict[str, Any], path: Path) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="1 round, 64 MiB, 200 files")
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=6,
+                    help="rounds (even: each stager goes first as often; the second of a round runs faster)")
     ap.add_argument("--big", type=int, default=512 * M, help="bytes of the large file")
     ap.add_argument("--files", type=int, default=2000, help="small files in the tree")
     ap.add_argument("--file-size", type=int, default=32 << 10, help="bytes of each small file")

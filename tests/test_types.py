@@ -18,6 +18,7 @@ PURE = ["malleable.controller.sched", "malleable.controller.daemon._core", "mall
         "malleable.controller.daemon._records", "malleable.controller.daemon._reports",
         "malleable.controller.daemon._events", "malleable.controller.daemon._protocol", "malleable._wire",
         "malleable.adhocfs._placement", "malleable.adhocfs._rule", "malleable.adhocfs._messages",
+        "malleable.adhocfs._bulk_messages",
         "malleable.controller.experiments._stats", "malleable.controller.experiments._verdict",
         "malleable.controller.experiments._spec", "malleable.controller.experiments._results",
         "malleable.controller.report._format", "malleable.controller.report._markdown"]

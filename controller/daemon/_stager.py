@@ -15,6 +15,11 @@ Every local file is reached without following a link at its last step, and check
   regular), ``fsync``-ed and renamed over the destination only when complete, so a failed copy leaves no partial file
   and nothing already there is written through.
 
+Small files (up to :data:`SMALL` bytes) go in batches: a stage-in writes a batch with one bulk request, a stage-out
+of a folder reads one with a request per data server (:mod:`malleable.adhocfs._bulk`) and writes each file as
+above, a batch's syncs and renames grouped (:class:`~._streams.Commit`); :mod:`._stagepaths` opens and makes the local
+files.
+
 A destination folder that does not exist is not made (except the last level of a folder staged out): the copy
 fails, and the caller keeps the job's file system so that it can be staged out again. :func:`run` is the daemon's
 side: it starts the child, reports each pair as it is done, and kills the child on a deadline or when asked to stop.
@@ -24,13 +29,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import errno
 import io
 import json
 import os
-import re
 import pwd
-import secrets
 import signal
 import stat
 import subprocess
@@ -41,6 +43,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ._stagepaths import StageFailure, clear_stale, kind, make_dir_at, new_file, open_folder, open_source
 from ._streams import CHUNK, Commit, Parts, Shared, Streams, ranges
 
 __all__ = ["Staged", "run"]
@@ -51,13 +54,10 @@ STREAMS = 4
 """Files of a folder copied at once, each stream over a connection of its own (the per-file round trips to the
 metadata and data servers overlap)."""
 SMALL = 1 << 20
-"""A file of at most this many bytes is read whole and written with others in one bulk request."""
+"""A file of at most this many bytes is copied whole with others in bulk requests (a stage-in writes them, a stage-out
+of a folder reads them, a batch at a time)."""
 BATCH_FILES, BATCH_BYTES = 256, 8 << 20
 """Most small files, and bytes, per bulk request."""
-_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-_DIR = os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
-_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-_TMP = ".stage-out."
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,31 +70,7 @@ class Staged:
     error: str = ""
 
 
-class StageFailure(Exception):
-    """A pair cannot be staged; the message is the one line reported."""
-
-
 # ------------------------------------------------------------------------------------------------ the child
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
-def _open_source(path: str, dir_fd: int | None = None, shown: str = "") -> int:
-    """``path`` opened once for reading without following a link (relative to ``dir_fd`` when given; ``shown``
-    is its name in messages)."""
-    shown = shown or path
-    try:
-        return os.open(path, _READ, dir_fd=dir_fd)
-    except OSError as e:
-        if e.errno == errno.ELOOP:                          # the last step is a symbolic link
-            raise StageFailure(f"{shown} is a symbolic link: not staged") from None
-        raise StageFailure(f"{shown}: {e.strerror}") from None
-
-
 def _copy_range_in(fd: int, dst: str, off: int, length: int, parts: Parts) -> Callable[[Any], int]:
     """The job copying bytes ``off .. off + length`` of descriptor ``fd`` into ``dst`` (made at its full size)."""
     def job(fs: Any) -> int:
@@ -167,11 +143,11 @@ def _plan_in(fs: Any, fd: int, name: str, dst: str, streams: Streams, own: bool,
             for entry in sorted(os.listdir(fd)):
                 if streams.error is not None:
                     return
-                child = _open_source(entry, fd, f"{name.rstrip('/')}/{entry}")
+                child = open_source(entry, fd, f"{name.rstrip('/')}/{entry}")
                 _plan_in(fs, child, f"{name}/{entry}", f"{dst.rstrip('/')}/{entry}", streams, True, small)
             return
         if not stat.S_ISREG(st.st_mode):
-            raise StageFailure(f"{name} is {_kind(st.st_mode)}: only regular files and folders are staged")
+            raise StageFailure(f"{name} is {kind(st.st_mode)}: only regular files and folders are staged")
     except BaseException:
         if own:
             os.close(fd)
@@ -198,7 +174,7 @@ def _plan_in(fs: Any, fd: int, name: str, dst: str, streams: Streams, own: bool,
 def stage_in(fs: Any, src: str, dst: str, open_fs: Callable[[], Any] | None = None, streams: int = 1) -> int:
     """Copy local ``src`` (a file, or a folder and all it holds) to ``dst`` in the file system ``fs``, the files
     over ``streams`` connections made by ``open_fs`` (default: ``fs`` alone)."""
-    fd = _open_source(src.rstrip("/") or "/")
+    fd = open_source(src.rstrip("/") or "/")
     try:
         if not stat.S_ISDIR(os.fstat(fd).st_mode):
             parent = dst.rstrip("/").rsplit("/", 1)[0]
@@ -216,55 +192,36 @@ def stage_in(fs: Any, src: str, dst: str, open_fs: Callable[[], Any] | None = No
         os.close(fd)
 
 
-def _open_folder(path: str, make_last: bool) -> int:
-    """The destination folder ``path`` opened as a directory (its last level made first when ``make_last``)."""
-    path = path.rstrip("/") or "/"
-    if make_last:
-        head, _, last = path.rpartition("/")
-        pfd = _open_folder(head or "/", make_last=False)
-        try:
-            return _make_dir_at(last, pfd, path)
-        finally:
-            os.close(pfd)
-    return _open_dir_at(path, None, path)
-
-
-def _make_dir_at(name: str, dir_fd: int, shown: str) -> int:
-    """Folder ``name`` in ``dir_fd`` (made if missing) opened as a directory, not through a link."""
-    try:
-        os.mkdir(name, 0o777, dir_fd=dir_fd)
-    except FileExistsError:
-        pass
-    except OSError as e:
-        raise StageFailure(f"{shown}: {e.strerror}") from None
-    return _open_dir_at(name, dir_fd, shown)
-
-
-def _open_dir_at(name: str, dir_fd: int | None, shown: str) -> int:
-    try:
-        return os.open(name, _DIR, dir_fd=dir_fd)
-    except OSError as e:
-        if e.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise StageFailure(f"{shown}: not a folder (a link or a file): not staged there") from None
-        raise StageFailure(f"destination folder {shown}: {e.strerror}") from None
-
-
 def _write_file(fs: Any, src: str, dfd: int, name: str, shown: str, commit: Commit | None = None) -> int:
-    """Copy file ``src`` of the file system to ``name`` in folder ``dfd``: a new file under a temporary name,
-    checked regular, fsync-ed, then renamed over ``name`` (or, with ``commit``, handed to it complete to be
-    made durable and renamed with others)."""
-    tmp, fd = _new_file(dfd, name, shown)
-    total, done = 0, False
-    try:
+    """Copy file ``src`` of the file system to ``name`` in folder ``dfd`` (through :func:`_write_new`)."""
+    def fill(fd: int) -> int:
+        total = 0
         with fs.open(src, "rb") as f:
             size = f.seek(0, io.SEEK_END)                 # as opened: reading no further asks for no new layout
             f.seek(0)
             buf = memoryview(bytearray(min(CHUNK, size)))  # one buffer for every chunk: no copy, no new pages
             while total < size and (got := f.readinto(buf[:size - total])):
-                view = buf[:got]
-                while view:
-                    view = view[os.write(fd, view):]
-                total += got
+                total += _write_all(fd, buf[:got])
+        return total
+    return _write_new(dfd, name, shown, fill, commit)
+
+
+def _write_all(fd: int, data: Any) -> int:
+    """Write all of ``data`` to ``fd``; returns its length."""
+    view = memoryview(data).cast("B")
+    while view:
+        view = view[os.write(fd, view):]
+    return len(data)
+
+
+def _write_new(dfd: int, name: str, shown: str, fill: Callable[[int], int], commit: Commit | None) -> int:
+    """Make ``name`` in folder ``dfd`` hold what ``fill(fd)`` writes: a new file under a temporary name, checked
+    regular, fsync-ed, then renamed over ``name`` (or, with ``commit``, handed to it complete to be made durable
+    and renamed with others); removed when anything fails."""
+    tmp, fd = new_file(dfd, name, shown)
+    done = False
+    try:
+        total = fill(fd)
         if commit is None:
             os.fsync(fd)
             os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
@@ -276,62 +233,42 @@ def _write_file(fs: Any, src: str, dfd: int, name: str, shown: str, commit: Comm
     finally:
         os.close(fd)
         if not done:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=dfd)
-            except OSError:
-                pass
     return total
 
 
-_STALE = re.compile(r"\..+\.stage-out\.(\d+)\.[0-9a-f]{8}")
+class _SmallOut:
+    """Small files of a tree staged out in batches: a stream reads a batch with one request per data server
+    (:meth:`~malleable.adhocfs._client.FileSystem.read_files`) instead of an open and a read apiece, then writes
+    each file to a new local file that ``commit`` makes durable and renames with others."""
 
+    def __init__(self, streams: Streams, commit: Commit) -> None:
+        self.streams, self.commit = streams, commit
+        self.files: list[tuple[str, int, str, str]] = []  # (source, folder, name, name shown)
+        self.nbytes = 0
 
-def _stager_alive(pid: int) -> bool:
-    """Whether ``pid`` may still be a stager writing its file: it exists, is not a zombie (a stager killed with its
-    controller stays one until reaped) and runs this module; another user's process counts as alive (not ours to
-    judge)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            cmd = f.read()
-    except (OSError, IndexError):
-        return False
-    return state != b"Z" and b"malleable.controller.daemon._stager" in cmd
+    def add(self, src: str, size: int, dfd: int, name: str, shown: str) -> None:
+        self.files.append((src, dfd, name, shown))
+        self.nbytes += size
+        if len(self.files) >= BATCH_FILES or self.nbytes >= BATCH_BYTES:
+            self.flush()
 
+    def flush(self) -> None:
+        files, self.files, self.nbytes = self.files, [], 0
+        if files:
+            self.streams.put(lambda fs: self._copy(fs, files) if fs is not None else 0)
 
-def _clear_stale(dfd: int) -> None:
-    """Remove from folder ``dfd`` the temporary files of stage-outs whose process died mid-copy (a controller
-    killed): this user's regular files named as :func:`_write_file` names them, of a process that is gone."""
-    for entry in os.listdir(dfd):
-        m = _STALE.fullmatch(entry)
-        if m is None or int(m.group(1)) == os.getpid() or _stager_alive(int(m.group(1))):
-            continue
+    def _copy(self, fs: Any, files: list[tuple[str, int, str, str]]) -> int:
         try:
-            st = os.stat(entry, dir_fd=dfd, follow_symlinks=False)
-            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
-                os.unlink(entry, dir_fd=dfd)
-        except OSError:
-            pass
-
-
-def _new_file(dfd: int, name: str, shown: str) -> tuple[str, int]:
-    """A new file under a temporary name for ``name`` in folder ``dfd``, opened and checked regular."""
-    tmp = f".{name}{_TMP}{os.getpid()}.{secrets.token_hex(4)}"
-    try:
-        fd = os.open(tmp, _NEW, 0o666, dir_fd=dfd)
-    except OSError as e:
-        raise StageFailure(f"{shown}: {e.strerror}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise StageFailure(f"{shown}: the new file is not a regular file")
-    return tmp, fd
+            datas = fs.read_files([src for src, _, _, _ in files])
+        except OSError as e:
+            raise StageFailure(f"{files[0][3].rsplit('/', 1)[0]}: {e.strerror or e}") from None
+        total = 0
+        for (_, dfd, name, shown), data in zip(files, datas, strict=True):
+            total += _write_new(dfd, name, shown, lambda fd, data=data: _write_all(fd, data),
+                                self.commit)
+        return total
 
 
 def _plan_file_out(src: str, size: int, dfd: int, name: str, shown: str, streams: Streams,
@@ -342,7 +279,7 @@ def _plan_file_out(src: str, size: int, dfd: int, name: str, shown: str, streams
     if streams.n < 2 or size < SPLIT:
         streams.put(lambda f: _write_file(f, src, dfd, name, shown, commit) if f is not None else 0)
         return
-    tmp, fd = _new_file(dfd, name, shown)
+    tmp, fd = new_file(dfd, name, shown)
 
     def finish(ok: bool) -> None:
         try:
@@ -388,20 +325,23 @@ def _copy_range_out(src: str, fd: int, off: int, length: int, shown: str, parts:
 
 
 def _plan_tree_out(fs: Any, src: str, dfd: int, shown: str, streams: Streams, dirs: list[int],
-                   commit: Commit) -> None:
+                   small: _SmallOut) -> None:
     """Hand the copy of what folder ``src`` holds to folder ``dfd`` to ``streams``: its folders made here (their
-    descriptors kept in ``dirs`` until the copies are done), its files copied by the streams."""
-    _clear_stale(dfd)
+    descriptors kept in ``dirs`` until the copies are done), its files copied by the streams (small ones in
+    batches, ``small``)."""
+    clear_stale(dfd)
     for entry, is_dir, size in sorted(fs.scandir(src)):
         if streams.error is not None:
             return
         path, where = f"{src.rstrip('/')}/{entry}", f"{shown.rstrip('/')}/{entry}"
-        if not is_dir:
-            _plan_file_out(path, size, dfd, entry, where, streams, commit)
-            continue
-        sub = _make_dir_at(entry, dfd, where)
-        dirs.append(sub)
-        _plan_tree_out(fs, path, sub, where, streams, dirs, commit)
+        if not is_dir and size <= SMALL:
+            small.add(path, size, dfd, entry, where)
+        elif not is_dir:
+            _plan_file_out(path, size, dfd, entry, where, streams, small.commit)
+        else:
+            sub = make_dir_at(entry, dfd, where)
+            dirs.append(sub)
+            _plan_tree_out(fs, path, sub, where, streams, dirs, small)
 
 
 def stage_out(fs: Any, src: str, dst: str, open_fs: Callable[[], Any] | None = None, streams: int = 1) -> int:
@@ -409,13 +349,15 @@ def stage_out(fs: Any, src: str, dst: str, open_fs: Callable[[], Any] | None = N
     over ``streams`` connections made by ``open_fs`` (default: ``fs`` alone); a folder's last level is made, the
     folders above it must exist."""
     if fs.stat(src).is_dir:
-        dfd = _open_folder(dst, make_last=True)
+        dfd = open_folder(dst, make_last=True)
         dirs = [dfd]
         pool = Streams(open_fs or (lambda: Shared(fs)), streams if open_fs else 1)
         commit = Commit()
         try:
             try:
-                _plan_tree_out(fs, src, dfd, dst, pool, dirs, commit)
+                small = _SmallOut(pool, commit)
+                _plan_tree_out(fs, src, dfd, dst, pool, dirs, small)
+                small.flush()
             finally:
                 try:
                     total = pool.join()
@@ -430,9 +372,9 @@ def stage_out(fs: Any, src: str, dst: str, open_fs: Callable[[], Any] | None = N
     head, _, name = dst.rpartition("/")
     if not name:
         raise StageFailure(f"{dst}: a file is staged out to a file name, not a folder")
-    dfd = _open_folder(head or "/", make_last=False)
+    dfd = open_folder(head or "/", make_last=False)
     try:
-        _clear_stale(dfd)
+        clear_stale(dfd)
         pool = Streams(open_fs or (lambda: Shared(fs)), streams if open_fs else 1)
         try:
             _plan_file_out(src, fs.stat(src).size, dfd, name, dst, pool)
@@ -472,8 +414,8 @@ def _die_with_parent(parent: int) -> None:
 
 def main() -> int:
     """The child: one request on stdin, one JSON line per pair on stdout."""
-    from malleable.adhocfs._client import connect     # the daemon's own code: loaded before the drop, since the
-    from malleable.errors import MalleableError         # user may not read the interpreter's folders
+    from malleable.adhocfs._client import connect  # the daemon's own code: loaded before the drop, since the
+    from malleable.errors import MalleableError  # user may not read the interpreter's folders
 
     req = json.loads(sys.stdin.read())
     drop_privileges(req.get("uid"), req.get("gid"))

@@ -1,7 +1,7 @@
 """Hostile messages against live adhocfs servers: an altered payload, a replayed write, a nested-bracket header,
 a fuzzer mutating headers and payloads, oversized unauthenticated frames, and bad bulk requests (``create_files``,
-``publish``). Each is refused with an error reply (or the sender dropped), the servers keep serving, and no stored
-byte changes."""
+``publish``, ``open_files``, ``get_files``). Each is refused with an error reply (or the sender dropped), the servers
+keep serving, and no stored byte changes."""
 
 from __future__ import annotations
 
@@ -199,3 +199,59 @@ def test_bad_bulk_requests_get_one_clear_error_each_and_change_nothing(dep, fs, 
         raw.close()
     assert sorted(fs.scandir("/bad")) == before                      # no file made by a refused request
     assert fs.stat("/bad/kept").fid == kept and _read(fs, "/bad/kept") == b"kept"
+
+
+@pytest.mark.timeout(60)
+def test_bad_bulk_reads_get_one_clear_error_each_and_change_nothing(dep, fs, shared_secret):
+    fs.makedirs("/badread")
+    fs.write_files([("/badread/kept", b"kept")])
+    addr, fid, version = _target(fs, "/badread/kept")
+    meta, data = Raw(dep.address), Raw(addr)
+
+    def raw_header(header):
+        return W.pack_raw(json.dumps(dict(header, v=1, id=9, sizes=[])).encode(), shared_secret, [])
+
+    n = 1025
+    cases = [
+        (meta, raw_header({"type": "open_files", "paths": "/badread/kept"}), "ProtocolError", "'paths'"),
+        (meta, raw_header({"type": "open_files", "paths": ["/badread/kept"] * n}), "ProtocolError",
+         "more than 1024 files"),
+        (meta, raw_header({"type": "open_files", "paths": ["/badread/kept", 7]}), "ProtocolError",
+         "must be list[str]"),
+        (meta, P.encode(P.OpenFiles(["/badread/kept", "/badread"]), shared_secret, 3), "IsADirectoryError",
+         "is a directory: /badread"),
+        (meta, P.encode(P.OpenFiles(["/badread/kept", "/badread/none"]), shared_secret, 4), "FileNotFoundError",
+         "no such file: /badread/none"),
+        (data, raw_header({"type": "get_files", "fids": [fid, fid], "blocks": [0], "versions": [version] * 2,
+                           "lengths": [4, 4]}), "ProtocolError",
+         "fields fids and blocks and versions and lengths must have one entry per file each"),
+        (data, raw_header({"type": "get_files", "fids": [fid] * n, "blocks": [0] * n, "versions": [version] * n,
+                           "lengths": [4] * n}), "ProtocolError", "more than 1024 files"),
+        (data, raw_header({"type": "get_files", "fids": [fid], "blocks": [-1], "versions": [version],
+                           "lengths": [4]}), "ProtocolError", "must be list[int] of non-negative values"),
+        (data, W.pack_raw(json.dumps({"v": 1, "id": 9, "sizes": [1], "type": "get_files", "fids": [fid],
+                                      "blocks": [0], "versions": [version], "lengths": [4]}).encode(),
+                          shared_secret, [b"x"]), "ProtocolError", "get_files: unexpected data frames"),
+        (data, raw_header({"type": "opened", "fids": [fid], "versions": [version], "lengths": [4],
+                           "block_sizes": [BS], "broken": [0], "layout": [], "epochs": {}, "servers": {}}),
+         "ProtocolError", "data server does not handle 'opened'"),
+    ]
+    try:
+        for raw, frames, kind, words in cases:
+            reply = raw.ask(frames, shared_secret)
+            assert isinstance(reply, P.Error) and reply.kind == kind and words in reply.msg, (kind, words, reply)
+        # one file of the request read under an old layout version: the whole request is refused as stale
+        assert isinstance(data.ask(P.encode(P.Fence(fid, 0, version + 1), shared_secret, 10), shared_secret), P.Ok)
+        reply = data.ask(P.encode(P.GetFiles([10**9, fid], [0, 0], [0, version], [4, 4]), shared_secret, 11),
+                         shared_secret)
+        assert isinstance(reply, P.Error) and reply.kind == "stale", reply
+        assert isinstance(data.ask(P.encode(P.Fence(fid, 0, 0), shared_secret, 12), shared_secret), P.Ok)
+        reply = data.ask(P.encode(P.GetFiles([10**9, fid], [0, 0], [0, version], [4, 2]), shared_secret, 13),
+                         shared_secret)
+        assert isinstance(reply, P.BlockData) and reply.found == [0, 1] and [bytes(p) for p in reply.parts] == \
+            [b"", b"ke"]
+    finally:
+        meta.close()
+        data.close()
+    assert sorted(fs.scandir("/badread")) == [("kept", False, 4)]
+    assert fs.read_files(["/badread/kept"]) == [b"kept"] and _read(fs, "/badread/kept") == b"kept"
