@@ -380,7 +380,7 @@ def table(results, trees):
           f"{THESIS['expand_seconds'][1]} s, shrink {THESIS['shrink_seconds'][0]}-{THESIS['shrink_seconds'][1]} s")
 
 
-def plot(results, trees):
+def plot(results, trees, png):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -410,7 +410,7 @@ def plot(results, trees):
         ax.set_ylabel("seconds (median)")
         ax.legend(fontsize=6)
     fig.tight_layout()
-    fig.savefig(RESULTS / "reconfig.png", dpi=110)
+    fig.savefig(png, dpi=110)
 
 
 def main(argv=None):
@@ -455,7 +455,7 @@ def main(argv=None):
         for t in trees:
             t.close()
     table(results, trees)
-    plot(results, trees)
+    plot(results, trees, Path(args.out).with_suffix(".png"))   # beside the JSON
     return 0
 
 
