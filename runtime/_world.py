@@ -485,13 +485,7 @@ def _begin_shrink(rt: _Runtime, d: Resize) -> None:
     sp = plan_shrink(rt.layout, d.procs)
     comm = rt.world
     leaving = comm.rank >= sp.target
-    # each side makes its communicator among itself (MPI_Comm_create_group, in rank order): unlike a split of the
-    # whole world, processes of different spawn groups that never exchanged a message need not meet for it
-    whole = comm.Get_group()
-    side = whole.Range_incl([(sp.target, comm.size - 1, 1)] if leaving else [(0, sp.target - 1, 1)])
-    local = comm.Create_group(side, 4709)   # the stayers' side is their new world
-    side.Free()
-    whole.Free()
+    local = comm.Split(1 if leaving else 0, comm.rank)   # the stayers' side is their new world
     inter = local.Create_intercomm(0, comm, 0 if leaving else sp.target, 4710)
     new_world = MPI.COMM_NULL
     if leaving:
