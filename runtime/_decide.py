@@ -36,15 +36,12 @@ def poll(rt: Any) -> tuple[Resize | None, bool] | ProbeResult:
             rt.drained_at = now
             for req in channel.drain():
                 take_request(rt, req)
-    elif channel.queued:   # requests waiting for the channel to be complete
-        channel.ready()
     if rt.source.local:
         d = rt.source.poll(rt.probes)
     else:
         d = rt.world.bcast(_poll_rank0(rt) if rt.world.rank == 0 else None, root=0)
     granted = False
     if isinstance(d, PlanStep):  # a plan's answer step: every rank learns the outstanding request from rank 0
-        channel.flush(rt.timeout)   # every rank is at this probe: the channel completes, queued requests go
         sent = rt.world.reduce(channel.sent if rt.world.rank else 0, root=0)   # requests made at earlier probes
         if rt.world.rank == 0 and sent > channel.got:
             for req in channel.drain(sent - channel.got):

@@ -93,11 +93,6 @@ def at_exit(rt: Any) -> None:
         rt.background.abandon(rt.timeout, rt.leftovers)
     elif rt.prepared is not None:
         _spawn.abandon(rt.world, rt.prepared.inters, rt.timeout, rt.leftovers)
-    if rt.requests is not None:  # no request may be pending at MPI_Finalize: the channel's duplicate either
-        try:
-            rt.requests.complete(rt.timeout)
-        except AdaptTimeout as e:
-            log.warning("%s", e)
     if rt.alive_fd is not None:  # a spawned process: rank 0 gives the job this status if it is the first error
         try:
             os.write(rt.alive_fd, f"exit {code}\n".encode())

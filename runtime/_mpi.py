@@ -86,8 +86,6 @@ class Backend:
             own processes from its launch chain by them).
         forks_any_name: whether the launcher, reaching hosts with ``fork``, starts a spawn on a slot of any name
             on this machine (else such spawns get no host: see :meth:`spawn_host`).
-        nonblocking_dup: whether the runtime's own duplicates of the world may be made with ``MPI_Comm_idup``
-            (completed later, when needed) instead of a blocking ``MPI_Comm_dup``.
     """
 
     name = ""
@@ -100,7 +98,6 @@ class Backend:
     spawn_across_hosts = True
     proxies: tuple[str, ...] = ()
     forks_any_name = False
-    nonblocking_dup = False
 
     def matches(self, text: str) -> bool:
         """Whether a library-version or launcher banner names this implementation."""

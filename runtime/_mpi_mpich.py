@@ -42,7 +42,6 @@ class MPICH(Backend):
     banner = "MPICH"
     proxies = ("hydra_pmi_proxy",)
     forks_any_name = True
-    nonblocking_dup = True   # (Open MPI 5's never completed in the request tests: it keeps the blocking dup)
 
     def matches(self, text: str) -> bool:
         """MPICH's library version or hydra's ``--version`` banner."""

@@ -80,71 +80,30 @@ class Channel:
     """How requests travel to rank 0: a duplicate of the job's world, renewed with it after every adaptation.
 
     The runtime makes it at the first probe after an adaptation (every rank makes the same probes), not inside the
-    adaptation. Where the MPI allows it (:attr:`Backend.nonblocking_dup`), it is made with ``MPI_Comm_idup``: that
-    probe then does not wait for the other ranks either (it often opens the next adaptation, whose own collectives
-    complete the duplicate meanwhile). Until the duplicate is complete a request waits in :attr:`queued` (as does
-    one made before the channel exists) and rank 0 has nothing to drain; a plan's answer step completes it on
-    every rank (:meth:`flush`) before counting. :attr:`sent` counts the requests a rank other than 0 sent,
-    :attr:`got` those rank 0 received.
+    adaptation, which then never waits for the slowest rank to make it. A request made before that waits in
+    :attr:`queued` and goes at that probe; :attr:`sent` counts the requests a rank other than 0 sent, :attr:`got`
+    those rank 0 received.
     """
 
     def __init__(self, world: Any, queued: list[AdaptRequest] | None = None) -> None:
-        from malleable.runtime._mpi import current
-
-        self._dup: Any = None
-        if current().nonblocking_dup:
-            self.comm, self._dup = world.Idup()
-        else:
-            self.comm = world.Dup()
-        self.queued: list[AdaptRequest] = list(queued or [])
+        self.comm = world.Dup()
         self.sends: list[Any] = []       # requests on their way to rank 0 (other ranks)
         self.sent = 0
         self.got = 0
-
-    def ready(self) -> bool:
-        """Whether the duplicate is complete (tests it: drives its progress); queued requests then go."""
-        if self._dup is not None and self._dup.Test():
-            self._dup = None
-        if self._dup is None and self.queued:
-            queued, self.queued = self.queued, []
-            for req in queued:
-                self._send(req)
-        return self._dup is None
-
-    def complete(self, timeout: float) -> None:
-        """Wait until the duplicate is complete (every rank of the world must be doing so, or have done it).
-
-        Raises:
-            AdaptTimeout: not within ``timeout`` seconds.
-        """
-        from malleable.runtime._waits import wait_request
-
-        if self._dup is not None:
-            wait_request(self._dup, timeout, "the request channel", cap=0.001)
-            self._dup = None
-
-    def flush(self, timeout: float) -> None:
-        """Complete the duplicate (every rank of the world calls it at the same probe) and send what is queued."""
-        self.complete(timeout)
-        self.ready()
+        for req in queued or []:
+            self.send(req)
 
     def send(self, req: AdaptRequest) -> None:
-        """From a rank other than 0: send ``req`` to rank 0 (nonblocking), or queue it until the channel is ready."""
-        self.queued.append(req)
-        self.ready()
-
-    def _send(self, req: AdaptRequest) -> None:
+        """From a rank other than 0: send ``req`` to rank 0 (nonblocking)."""
         self.sends = [r for r in self.sends if not r.Test()]
         self.sends.append(self.comm.isend(req.as_dict(), dest=0, tag=_TAG))
         self.sent += 1
 
     def drain(self, at_least: int = 0) -> list[AdaptRequest]:
         """On rank 0: every request other ranks have sent so far, and at least ``at_least`` of them (waiting for
-        those: the count of requests known to be on their way); nothing while the duplicate is not complete."""
+        those: the count of requests known to be on their way)."""
         from mpi4py import MPI
 
-        if not at_least and not self.ready():
-            return []
         out = []
         while len(out) < at_least or self.comm.iprobe(source=MPI.ANY_SOURCE, tag=_TAG):
             d = self.comm.recv(source=MPI.ANY_SOURCE, tag=_TAG)
@@ -152,18 +111,12 @@ class Channel:
         self.got += len(out)
         return out
 
-    def close(self, release: Any, timeout: float = 5.0) -> list[AdaptRequest]:
-        """Complete the duplicate and what is in flight (rank 0 has the sent requests: it answered them; Intel MPI
-        crashes disconnecting a communicator with a send pending) and ``release`` the duplicate. Collective (every
-        rank closes at the same adaptation). Returns the requests still queued, for the next channel."""
+    def close(self, release: Any, timeout: float = 5.0) -> None:
+        """Complete what is in flight (rank 0 has the sent requests: it answered them; Intel MPI crashes disconnecting
+        a communicator with a send pending) and ``release`` the duplicate."""
         from malleable.errors import AdaptTimeout
         from malleable.runtime._waits import wait_request
 
-        queued, self.queued = self.queued, []
-        try:
-            self.complete(timeout)
-        except AdaptTimeout:
-            return queued   # left unreleased: a communicator still being made cannot be released
         for req in self.sends:
             try:
                 wait_request(req, timeout, "a size request to rank 0")
@@ -171,4 +124,3 @@ class Channel:
                 pass
         self.sends = []
         release(self.comm)
-        return queued

@@ -528,8 +528,8 @@ def _commit(rt: _Runtime) -> AdaptReport:
 
         move_all(rt.registry, old_size, w.after.world_size, w.old_world)
     _mpi.current().release(w.intercomm)
-    if rt.requests is not None:   # the old world's (renewed at the next probe, with what was not sent yet)
-        rt.queued_requests = rt.requests.close(_mpi.current().release)
+    if rt.requests is not None:   # the old world's (renewed at the next probe)
+        rt.requests.close(_mpi.current().release)
         rt.requests = None
     if w.kind != "shrink":
         if w.old_world is not None:
