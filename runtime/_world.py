@@ -457,7 +457,10 @@ def _joiner_merge(rt: _Runtime) -> None:
     plan = ExpandPlan(tuple([None] * n_groups), tuple(ctx["counts"]), ctx["gids"][0])
     rt.gid, rt.probes, rt.timeout = ctx["gids"][index], ctx["probes"], ctx["timeout"]
     rt.plan_text, rt.plan, rt.job_hosts = ctx["plan"], ctx["steps"], tuple(ctx["job_hosts"])
-    from malleable.runtime._bounds import Slots  # after the merge: the parents do not wait for these imports
+    # after the merge the parents no longer wait for this joiner: what it needs as a member (its first probe's
+    # modules among them, which would otherwise delay the job's next adaptation) loads now
+    from malleable.runtime import _decide, _requests  # noqa: F401
+    from malleable.runtime._bounds import Slots
     from malleable.runtime._sources import NullSource, PlanSource
 
     cores, per_host, hostfile = ctx["slots"]
