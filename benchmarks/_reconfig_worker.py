@@ -144,7 +144,7 @@ class _Profile:
         "adapt_begin": [("_world", "adapt_begin")],
         "adapt_commit": [("_world", "adapt_commit")],
         "registered data": [("_registered", "move_all")],
-        "request channel": [("_world", "_renew_req_comm")],
+        "request channel": [("_world", "_renew_req_comm"), ("_requests", "Channel.__init__")],
         "wait gone": [("_liveness", "Listener.wait_gone")],
         "shrink begin": [("_world", "_begin_shrink")],
         "leave": [("_lifecycle", "leave")],
@@ -157,7 +157,8 @@ class _Profile:
         "child merge": [("_spawn", "child_merge")],
     }
 
-    ALTERNATIVES = frozenset({"MPI_Comm_spawn", "members"})   # names of one function in different commits
+    # names of one function in different commits
+    ALTERNATIVES = frozenset({"MPI_Comm_spawn", "members", "request channel"})
 
     def __init__(self, where):
         self.where = where

@@ -7,7 +7,8 @@ For each MPI whose venv exists (MPICH: this one; Open MPI and Intel MPI: ``.venv
   ``Comm_spawn`` + ``Merge`` from as many parents (``mpiexec -n 1`` or ``-n 2``), children importing mpi4py only;
   for a shrink, ``Disconnect`` + the children exited. Rounds alternate the raw baseline, this working tree and,
   with ``--against REV``, commit REV built in a temporary worktree and venv (same MPI wheels, same worker), so
-  drift of this busy machine hits all alike. Prints the per-step ratios. With the profile (default), every
+  drift of this busy machine hits all alike (``--against`` may be given several times: every REV is built and
+  alternated). Prints the per-step ratios. With the profile (default), every
   process times the runtime's steps and the table shows where an expansion's time goes, per tree.
 * **overlap**: the application's stall (probe to ``adapt_commit``) for +1/+2/+4 with the expansion prepared in the
   background (``MALLEABLE_OVERLAP=1``) against the synchronous expansion, same busy computation between probes.
@@ -17,7 +18,7 @@ For each MPI whose venv exists (MPICH: this one; Open MPI and Intel MPI: ``.venv
 
 Prints tables, writes ``benchmarks/results/reconfig.json`` and ``reconfig.png``.
 
-Usage: python benchmarks/reconfig.py [--rounds 4] [--mpis mpich,openmpi,impi] [--against REV]
+Usage: python benchmarks/reconfig.py [--rounds 4] [--mpis mpich,openmpi,impi] [--against REV ...]
        [--sections steps,overlap,sweep,hosts,probe] [--no-profile] [--quick]
 """
 
@@ -198,8 +199,9 @@ def steps_section(name, trees, args):
             if t.label in samples:
                 row[t.label] = stats(samples[t.label].get(s, []))
                 row[f"{t.label}/raw"] = row[t.label]["median"] / row["raw"]["median"]
-        if len(trees) > 1 and all(t.label in samples for t in trees):
-            row[f"{trees[0].label}/{trees[1].label}"] = row[trees[0].label]["median"] / row[trees[1].label]["median"]
+        for other in trees[1:]:   # this tree against each REV
+            if trees[0].label in samples and other.label in samples:
+                row[f"{trees[0].label}/{other.label}"] = row[trees[0].label]["median"] / row[other.label]["median"]
         rows.append(row)
     out = {"steps": rows, "errors": errors}
     if args.profile:
@@ -336,10 +338,9 @@ def table(results, trees):
     for r in results:
         if "steps" not in r:
             continue
+        pairs = [f"{labels[0]}/{x}" for x in labels[1:]]
         head = f"{'mpi':8} {'step':14} {'raw s':>7}" + "".join(f" {x + ' s':>10} {x + '/raw':>10}" for x in labels)
-        if len(labels) > 1:
-            head += f" {labels[0] + '/' + labels[1]:>16}"
-        print(head)
+        print(head + "".join(f" {p:>16}" for p in pairs))
         for s in r["steps"]:
             line = f"{r['mpi']:8} {s['step']:14} {s['raw']['median']:>7.3f}"
             for x in labels:
@@ -347,9 +348,8 @@ def table(results, trees):
                     line += f" {s[x]['median']:>10.3f} {s[x + '/raw']:>10.2f}"
                 else:
                     line += f" {'-':>10} {'-':>10}"
-            key = f"{labels[0]}/{labels[1]}" if len(labels) > 1 else ""
-            if key in s:
-                line += f" {s[key]:>16.2f}"
+            for key in pairs:
+                line += f" {s[key]:>16.2f}" if key in s else f" {'-':>16}"
             print(line)
         for label, err in r.get("errors", {}).items():
             print(f"{r['mpi']:8} {label}: failed: {err}")
@@ -380,7 +380,7 @@ def table(results, trees):
           f"{THESIS['expand_seconds'][1]} s, shrink {THESIS['shrink_seconds'][0]}-{THESIS['shrink_seconds'][1]} s")
 
 
-def plot(results, trees):
+def plot(results, trees, png):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -410,7 +410,7 @@ def plot(results, trees):
         ax.set_ylabel("seconds (median)")
         ax.legend(fontsize=6)
     fig.tight_layout()
-    fig.savefig(RESULTS / "reconfig.png", dpi=110)
+    fig.savefig(png, dpi=110)
 
 
 def main(argv=None):
@@ -418,7 +418,8 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=4, help="alternating rounds of the steps section (default 4)")
     ap.add_argument("--per-run", type=int, default=2, help="sequences per launcher run (default 2)")
     ap.add_argument("--mpis", default="mpich,openmpi,impi", help="MPI implementations to measure")
-    ap.add_argument("--against", metavar="REV", help="also measure commit REV, built beside this tree, alternating")
+    ap.add_argument("--against", metavar="REV", action="append", default=[],
+                    help="also measure commit REV, built beside this tree, alternating (may be repeated)")
     ap.add_argument("--sections", default=",".join(ALL_SECTIONS),
                     help=f"what to measure: {','.join(ALL_SECTIONS)},hosts (hosts: the namespace cluster)")
     ap.add_argument("--no-profile", dest="profile", action="store_false", help="do not time the runtime's steps")
@@ -435,21 +436,26 @@ def main(argv=None):
         ap.error("section hosts needs the namespace test cluster (root, netns-cluster up 4)")
     mpis = [n for n in args.mpis.split(",") if venv_python(n).exists()]
     trees = [Tree("working", {n: venv_python(n) for n in mpis})]
-    if args.against:
-        trees.append(build_rev(args.against, mpis))
+    try:
+        for rev in args.against:
+            trees.append(build_rev(rev, mpis))
+    except BaseException:
+        for t in trees:
+            t.close()
+        raise
     results = []
     RESULTS.mkdir(exist_ok=True)
     try:
         for name in mpis:
             results.append(bench_mpi(name, trees, args, sections))
             Path(args.out).write_text(json.dumps(
-                {"results": results, "against": {"rev": args.against, "commit": trees[-1].commit}
-                 if args.against else None, "thesis": THESIS, "targets": TARGETS, "args": vars(args)}, indent=2))
+                {"results": results, "against": [{"rev": t.label, "commit": t.commit} for t in trees[1:]],
+                 "thesis": THESIS, "targets": TARGETS, "args": vars(args)}, indent=2))
     finally:
         for t in trees:
             t.close()
     table(results, trees)
-    plot(results, trees)
+    plot(results, trees, Path(args.out).with_suffix(".png"))   # beside the JSON
     return 0
 
 

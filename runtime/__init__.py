@@ -17,8 +17,13 @@ Typical use::
             save(...)
 """
 
+from __future__ import annotations
+
 import importlib
-from typing import Any
+
+TYPE_CHECKING = False   # typing stays unloaded: a joiner imports this package on every expansion's path
+if TYPE_CHECKING:
+    from typing import Any
 
 # Every name loads on first use, so that importing the package (e.g. by the ``malleable`` command
 # for ``submit`` or ``fs``) neither imports mpi4py.MPI, which initialises MPI, nor numpy.

@@ -13,7 +13,6 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
 
 from mpi4py import MPI
 
@@ -22,6 +21,10 @@ from malleable.runtime import _mpi, _spawn
 from malleable.runtime._record import get_logger
 from malleable.runtime._types import Pause, ProbeResult, Resume, Status
 from malleable.runtime._waits import wait_request
+
+TYPE_CHECKING = False   # typing stays unloaded: a joiner imports this on every expansion's path
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["at_exit", "exit_status", "group_exit_barrier", "install_hooks", "leave", "pause", "progress"]
 

@@ -12,10 +12,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from malleable.errors import AdaptTimeout
 from malleable.runtime._record import get_logger
+
+TYPE_CHECKING = False   # typing stays unloaded: a joiner imports this on every expansion's path
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["Listener", "connect_back", "hostname", "local_addresses", "own_start_ticks"]
 
@@ -284,7 +287,8 @@ def connect_back(endpoint: dict, gid: int, member: int, timeout: float) -> int:
     for addr in endpoint["addresses"]:
         left = max(0.2, min(5.0, deadline - time.monotonic()))
         try:
-            s = socket.create_connection((addr, endpoint["port"]), timeout=left)
+            # bytes: a str address goes through the idna codec, which loads stringprep and unicodedata
+            s = socket.create_connection((addr.encode(), endpoint["port"]), timeout=left)
         except OSError as e:
             errors.append(f"{addr}: {e}")
             continue

@@ -13,10 +13,13 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Sequence
-from typing import Any
 
 from malleable.errors import ConfigError
 from malleable.runtime._record import Record
+
+TYPE_CHECKING = False   # typing stays unloaded: a joiner imports this on every expansion's path
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["REACH", "REACH_ENV", "Backend", "LaunchSpec", "all_here", "backend_named", "current", "detect",
            "for_mpiexec", "names", "proxy_names"]

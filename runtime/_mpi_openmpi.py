@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,6 +21,8 @@ def launcher_subnet(exe: str) -> str:
     subnet = os.environ.get("MALLEABLE_LAUNCHER_SUBNET", "")
     if subnet or Path(exe).name != "netns-launch":
         return subnet
+    import socket  # a launcher's question: a job's processes (joiners among them) do not load it
+
     try:
         addr = socket.gethostbyname("head")
     except OSError:

@@ -11,10 +11,10 @@ follow the fields in slot order.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+TYPE_CHECKING = False   # typing stays unloaded: a joiner imports this on every expansion's path
 if TYPE_CHECKING:
     import logging
+    from typing import Any
 
 __all__ = ["Record", "get_logger"]
 

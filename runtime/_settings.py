@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from malleable.errors import ConfigError
+
+TYPE_CHECKING = False   # typing stays unloaded: a joiner imports this on every expansion's path
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["DEFAULT_TIMEOUT", "env_int", "env_timeout"]
 

@@ -17,7 +17,6 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
 from mpi4py import MPI
 
@@ -26,8 +25,10 @@ from malleable.runtime._mpi import current
 from malleable.runtime._record import get_logger
 from malleable.runtime._waits import wait_request
 
+TYPE_CHECKING = False   # typing stays unloaded: a joiner imports this on every expansion's path
 if TYPE_CHECKING:
     import threading
+    from typing import Any
 
     from malleable.runtime._layout import ExpandPlan
 
@@ -152,7 +153,8 @@ def parent_spawn(world: Any, plan: ExpandPlan, timeout: float, leftovers: Leftov
     abandoned = threading.Event()
     threads = [
         threading.Thread(target=_spawn_one, name=f"malleable-spawn-{i}", daemon=True,
-                         args=(dups[i], cmd, args, plan.counts[i], plan.hosts[i], out, i, abandoned, timeout, leftovers))
+                         args=(dups[i], cmd, args, plan.counts[i], plan.hosts[i], out, i, abandoned, timeout,
+                               leftovers))
         for i in range(k)
     ]
     for t in threads:

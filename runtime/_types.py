@@ -3,9 +3,30 @@
 from __future__ import annotations
 
 import enum
-from typing import Any, NamedTuple
+from collections import namedtuple
 
 from malleable.runtime._record import Record
+
+# The two tuples' fields, typed for checkers and built by collections at run time: typing.NamedTuple would load
+# typing in every joiner, whose import of the runtime lies on every expansion's path.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, NamedTuple
+
+    class _ProbeFields(NamedTuple):
+        pending: bool
+        status: Status
+        info: dict[str, Any]
+
+    class _WindowFields(NamedTuple):
+        intercomm: Any
+        new_world: Any
+        staying: int
+        leaving: int
+        joining: int
+else:
+    _ProbeFields = namedtuple("ProbeResult", ("pending", "status", "info"))
+    _WindowFields = namedtuple("AdaptWindow", ("intercomm", "new_world", "staying", "leaving", "joining"))
 
 __all__ = ["AdaptWindow", "Resize", "Pause", "ProbeResult", "Resume", "Status"]
 
@@ -19,27 +40,21 @@ class Status(enum.Enum):
     LEAVING = "leaving"  # leaves the world at the pending shrink; must return from the application
 
 
-class ProbeResult(NamedTuple):
-    """What :func:`probe_adapt` returns; ``pending`` is the same on every rank."""
+class ProbeResult(_ProbeFields):
+    """What :func:`probe_adapt` returns: ``(pending, status, info)``; ``pending`` is the same on every rank."""
 
-    pending: bool
-    status: Status
-    info: dict[str, Any]
+    __slots__ = ()
 
 
-class AdaptWindow(NamedTuple):
-    """What :func:`adapt_begin` returns.
+class AdaptWindow(_WindowFields):
+    """What :func:`adapt_begin` returns: ``(intercomm, new_world, staying, leaving, joining)``.
 
     ``intercomm`` joins the old processes (local group of old ranks) with the joining or leaving
     ones; ``new_world`` is the future world (``MPI.COMM_NULL`` on leaving ranks); the three counts
     say how many processes stay, leave and join.
     """
 
-    intercomm: Any
-    new_world: Any
-    staying: int
-    leaving: int
-    joining: int
+    __slots__ = ()
 
 
 class Resize(Record):

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 from malleable.errors import AdaptTimeout
+
+TYPE_CHECKING = False   # typing stays unloaded: a joiner imports this on every expansion's path
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["Backoff", "wait_request"]
 

@@ -15,13 +15,11 @@ import os
 import sys
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
 
 from mpi4py import MPI
 
 from malleable.errors import AdaptError, AdaptTimeout, ConfigError
-from malleable.runtime import _decide, _lifecycle, _mpi, _registered, _requests, _spawn
-from malleable.runtime._bounds import Slots, check_expand, check_plan, host_resolves, initial_layout, slots_from_env
+from malleable.runtime import _lifecycle, _mpi, _spawn
 from malleable.runtime._layout import (
     ExpandPlan,
     Group,
@@ -31,16 +29,22 @@ from malleable.runtime._layout import (
     plan_shrink,
     split_hosts,
 )
-from malleable.runtime._liveness import Listener, connect_back, hostname
-from malleable.runtime._plan import PlanStep, parse_plan, validate_plan
+from malleable.runtime._liveness import connect_back, hostname
 from malleable.runtime._record import Record, get_logger
-from malleable.runtime._requests import AdaptRequest
 from malleable.runtime._settings import env_int, env_timeout
-from malleable.runtime._sources import NullSource, PlanSource, choose_hosts, make_source
 from malleable.runtime._types import AdaptWindow, ProbeResult, Resize, Status
 
+# A joiner imports this module before it can answer its parents, on every expansion's path: what only the parents
+# use (decisions, plans, requests, slot checks, registered arrays, the liveness listener) loads where it is used.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from malleable.runtime import _expand
+    from typing import Any
+
+    from malleable.runtime import _expand, _requests
+    from malleable.runtime._bounds import Slots
+    from malleable.runtime._liveness import Listener
+    from malleable.runtime._plan import PlanStep
+    from malleable.runtime._requests import AdaptRequest
 
 __all__ = [
     "AdaptReport",
@@ -101,7 +105,7 @@ class _Runtime:
                  slots: Slots | None = None, overlap: bool = False) -> None:
         self.world, self.layout, self.gid, self.member, self.timeout = world, layout, gid, member, timeout
         self.plan, self.plan_text, self.job_hosts, self.status = plan, plan_text, job_hosts, status
-        self.slots = slots if slots is not None else Slots(os.cpu_count() or 1)
+        self.slots = slots                 # None on a joiner until it merges
         self.grow = ""                     # why this job cannot grow at all ('' if it can: a joiner's job could)
         self.overlap = overlap             # prepare expansions in the background (see _expand)
         self.probes = 0
@@ -186,6 +190,11 @@ def init_adapt(timeout: float | None = None, plan: str | None = None, overlap: b
     t = env_timeout(timeout)
     if MPI.Comm.Get_parent() != MPI.COMM_NULL:
         return _joiner_init(t, overlap)
+    from malleable.runtime._bounds import check_expand, check_plan, host_resolves, initial_layout, slots_from_env
+    from malleable.runtime._liveness import Listener
+    from malleable.runtime._plan import parse_plan, validate_plan
+    from malleable.runtime._sources import choose_hosts, make_source
+
     comm = MPI.COMM_WORLD
     seen = comm.allgather((hostname(), _mpi.current().growth_limit() if comm.rank == 0 else ""))
     hosts, grow = [h for h, _ in seen], seen[0][1]   # whether the job may grow is rank 0's answer on every rank
@@ -293,7 +302,11 @@ def probe_adapt() -> ProbeResult:
         return ProbeResult(False, Status.STAYING, {})
     rt.probes += 1
     if rt.requests is None:   # the first probe after an adaptation (every rank makes the same probes)
+        from malleable.runtime import _requests
+
         rt.requests, rt.queued_requests = _requests.Channel(rt.world, rt.queued_requests), []
+    from malleable.runtime import _decide
+
     heard = _decide.poll(rt)
     if isinstance(heard, ProbeResult):
         return heard
@@ -318,6 +331,10 @@ def _act(rt: _Runtime, d: Resize | None, granted: bool) -> ProbeResult:
         return ProbeResult(False, Status.STAYING, {})
     kind = "expand" if d.procs > size else "shrink"
     if kind == "expand":
+        from malleable.runtime._bounds import check_expand
+        from malleable.runtime._sources import choose_hosts
+
+        assert rt.slots is not None   # set by init_adapt, on a joiner by its merge
         try:
             hosts = d.hosts or choose_hosts(rt.layout, rt.job_hosts, d.procs - size)
             check_expand(rt.layout, plan_expand(rt.layout, d.procs, hosts), rt.slots, rt.layout.groups[0].hosts[0],
@@ -417,7 +434,9 @@ def _parent_expand(rt: _Runtime, d: Resize, kind: str) -> None:
         prepared = _expand.prepare(rt, rt.world, d, kind)
     ctx = None
     if rt.world.rank == 0:
-        ctx = _expand.joiner_context(rt, prepared, _registered.metadata(rt.registry))
+        from malleable.runtime._registered import metadata
+
+        ctx = _expand.joiner_context(rt, prepared, metadata(rt.registry))
     merged, after, ctx = _expand.finish(rt.world, rt.layout, prepared, ctx)
     rt.window = _Window(kind, d, rt.world, merged.world, merged.intercomm, Status.STAYING, t0, after,
                         background=prepared.seconds if prepared.overlap else 0.0, metas=ctx["registered"])
@@ -438,6 +457,12 @@ def _joiner_merge(rt: _Runtime) -> None:
     plan = ExpandPlan(tuple([None] * n_groups), tuple(ctx["counts"]), ctx["gids"][0])
     rt.gid, rt.probes, rt.timeout = ctx["gids"][index], ctx["probes"], ctx["timeout"]
     rt.plan_text, rt.plan, rt.job_hosts = ctx["plan"], ctx["steps"], tuple(ctx["job_hosts"])
+    # after the merge the parents no longer wait for this joiner: what it needs as a member (its first probe's
+    # modules among them, which would otherwise delay the job's next adaptation) loads now
+    from malleable.runtime import _decide, _requests  # noqa: F401
+    from malleable.runtime._bounds import Slots
+    from malleable.runtime._sources import NullSource, PlanSource
+
     cores, per_host, hostfile = ctx["slots"]
     rt.slots = Slots(cores, per_host, tuple((h, n) for h, n in hostfile))
     rt.source = PlanSource(rt.plan, start=rt.probes) if ctx["local_source"] else NullSource()
@@ -497,10 +522,14 @@ def _commit(rt: _Runtime) -> AdaptReport:
     w = rt.window
     assert w is not None
     old_size = rt.layout.world_size
-    if w.kind == "expand":  # registered arrays move over the communicator spanning old and new owners
-        _registered.move_all(rt.registry, old_size, w.after.world_size, w.new_world, w.metas)
+    if w.kind == "expand" and w.metas:  # registered arrays move over the communicator spanning old and new owners
+        from malleable.runtime._registered import move_all
+
+        move_all(rt.registry, old_size, w.after.world_size, w.new_world, w.metas)
     elif w.kind == "shrink" and rt.registry:  # every rank registers the same arrays (see mr.register)
-        _registered.move_all(rt.registry, old_size, w.after.world_size, w.old_world)
+        from malleable.runtime._registered import move_all
+
+        move_all(rt.registry, old_size, w.after.world_size, w.old_world)
     _mpi.current().release(w.intercomm)
     if rt.requests is not None:   # the old world's (renewed at the next probe)
         rt.requests.close(_mpi.current().release)

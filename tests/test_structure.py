@@ -121,6 +121,19 @@ def test_a_controlled_rank_loads_no_policy_engine_plot_or_trace_reader():
     assert not {"matplotlib", "mpi4py.MPI"} & set(mods)
 
 
+def test_a_joiner_loads_only_what_it_needs_before_it_merges():
+    # every module a joiner imports before it can answer its parents lies on every expansion's path
+    setup = "import mpi4py\nmpi4py.rc.initialize = mpi4py.rc.finalize = False\nfrom mpi4py import MPI\n"
+    before = set(loaded_after(setup))
+    joiner = set(loaded_after(setup + "from malleable import runtime\nfrom malleable.runtime import _world\n"
+                                      "_world._mpi.current()"))
+    assert "malleable.runtime._spawn" in joiner - before
+    parents_only = {f"malleable.runtime.{m}" for m in ("_decide", "_requests", "_registered", "_bounds", "_plan",
+                                                        "_sources", "_expand", "_redistribute", "epop")}
+    heavy = {"typing", "socket", "logging", "numpy", "encodings.idna", "dataclasses", "inspect"}
+    assert not (joiner - before) & (parents_only | heavy), sorted((joiner - before) & (parents_only | heavy))
+
+
 @pytest.mark.parametrize("argv", [["--help"], ["queue", "--help"], ["submit", "--help"]])
 def test_the_command_line_builds_its_parsers_without_the_parts(argv):
     mods = loaded_after("import malleable.cli\nmalleable.cli.build_parser()")
