@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._stagepaths import StageFailure, clear_stale, kind, make_dir_at, new_file, open_folder, open_source
-from ._streams import CHUNK, Commit, Parts, Shared, Streams, ranges
+from ._streams import CHUNK, Commit, Parts, Streams, ranges
 
 __all__ = ["Staged", "run"]
 
@@ -171,16 +171,17 @@ def _plan_in(fs: Any, fd: int, name: str, dst: str, streams: Streams, own: bool,
         streams.put(_copy_range_in(fd, dst, off, length, parts))
 
 
-def stage_in(fs: Any, src: str, dst: str, open_fs: Callable[[], Any] | None = None, streams: int = 1) -> int:
+def stage_in(fs: Any, src: str, dst: str, open_fs: Callable[[], Any], streams: int = 1) -> int:
     """Copy local ``src`` (a file, or a folder and all it holds) to ``dst`` in the file system ``fs``, the files
-    over ``streams`` connections made by ``open_fs`` (default: ``fs`` alone)."""
+    over ``streams`` connections of their own made by ``open_fs`` (``fs`` itself stays with the calling thread,
+    which walks the folders while the streams copy: a connection belongs to one thread)."""
     fd = open_source(src.rstrip("/") or "/")
     try:
         if not stat.S_ISDIR(os.fstat(fd).st_mode):
             parent = dst.rstrip("/").rsplit("/", 1)[0]
             if parent:
                 fs.makedirs(parent, exist_ok=True)
-        pool = Streams(open_fs or (lambda: Shared(fs)), streams if open_fs else 1)
+        pool = Streams(open_fs, streams)
         small = _Small(pool)
         try:
             _plan_in(fs, fd, src, dst, pool, False, small)
@@ -344,14 +345,14 @@ def _plan_tree_out(fs: Any, src: str, dfd: int, shown: str, streams: Streams, di
             _plan_tree_out(fs, path, sub, where, streams, dirs, small)
 
 
-def stage_out(fs: Any, src: str, dst: str, open_fs: Callable[[], Any] | None = None, streams: int = 1) -> int:
+def stage_out(fs: Any, src: str, dst: str, open_fs: Callable[[], Any], streams: int = 1) -> int:
     """Copy ``src`` of the file system ``fs`` (a file, or a folder and all it holds) to local ``dst``, the files
-    over ``streams`` connections made by ``open_fs`` (default: ``fs`` alone); a folder's last level is made, the
-    folders above it must exist."""
+    over ``streams`` connections of their own made by ``open_fs`` (as :func:`stage_in`); a folder's last level is
+    made, the folders above it must exist."""
     if fs.stat(src).is_dir:
         dfd = open_folder(dst, make_last=True)
         dirs = [dfd]
-        pool = Streams(open_fs or (lambda: Shared(fs)), streams if open_fs else 1)
+        pool = Streams(open_fs, streams)
         commit = Commit()
         try:
             try:
@@ -375,7 +376,7 @@ def stage_out(fs: Any, src: str, dst: str, open_fs: Callable[[], Any] | None = N
     dfd = open_folder(head or "/", make_last=False)
     try:
         clear_stale(dfd)
-        pool = Streams(open_fs or (lambda: Shared(fs)), streams if open_fs else 1)
+        pool = Streams(open_fs, streams)
         try:
             _plan_file_out(src, fs.stat(src).size, dfd, name, dst, pool)
         finally:

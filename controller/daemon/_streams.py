@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["CHUNK", "COMMIT_FILES", "Commit", "Parts", "Shared", "Streams", "ranges"]
+__all__ = ["CHUNK", "COMMIT_FILES", "Commit", "Parts", "Streams", "ranges"]
 
 CHUNK = 4 << 20
 """Bytes read or written at once; ranges of a split file are multiples of it."""
@@ -100,19 +100,6 @@ def ranges(size: int, n: int) -> list[tuple[int, int]]:
     step = -(-size // n)
     step = -(-step // CHUNK) * CHUNK
     return [(off, min(step, size - off)) for off in range(0, size, step)]
-
-
-class Shared:
-    """The caller's own connection lent to one stream (not closed by it)."""
-
-    def __init__(self, fs: Any) -> None:
-        self._fs = fs
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._fs, name)
-
-    def close(self) -> None:
-        pass
 
 
 class Commit:
