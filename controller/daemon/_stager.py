@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import io
 import json
 import os
@@ -105,34 +106,37 @@ def _copy_file_in(fd: int, dst: str) -> Callable[[Any], int]:
     return job
 
 
-class _Small:
-    """Small files read whole and handed to the streams in batches, each written by one bulk request
-    (:meth:`~malleable.adhocfs._client.FileSystem.write_files`) instead of one open, write and close apiece; a
-    batch may span folders (each is made before its files are read)."""
+class _Batches:
+    """Small files handed to the streams a batch at a time (at most :data:`BATCH_FILES` files or
+    :data:`BATCH_BYTES` bytes): ``copy(fs, batch)`` copies one batch over a stream's connection, with one bulk
+    request where a file apiece would cost an open, a transfer and a close; a batch may span folders."""
 
-    def __init__(self, streams: Streams) -> None:
-        self.streams = streams
-        self.files: list[tuple[str, bytes]] = []
+    def __init__(self, streams: Streams, copy: Callable[[Any, list[Any]], int]) -> None:
+        self.streams, self.copy = streams, copy
+        self.files: list[Any] = []
         self.nbytes = 0
 
-    def add(self, fd: int, dst: str) -> None:
-        """Read what descriptor ``fd`` (checked regular; closed here) holds, to be written to ``dst``."""
-        try:
-            data = b"".join(iter(lambda: os.read(fd, CHUNK), b""))
-        finally:
-            os.close(fd)
-        self.files.append((dst, data))
-        self.nbytes += len(data)
+    def add(self, file: Any, size: int) -> None:
+        self.files.append(file)
+        self.nbytes += size
         if len(self.files) >= BATCH_FILES or self.nbytes >= BATCH_BYTES:
             self.flush()
 
     def flush(self) -> None:
         files, self.files, self.nbytes = self.files, [], 0
         if files:
-            self.streams.put(lambda fs: fs.write_files(files) if fs is not None else 0)
+            self.streams.put(lambda fs: self.copy(fs, files) if fs is not None else 0)
 
 
-def _plan_in(fs: Any, fd: int, name: str, dst: str, streams: Streams, own: bool, small: _Small) -> None:
+def _read_whole(fd: int) -> bytes:
+    """What descriptor ``fd`` (checked regular) holds; ``fd`` is closed."""
+    try:
+        return b"".join(iter(lambda: os.read(fd, CHUNK), b""))
+    finally:
+        os.close(fd)
+
+
+def _plan_in(fs: Any, fd: int, name: str, dst: str, streams: Streams, own: bool, small: _Batches) -> None:
     """Hand the copy of what descriptor ``fd`` (a regular file or a folder) holds to ``streams``, folders made
     here first; ``fd`` is closed here (a folder's, a small file's) or by its job (a file's), ``own`` when it is
     ours to close."""
@@ -154,8 +158,9 @@ def _plan_in(fs: Any, fd: int, name: str, dst: str, streams: Streams, own: bool,
         raise
     if not own:
         fd = os.dup(fd)                                   # the caller closes its own
-    if st.st_size <= SMALL:
-        small.add(fd, dst)
+    if st.st_size <= SMALL:                               # written by the stream with one write_files request
+        data = _read_whole(fd)
+        small.add((dst, data), len(data))
         return
     if streams.n < 2 or st.st_size < SPLIT:
         streams.put(_copy_file_in(fd, dst))
@@ -182,7 +187,7 @@ def stage_in(fs: Any, src: str, dst: str, open_fs: Callable[[], Any], streams: i
             if parent:
                 fs.makedirs(parent, exist_ok=True)
         pool = Streams(open_fs, streams)
-        small = _Small(pool)
+        small = _Batches(pool, lambda f, files: f.write_files(files))
         try:
             _plan_in(fs, fd, src, dst, pool, False, small)
             small.flush()
@@ -239,37 +244,18 @@ def _write_new(dfd: int, name: str, shown: str, fill: Callable[[int], int], comm
     return total
 
 
-class _SmallOut:
-    """Small files of a tree staged out in batches: a stream reads a batch with one request per data server
-    (:meth:`~malleable.adhocfs._client.FileSystem.read_files`) instead of an open and a read apiece, then writes
-    each file to a new local file that ``commit`` makes durable and renames with others."""
-
-    def __init__(self, streams: Streams, commit: Commit) -> None:
-        self.streams, self.commit = streams, commit
-        self.files: list[tuple[str, int, str, str]] = []  # (source, folder, name, name shown)
-        self.nbytes = 0
-
-    def add(self, src: str, size: int, dfd: int, name: str, shown: str) -> None:
-        self.files.append((src, dfd, name, shown))
-        self.nbytes += size
-        if len(self.files) >= BATCH_FILES or self.nbytes >= BATCH_BYTES:
-            self.flush()
-
-    def flush(self) -> None:
-        files, self.files, self.nbytes = self.files, [], 0
-        if files:
-            self.streams.put(lambda fs: self._copy(fs, files) if fs is not None else 0)
-
-    def _copy(self, fs: Any, files: list[tuple[str, int, str, str]]) -> int:
-        try:
-            datas = fs.read_files([src for src, _, _, _ in files])
-        except OSError as e:
-            raise StageFailure(f"{files[0][3].rsplit('/', 1)[0]}: {e.strerror or e}") from None
-        total = 0
-        for (_, dfd, name, shown), data in zip(files, datas, strict=True):
-            total += _write_new(dfd, name, shown, lambda fd, data=data: _write_all(fd, data),
-                                self.commit)
-        return total
+def _copy_small_out(commit: Commit, fs: Any, files: list[tuple[str, int, str, str]]) -> int:
+    """Stage out a batch of small files ``(source, folder, name, name shown)``: read with one request per data
+    server (:meth:`~malleable.adhocfs._client.FileSystem.read_files`) instead of an open and a read apiece, each
+    written to a new local file that ``commit`` makes durable and renames with others."""
+    try:
+        datas = fs.read_files([src for src, _, _, _ in files])
+    except OSError as e:
+        raise StageFailure(f"{files[0][3].rsplit('/', 1)[0]}: {e.strerror or e}") from None
+    total = 0
+    for (_, dfd, name, shown), data in zip(files, datas, strict=True):
+        total += _write_new(dfd, name, shown, lambda fd, data=data: _write_all(fd, data), commit)
+    return total
 
 
 def _plan_file_out(src: str, size: int, dfd: int, name: str, shown: str, streams: Streams,
@@ -326,23 +312,23 @@ def _copy_range_out(src: str, fd: int, off: int, length: int, shown: str, parts:
 
 
 def _plan_tree_out(fs: Any, src: str, dfd: int, shown: str, streams: Streams, dirs: list[int],
-                   small: _SmallOut) -> None:
+                   small: _Batches, commit: Commit) -> None:
     """Hand the copy of what folder ``src`` holds to folder ``dfd`` to ``streams``: its folders made here (their
     descriptors kept in ``dirs`` until the copies are done), its files copied by the streams (small ones in
-    batches, ``small``)."""
+    batches, ``small``), made durable and renamed by ``commit``."""
     clear_stale(dfd)
     for entry, is_dir, size in sorted(fs.scandir(src)):
         if streams.error is not None:
             return
         path, where = f"{src.rstrip('/')}/{entry}", f"{shown.rstrip('/')}/{entry}"
         if not is_dir and size <= SMALL:
-            small.add(path, size, dfd, entry, where)
+            small.add((path, dfd, entry, where), size)
         elif not is_dir:
-            _plan_file_out(path, size, dfd, entry, where, streams, small.commit)
+            _plan_file_out(path, size, dfd, entry, where, streams, commit)
         else:
             sub = make_dir_at(entry, dfd, where)
             dirs.append(sub)
-            _plan_tree_out(fs, path, sub, where, streams, dirs, small)
+            _plan_tree_out(fs, path, sub, where, streams, dirs, small, commit)
 
 
 def stage_out(fs: Any, src: str, dst: str, open_fs: Callable[[], Any], streams: int = 1) -> int:
@@ -356,8 +342,8 @@ def stage_out(fs: Any, src: str, dst: str, open_fs: Callable[[], Any], streams: 
         commit = Commit()
         try:
             try:
-                small = _SmallOut(pool, commit)
-                _plan_tree_out(fs, src, dfd, dst, pool, dirs, small)
+                small = _Batches(pool, functools.partial(_copy_small_out, commit))
+                _plan_tree_out(fs, src, dfd, dst, pool, dirs, small, commit)
                 small.flush()
             finally:
                 try:
