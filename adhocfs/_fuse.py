@@ -494,7 +494,9 @@ def _take(bufv: Any) -> bytes:
 
 def serve(ops: MountOps, mountpoint: str, fsname: str, allow_other: bool = False) -> None:
     """Mount ``ops`` at ``mountpoint`` and serve requests (several threads) until it is unmounted."""
-    opts: dict[str, Any] = {"foreground": True, "fsname": fsname, "subtype": "adhocfs", "max_threads": 16}
+    # max_idle_threads given: libfuse 3.14 complains about its own "unset" value otherwise
+    opts: dict[str, Any] = {"foreground": True, "fsname": fsname, "subtype": "adhocfs", "max_threads": 16,
+                            "max_idle_threads": 16}
     if allow_other:
         opts.update(allow_other=True, default_permissions=True)
     started = time.monotonic()

@@ -49,7 +49,7 @@ def force_unmount(path: str, pid: int | None = None) -> None:
 @contextlib.contextmanager
 def mounted(meta: str, path: str | Path, **kwargs) -> Iterator[MountRecord]:
     """Mount ``meta`` on ``path`` for the block; unmount afterwards, forcefully if need be, and fail the test
-    if the mount or its daemon outlives it."""
+    if the mount or its daemon outlives it, or libfuse complained about its options."""
     path = str(path)
     os.makedirs(path, exist_ok=True)
     rec = mount(meta, path, **kwargs)
@@ -57,6 +57,11 @@ def mounted(meta: str, path: str | Path, **kwargs) -> Iterator[MountRecord]:
         yield rec
     finally:
         unmount_checked(path, rec.pid)
+    with open(rec.log, encoding="utf-8", errors="replace") as f:
+        lines = f.read().splitlines()  # the log is appended to by every mount of this path: this one's part
+    mine = lines[max((i for i, ln in enumerate(lines) if f"(pid {rec.pid})" in ln), default=0):]
+    complaints = [ln for ln in mine if ln.startswith("Ignoring invalid")]
+    assert not complaints, f"libfuse refused the mount's options: {complaints}"
 
 
 def unmount_checked(path: str, pid: int) -> None:
