@@ -5,6 +5,7 @@ change, resolve ``HOST[:PORT]`` server specs. The CLI and the controller call th
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -83,12 +84,14 @@ def expand_fs(
 ) -> tuple[dict[int, tuple[str, str]], dict[str, Any], dict[str, Any]]:
     """Start data servers on ``hosts`` and commission them (a new placement epoch; nothing moves unless
     ``rebalance``). I/O continues meanwhile; files show ``commissioning``. ``env`` is the new servers'
-    environment (default: this process's; the controller passes a job file system's secret and tag).
+    environment (default: this process's; the controller passes a job file system's secret and tag). Their logs
+    go in ``state``; by default the metadata server's state directory when it is on this host (removed with the
+    file system), else a new temporary directory.
 
     Returns:
         ``({sid: (host, address)}, {name: process}, change info)``.
     """
-    state = state or tempfile.mkdtemp(prefix="malleable-fs-expand-")
+    state = state or _log_dir(addr, token)
     try:
         servers, procs = start_data_servers(addr, list(hosts), state, dir, launcher, token, capacity=capacity,
                                             env=env)
@@ -112,6 +115,16 @@ def expand_fs(
         info = wait_change(addr, info.get("id"), token=token)
     log.info("expanded %s with %s: %s", addr, sorted(servers), info)
     return servers, procs, info
+
+
+def _log_dir(addr: str, token: bytes | None) -> str:
+    """Where new data servers write their logs: the metadata server's state directory when it is on this host
+    (removed with the file system), else a new temporary directory."""
+    with MetaClient(addr, token) as mc:
+        st = mc.status()
+    if st.state and os.path.isfile(os.path.join(st.state, "meta.sqlite")):
+        return st.state
+    return tempfile.mkdtemp(prefix="malleable-fs-expand-")
 
 
 def shrink_fs(

@@ -456,7 +456,7 @@ class Status(Message):
 @_msg("fs_status")
 class FsStatus(Message):
     """Reply to :class:`Status`. ``servers`` are dicts with sid, addr, host, state and counters; ``damaged`` the
-    paths of files with lost blocks."""
+    paths of files with lost blocks; ``state`` the metadata server's state directory (on its own host)."""
 
     servers: list[dict]
     epoch: int
@@ -467,6 +467,7 @@ class FsStatus(Message):
     history: list[dict]
     damaged: list[str] = dataclasses.field(default_factory=list)
     replicas: int = 1
+    state: str = ""
 
 
 @_msg("expand")

@@ -57,8 +57,9 @@ class MetaServer(ElasticMixin):
         ctx: zmq context for the connections to data servers.
     """
 
-    def __init__(self, ns: Namespace, token: bytes, ctx: zmq.Context[Any]) -> None:
+    def __init__(self, ns: Namespace, token: bytes, ctx: zmq.Context[Any], state: str = "") -> None:
         self.ns, self.token, self.ctx = ns, token, ctx
+        self.state = state             # the state directory, reported by status (later servers' logs go there)
         self.peers: dict[int, Peer] = {}
         self.unreachable: dict[int, float] = {}  # sid -> until when it is assumed down (no re-waiting)
         self.running = True
@@ -197,6 +198,7 @@ class MetaServer(ElasticMixin):
             self.ns.recent_history(),
             [r["path"] for r in self.ns.files() if r["damaged"] != "[]"],
             self.ns.replicas(),
+            self.state,
         )
 
     # ------------------------------------------------------------ loop
@@ -263,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         log.warning("keeping the %d replicas of the existing file system", ns.replicas())
     ctx = zmq.Context()
     sock, addr = bind_socket(ctx, zmq.ROUTER, args.host, args.port, token, max_frame=2 << 20)
-    server = MetaServer(ns, token, ctx)
+    server = MetaServer(ns, token, ctx, os.path.abspath(args.state))
     try:
         server.recover()
         announce(addr)

@@ -70,6 +70,8 @@ def test_expand_shrink_status_commands(tmp_path):
         run("fs", "put", "--meta", addr, str(src), "/a.bin", "--block-size", "65536")
         out = run("fs", "expand", "--meta", addr, "--data", "127.0.0.1,127.0.0.1").stdout
         assert out.count("data server") == 2 and "done" in out
+        # the new servers log into the file system's state directory (removed with it), not a folder of their own
+        assert {p.name for p in (tmp_path / "st").glob("data*.log")} == {"data1.log", "data2.log", "data3.log"}
         st = json.loads(run("fs", "status", "--meta", addr, "--json").stdout)
         assert len([s for s in st["servers"] if s["state"] == "active"]) == 3
         assert [h["kind"] for h in st["history"]][-1] == "expand"
