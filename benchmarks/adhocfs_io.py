@@ -129,9 +129,11 @@ def worker_raw_server() -> None:
     address, serves until stdin closes."""
     import zmq
 
-    from malleable.adhocfs._buffers import keep_freed_buffers
+    from malleable.adhocfs._buffers import keep_freed_buffers, reserve
+    from malleable.adhocfs._data import RESERVE
 
-    keep_freed_buffers()  # the malloc settings of the file system's data servers
+    keep_freed_buffers()  # the malloc settings of the file system's data servers, and their memory taken ahead
+    reserve(int(os.environ.get("MALLEABLE_ADHOCFS_RESERVE", RESERVE)))
     ctx = zmq.Context()
     s = _raw_socket(ctx, zmq.ROUTER, server=True)
     port = s.bind_to_random_port("tcp://127.0.0.1")
