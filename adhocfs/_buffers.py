@@ -30,7 +30,7 @@ import ctypes.util
 import logging
 import os
 
-__all__ = ["MAX_RESERVE", "MMAP_THRESHOLD", "TRIM", "keep_freed_buffers", "reserve"]
+__all__ = ["MAX_RESERVE", "MMAP_THRESHOLD", "TRIM", "give_back", "keep_freed_buffers", "reserve"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,7 @@ _M_TOP_PAD = -2
 _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
 _applied: bool | None = None
+_reserved = False  # whether reserve() took memory ahead
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -55,6 +56,7 @@ def _libc() -> ctypes.CDLL | None:
     libc.mallopt.argtypes, libc.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     libc.malloc.argtypes, libc.malloc.restype = [ctypes.c_size_t], ctypes.c_void_p
     libc.free.argtypes, libc.free.restype = [ctypes.c_void_p], None
+    libc.malloc_trim.argtypes, libc.malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
     return libc
 
 
@@ -98,6 +100,24 @@ def reserve(nbytes: int) -> int:
     if not ok:
         log.debug("mallopt refused the reserve settings")
         return 0
+    return _touch(libc, nbytes)
+
+
+def give_back(nbytes: int) -> int:
+    """Return the free memory of the heap to the system (as glibc's ``malloc_trim``: whole free pages, wherever they
+    are, not only at the heap's top, which blocks still kept may hold up), then take ``nbytes`` (at most
+    :data:`MAX_RESERVE`) ahead again as :func:`reserve` does; returns the bytes reserved. Only after
+    :func:`reserve` took memory ahead (0 otherwise)."""
+    libc = _libc() if _reserved else None
+    if libc is None:
+        return 0
+    libc.malloc_trim(0)
+    return _touch(libc, min(nbytes, MAX_RESERVE))
+
+
+def _touch(libc: ctypes.CDLL, nbytes: int) -> int:
+    """Allocate ``nbytes`` of heap in pieces, write every page, free them: malloc keeps them for the next buffers."""
+    global _reserved
     pieces = []
     for _ in range(-(-nbytes // PIECE)):
         p = libc.malloc(PIECE)
@@ -107,4 +127,5 @@ def reserve(nbytes: int) -> int:
         pieces.append(p)
     for p in reversed(pieces):
         libc.free(p)
+    _reserved = True
     return len(pieces) * PIECE

@@ -21,7 +21,7 @@ from typing import Any
 import zmq
 
 from malleable._secret import load_token
-from malleable.adhocfs._buffers import keep_freed_buffers, reserve
+from malleable.adhocfs._buffers import TRIM, give_back, keep_freed_buffers, reserve
 from malleable.adhocfs._dirstore import DirStore
 from malleable.adhocfs._protocol import (
     BlockData,
@@ -89,6 +89,8 @@ class DataServer:
         self._step_start = time.monotonic()
         self.req_rate = 0.0
         self.running = True
+        self.reserved = 0  # bytes of memory taken ahead (set by the shell once it reserved them)
+        self._high = 0  # the most bytes held since memory was last given back
 
     # ------------------------------------------------------------ pure-ish request handling
     def handle(self, msg: Message) -> Message:
@@ -270,6 +272,16 @@ class DataServer:
                     if not self.running:
                         break
             self.tick(time.monotonic())
+            self._give_back()
+
+    def _give_back(self) -> None:
+        """Once blocks removed have freed much more memory than the reserve keeps, return it to the system (and take
+        the reserve ahead again): a heap's top alone goes back by itself, and blocks still kept may hold it up."""
+        held = self.store.nbytes
+        self._high = max(self._high, held)
+        if self.reserved and self._high - held > TRIM:
+            self.reserved = give_back(self.reserved) or self.reserved
+            self._high = held
 
     def _serve_one(self, sock: zmq.Socket[Any], frames: list[Any]) -> None:
         serve_one(sock, frames, self.token, self.handle, (ProtocolError, StaleLayout, ValueError, KeyError, OSError),
@@ -350,6 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx = zmq.Context(io_threads=IO_THREADS)
     sock, addr = bind_socket(ctx, zmq.ROUTER, args.host, args.port, token)
     server = DataServer(store, token, args.sid, args.max_rate, args.capacity)
+    server.reserved = reserved
     try:
         for fid, wmin, rmin in register(ctx, args.meta, token, args.sid, addr, args.host):
             server.fences[fid] = (wmin, rmin)
