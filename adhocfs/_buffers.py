@@ -37,7 +37,8 @@ log = logging.getLogger(__name__)
 MMAP_THRESHOLD = 32 << 20  # glibc's largest: buffers up to 32 MiB come from the heap and are reused
 TRIM = 128 << 20  # free bytes at the top of a heap kept before they are returned to the system
 MAX_RESERVE = 1 << 30  # the largest reserve (glibc takes its settings as C ints)
-PIECE = 16 << 20  # the reserve is touched in pieces below the mmap threshold, so that they come from the heap
+PIECE = 256 << 10  # the reserve is touched in pieces smaller than a block's buffer: malloc hands out the memory they
+# took in the order it hands it to the next buffers, even once free memory is split between the blocks still kept
 
 _M_TRIM_THRESHOLD = -1
 _M_TOP_PAD = -2
