@@ -57,7 +57,7 @@ __all__ = ["DataServer", "main"]
 log = logging.getLogger(__name__)
 
 IO_THREADS = 2  # zmq I/O threads: each client's connection is received on one of them, so that the bytes of two
-# clients are taken off the network (and their fresh pages faulted in, most of a server's time) on two cores at once
+# clients are taken off the network (and any fresh pages beyond the reserve faulted in) on two cores at once
 GC_THRESHOLD = 50_000  # allocations between collections of the youngest generation (Python's default: 700)
 RESERVE = 512 << 20  # memory a data server takes ahead for the blocks it will keep (--reserve), at most its capacity
 STEP = 1.0  # seconds per AIO time step
