@@ -21,7 +21,7 @@ from typing import Any
 import zmq
 
 from malleable._secret import load_token
-from malleable.adhocfs._buffers import keep_freed_buffers
+from malleable.adhocfs._buffers import TRIM, give_back, keep_freed_buffers, reserve
 from malleable.adhocfs._dirstore import DirStore
 from malleable.adhocfs._protocol import (
     BlockData,
@@ -57,8 +57,9 @@ __all__ = ["DataServer", "main"]
 log = logging.getLogger(__name__)
 
 IO_THREADS = 2  # zmq I/O threads: each client's connection is received on one of them, so that the bytes of two
-# clients are taken off the network (and their fresh pages faulted in, most of a server's time) on two cores at once
+# clients are taken off the network (and any fresh pages beyond the reserve faulted in) on two cores at once
 GC_THRESHOLD = 50_000  # allocations between collections of the youngest generation (Python's default: 700)
+RESERVE = 512 << 20  # memory a data server takes ahead for the blocks it will keep (--reserve), at most its capacity
 STEP = 1.0  # seconds per AIO time step
 WINDOW = 60  # samples kept
 
@@ -88,6 +89,8 @@ class DataServer:
         self._step_start = time.monotonic()
         self.req_rate = 0.0
         self.running = True
+        self.reserved = 0  # bytes of memory taken ahead (set by the shell once it reserved them)
+        self._high = 0  # the most bytes held since memory was last given back
 
     # ------------------------------------------------------------ pure-ish request handling
     def handle(self, msg: Message) -> Message:
@@ -269,6 +272,16 @@ class DataServer:
                     if not self.running:
                         break
             self.tick(time.monotonic())
+            self._give_back()
+
+    def _give_back(self) -> None:
+        """Once blocks removed have freed much more memory than the reserve keeps, return it to the system (and take
+        the reserve ahead again): a heap's top alone goes back by itself, and blocks still kept may hold it up."""
+        held = self.store.nbytes
+        self._high = max(self._high, held)
+        if self.reserved and self._high - held > TRIM:
+            self.reserved = give_back(self.reserved) or self.reserved
+            self._high = held
 
     def _serve_one(self, sock: zmq.Socket[Any], frames: list[Any]) -> None:
         serve_one(sock, frames, self.token, self.handle, (ProtocolError, StaleLayout, ValueError, KeyError, OSError),
@@ -326,6 +339,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log", default=None, help="log file (default stderr)")
     p.add_argument("--capacity", type=int, default=0, help="most bytes this server holds (0: no limit)")
     p.add_argument(
+        "--reserve",
+        type=int,
+        default=os.environ.get("MALLEABLE_ADHOCFS_RESERVE", str(RESERVE)),
+        help="bytes of memory taken ahead, at start, for the blocks to come (at most the capacity, 0: none; "
+        f"default $MALLEABLE_ADHOCFS_RESERVE, else {RESERVE >> 20} MiB)",
+    )
+    p.add_argument(
         "--max-rate",
         type=float,
         default=float(os.environ.get("MALLEABLE_ADHOCFS_MAX_RATE", 0) or 0),
@@ -336,15 +356,19 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(args.log, f"data{args.sid}")
     token = load_token()
     keep_freed_buffers()  # blocks dropped free their buffers for the next ones received (no new page faults)
+    # before the zmq context's threads: the pages of the blocks to come are faulted in now, not while receiving them
+    reserved = reserve(min(args.reserve, args.capacity or args.reserve))
     store: BlockStore = DirStore(args.dir) if args.dir else MemoryStore()
     ctx = zmq.Context(io_threads=IO_THREADS)
     sock, addr = bind_socket(ctx, zmq.ROUTER, args.host, args.port, token)
     server = DataServer(store, token, args.sid, args.max_rate, args.capacity)
+    server.reserved = reserved
     try:
         for fid, wmin, rmin in register(ctx, args.meta, token, args.sid, addr, args.host):
             server.fences[fid] = (wmin, rmin)
         announce(addr)
-        log.info("data server %d serving on %s (%d blocks)", args.sid, addr, len(store))
+        log.info("data server %d serving on %s (%d blocks, %d MiB reserved)", args.sid, addr, len(store),
+                 reserved >> 20)
         # every request makes a few dozen short-lived containers and nothing here forms cycles that matter: collect
         # rarely, and never scan what start-up made
         gc.freeze()

@@ -15,8 +15,9 @@ writes carry the same bytes over the same connections as the file system's (R ti
 replicated configuration is compared with raw replicated writes. Reads ask each server for a share (each byte
 once, as the file system reads one copy), which it streams back in 512 KiB messages, the frames it kept, as received
 (zero copy). No envelope, no MAC. The raw
-processes use the same socket options and malloc settings as the file system's (``adhocfs/_buffers.py``), and an
-encrypted configuration's baseline is encrypted the same way.
+processes use the same socket options and malloc settings as the file system's (``adhocfs/_buffers.py``; the raw
+servers take the data servers' memory ahead, ``MALLEABLE_ADHOCFS_RESERVE``), and an encrypted configuration's
+baseline is encrypted the same way.
 
 Every client run is paired with a raw run: both sets of servers are started first, then their phases take turns
 (raw first in even repetitions, the client first in odd ones: write, write, raw keep, read, read), and ratios are
@@ -129,9 +130,11 @@ def worker_raw_server() -> None:
     address, serves until stdin closes."""
     import zmq
 
-    from malleable.adhocfs._buffers import keep_freed_buffers
+    from malleable.adhocfs._buffers import keep_freed_buffers, reserve
+    from malleable.adhocfs._data import RESERVE
 
-    keep_freed_buffers()  # the malloc settings of the file system's data servers
+    keep_freed_buffers()  # the malloc settings of the file system's data servers, and their memory taken ahead
+    reserve(int(os.environ.get("MALLEABLE_ADHOCFS_RESERVE", RESERVE)))
     ctx = zmq.Context()
     s = _raw_socket(ctx, zmq.ROUTER, server=True)
     port = s.bind_to_random_port("tcp://127.0.0.1")
