@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._stagepaths import StageFailure, clear_stale, kind, make_dir_at, new_file, open_folder, open_source
-from ._streams import CHUNK, Commit, Parts, Streams, ranges
+from ._streams import CHUNK, Commit, Parts, Streams, Writeback, ranges
 
 __all__ = ["Staged", "run"]
 
@@ -206,8 +206,10 @@ def _write_file(fs: Any, src: str, dfd: int, name: str, shown: str, commit: Comm
             size = f.seek(0, io.SEEK_END)                 # as opened: reading no further asks for no new layout
             f.seek(0)
             buf = memoryview(bytearray(min(CHUNK, size)))  # one buffer for every chunk: no copy, no new pages
+            behind = Writeback(fd)
             while total < size and (got := f.readinto(buf[:size - total])):
                 total += _write_all(fd, buf[:got])
+                behind.wrote(got)
         return total
     return _write_new(dfd, name, shown, fill, commit)
 
@@ -297,11 +299,13 @@ def _copy_range_out(src: str, fd: int, off: int, length: int, shown: str, parts:
             with fs.open(src, "rb") as f:
                 f.seek(off)
                 buf = memoryview(bytearray(min(CHUNK, length)))
+                behind = Writeback(fd, off)
                 while n < length and (got := f.readinto(buf[:length - n])):
                     view = buf[:got]
                     while view:
                         w = os.pwrite(fd, view, off + n)
                         view, n = view[w:], n + w
+                    behind.wrote(got)
             ok = True
             return n
         except OSError as e:
