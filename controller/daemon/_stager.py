@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._stagepaths import StageFailure, clear_stale, kind, make_dir_at, new_file, open_folder, open_source
-from ._streams import CHUNK, Commit, Parts, Streams, Writeback, ranges
+from ._streams import CHUNK, Commit, Parts, Streams, copy_into, go_direct, ranges
 
 __all__ = ["Staged", "run"]
 
@@ -199,17 +199,16 @@ def stage_in(fs: Any, src: str, dst: str, open_fs: Callable[[], Any], streams: i
 
 
 def _write_file(fs: Any, src: str, dfd: int, name: str, shown: str, commit: Commit | None = None) -> int:
-    """Copy file ``src`` of the file system to ``name`` in folder ``dfd`` (through :func:`_write_new`)."""
+    """Copy file ``src`` of the file system to ``name`` in folder ``dfd`` (through :func:`_write_new`), straight to
+    the disk where it allows (:func:`~._streams.copy_into`)."""
     def fill(fd: int) -> int:
-        total = 0
         with fs.open(src, "rb") as f:
             size = f.seek(0, io.SEEK_END)                 # as opened: reading no further asks for no new layout
             f.seek(0)
-            buf = memoryview(bytearray(min(CHUNK, size)))  # one buffer for every chunk: no copy, no new pages
-            behind = Writeback(fd)
-            while total < size and (got := f.readinto(buf[:size - total])):
-                total += _write_all(fd, buf[:got])
-                behind.wrote(got)
+            if size >= SMALL:
+                go_direct(fd)
+            total = copy_into(fd, f.readinto, 0, size)
+        os.ftruncate(fd, total)                           # a last piece written padded for the disk ends here
         return total
     return _write_new(dfd, name, shown, fill, commit)
 
@@ -269,10 +268,12 @@ def _plan_file_out(src: str, size: int, dfd: int, name: str, shown: str, streams
         streams.put(lambda f: _write_file(f, src, dfd, name, shown, commit) if f is not None else 0)
         return
     tmp, fd = new_file(dfd, name, shown)
+    go_direct(fd)
 
     def finish(ok: bool) -> None:
         try:
             if ok:
+                os.ftruncate(fd, size)                    # the last range's piece was written padded for the disk
                 os.fsync(fd)
                 os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
         except OSError as e:
@@ -298,14 +299,7 @@ def _copy_range_out(src: str, fd: int, off: int, length: int, shown: str, parts:
                 return 0
             with fs.open(src, "rb") as f:
                 f.seek(off)
-                buf = memoryview(bytearray(min(CHUNK, length)))
-                behind = Writeback(fd, off)
-                while n < length and (got := f.readinto(buf[:length - n])):
-                    view = buf[:got]
-                    while view:
-                        w = os.pwrite(fd, view, off + n)
-                        view, n = view[w:], n + w
-                    behind.wrote(got)
+                n = copy_into(fd, f.readinto, off, length)
             ok = True
             return n
         except OSError as e:
