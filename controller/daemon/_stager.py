@@ -44,8 +44,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ._localcopy import copy_into, go_direct, reserve
 from ._stagepaths import StageFailure, clear_stale, kind, make_dir_at, new_file, open_folder, open_source
-from ._streams import CHUNK, Commit, Parts, Streams, copy_into, go_direct, ranges
+from ._streams import CHUNK, Commit, Parts, Streams, ranges
 
 __all__ = ["Staged", "run"]
 
@@ -57,6 +58,9 @@ metadata and data servers overlap)."""
 SMALL = 1 << 20
 """A file of at most this many bytes is copied whole with others in bulk requests (a stage-in writes them, a stage-out
 of a folder reads them, a batch at a time)."""
+READAHEAD = 32
+"""Blocks a stream's connection reads ahead of a file's copy (16 MiB of 512 KiB blocks, half the client's default):
+enough to keep the servers busy while the disk writes, and what it holds is fresh memory to the stager's process."""
 BATCH_FILES, BATCH_BYTES = 256, 8 << 20
 """Most small files, and bytes, per bulk request."""
 
@@ -206,6 +210,7 @@ def _write_file(fs: Any, src: str, dfd: int, name: str, shown: str, commit: Comm
             size = f.seek(0, io.SEEK_END)                 # as opened: reading no further asks for no new layout
             f.seek(0)
             if size >= SMALL:
+                reserve(fd, size)
                 go_direct(fd)
             total = copy_into(fd, f.readinto, 0, size)
         os.ftruncate(fd, total)                           # a last piece written padded for the disk ends here
@@ -259,54 +264,12 @@ def _copy_small_out(commit: Commit, fs: Any, files: list[tuple[str, int, str, st
     return total
 
 
-def _plan_file_out(src: str, size: int, dfd: int, name: str, shown: str, streams: Streams,
-                   commit: Commit | None = None) -> None:
-    """Hand the copy of file ``src`` to ``name`` in folder ``dfd`` to ``streams``: whole (made durable and
-    renamed by ``commit`` when given), or in byte ranges into one new file, renamed over ``name`` once every
-    range is written and synced."""
-    if streams.n < 2 or size < SPLIT:
-        streams.put(lambda f: _write_file(f, src, dfd, name, shown, commit) if f is not None else 0)
-        return
-    tmp, fd = new_file(dfd, name, shown)
-    go_direct(fd)
-
-    def finish(ok: bool) -> None:
-        try:
-            if ok:
-                os.ftruncate(fd, size)                    # the last range's piece was written padded for the disk
-                os.fsync(fd)
-                os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-        except OSError as e:
-            ok = False
-            raise StageFailure(f"{shown}: {e.strerror or e}") from None
-        finally:
-            os.close(fd)
-            if not ok:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp, dir_fd=dfd)
-
-    parts = Parts(len(ranges(size, streams.n)), finish)
-    for off, length in ranges(size, streams.n):
-        streams.put(_copy_range_out(src, fd, off, length, shown, parts))
-
-
-def _copy_range_out(src: str, fd: int, off: int, length: int, shown: str, parts: Parts) -> Callable[[Any], int]:
-    """The job copying bytes ``off .. off + length`` of ``src`` to the same bytes of descriptor ``fd``."""
-    def job(fs: Any) -> int:
-        n, ok = 0, False
-        try:
-            if fs is None:
-                return 0
-            with fs.open(src, "rb") as f:
-                f.seek(off)
-                n = copy_into(fd, f.readinto, off, length)
-            ok = True
-            return n
-        except OSError as e:
-            raise StageFailure(f"{shown}: {e.strerror or e}") from None
-        finally:
-            parts.done(ok)
-    return job
+def _plan_file_out(src: str, dfd: int, name: str, shown: str, streams: Streams, commit: Commit | None = None) -> None:
+    """Hand the copy of file ``src`` to ``name`` in folder ``dfd`` to ``streams``, whole (made durable and renamed by
+    ``commit`` when given): one stream reads a large file on while its copy writes to the disk
+    (:mod:`._localcopy`), where streams copying its ranges at once each needed their own buffers and read-ahead, all
+    fresh memory, and were no faster."""
+    streams.put(lambda f: _write_file(f, src, dfd, name, shown, commit) if f is not None else 0)
 
 
 def _plan_tree_out(fs: Any, src: str, dfd: int, shown: str, streams: Streams, dirs: list[int],
@@ -322,7 +285,7 @@ def _plan_tree_out(fs: Any, src: str, dfd: int, shown: str, streams: Streams, di
         if not is_dir and size <= SMALL:
             small.add((path, dfd, entry, where), size)
         elif not is_dir:
-            _plan_file_out(path, size, dfd, entry, where, streams, commit)
+            _plan_file_out(path, dfd, entry, where, streams, commit)
         else:
             sub = make_dir_at(entry, dfd, where)
             dirs.append(sub)
@@ -360,9 +323,9 @@ def stage_out(fs: Any, src: str, dst: str, open_fs: Callable[[], Any], streams: 
     dfd = open_folder(head or "/", make_last=False)
     try:
         clear_stale(dfd)
-        pool = Streams(open_fs, streams)
+        pool = Streams(open_fs, 1)                        # one file: one stream (see _plan_file_out)
         try:
-            _plan_file_out(src, fs.stat(src).size, dfd, name, dst, pool)
+            _plan_file_out(src, dfd, name, dst, pool)
         finally:
             n = pool.join()
         os.fsync(dfd)
@@ -410,10 +373,12 @@ def main() -> int:
     keep_going = req["direction"] == "out"
     token = req["secret"].encode()
     n_streams = max(1, min(int(req.get("streams") or STREAMS), 16))
+    ahead = int(os.environ.get("MALLEABLE_STAGE_AHEAD", READAHEAD))
     with connect(req["address"], token=token) as fs:
         for src, dst in req["pairs"]:
             try:
-                n, err = copy(fs, src, dst, lambda: connect(req["address"], token=token), n_streams), ""
+                streams = lambda: connect(req["address"], token=token, readahead=ahead)  # noqa: E731
+                n, err = copy(fs, src, dst, streams, n_streams), ""
             except (StageFailure, MalleableError, OSError) as e:
                 n, err = 0, " ".join(str(e).split())[:400] or type(e).__name__
             print(json.dumps({"src": src, "dst": dst, "size": n, "error": err}), flush=True)

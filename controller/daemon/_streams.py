@@ -11,27 +11,18 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import errno
-import fcntl
-import mmap
 import os
 import queue
 import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = [
-    "CHUNK", "COMMIT_FILES", "WRITEBACK", "Commit", "Parts", "Streams", "Writeback", "copy_into", "go_direct", "ranges",
-]
+__all__ = ["CHUNK", "COMMIT_FILES", "Commit", "Parts", "Streams", "ranges"]
 
 CHUNK = 4 << 20
 """Bytes read or written at once; ranges of a split file are multiples of it."""
 COMMIT_FILES = 256
 """Files written whole that a :class:`Commit` makes durable and renames together."""
-ALIGN = 4096
-"""Offsets, lengths and buffer addresses of direct writes are multiples of this (the largest common disk sector)."""
-WRITEBACK = 16 << 20
-"""Bytes of a local file written after which :class:`Writeback` starts their write-out to disk."""
 
 
 class Streams:
@@ -148,73 +139,7 @@ class Commit:
             raise OSError(e.errno, f"{files[done][3]}: {e.strerror or e}") from None
 
 
-def go_direct(fd: int) -> bool:
-    """Make ``fd`` write straight to the disk (``O_DIRECT``), past the page cache: a staged-out file is not held in
-    memory a second time, and no fresh pages need be found for it (in a virtual machine that hands free memory back
-    to its host, every fresh page costs a fault on the host); False where the file system refuses."""
-    if os.environ.get("MALLEABLE_STAGE_DIRECT", "1") == "0":
-        return False
-    try:
-        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_DIRECT)
-    except OSError:
-        return False
-    return True
-
-
-def _buffered(fd: int) -> None:
-    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_DIRECT)
-
-
-def copy_into(fd: int, readinto: Callable[[memoryview], int], off: int, length: int) -> int:
-    """Copy up to ``length`` bytes that ``readinto(buffer)`` gives (a file's, read on) to ``fd`` at ``off``; returns
-    the bytes copied. A descriptor in ``O_DIRECT`` mode gets them from a page-aligned buffer, the last piece padded
-    to :data:`ALIGN` when it ends the range (the owner cuts the file to its size); anything the disk refuses that way
-    is written through the page cache instead. Page-cache writes start their write-out behind (:class:`Writeback`)."""
-    buf = memoryview(mmap.mmap(-1, max(ALIGN, min(CHUNK, length))))  # page-aligned, reused for every piece
-    behind = Writeback(fd, off)
-    n = 0
-    while n < length and (got := readinto(buf[:min(len(buf), length - n)])):
-        direct = bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT)
-        size = -(-got // ALIGN) * ALIGN if direct and n + got == length else got
-        try:
-            _pwrite_all(fd, buf[:size], off + n)
-        except OSError as e:
-            if not direct or e.errno != errno.EINVAL:
-                raise
-            _buffered(fd)                                  # not alignable here: through the page cache from now on
-            _pwrite_all(fd, buf[:got], off + n)
-        n += got
-        behind.wrote(got)                                  # nothing to start where the disk has it already
-    return n
-
-
-def _pwrite_all(fd: int, view: memoryview, at: int) -> None:
-    while view:
-        w = os.pwrite(fd, view, at)
-        view, at = view[w:], at + w
-
-
 _LIBC = ctypes.CDLL(None, use_errno=True)
-_SYNC_FILE_RANGE_WRITE = 2
-
-
-class Writeback:
-    """Bytes written to a local file from ``start`` on, whose write-out to disk is started every :data:`WRITEBACK`
-    bytes (``sync_file_range(2)``, ``SYNC_FILE_RANGE_WRITE``: the call does not wait for the disk), so that the
-    disk writes while the next bytes are read and the file's final ``fsync`` finds little left. Only a head start:
-    that ``fsync`` still decides durability (a failure here is left for it to report)."""
-
-    def __init__(self, fd: int, start: int = 0) -> None:
-        self.fd, self.begun, self.end = fd, start, start
-
-    def wrote(self, n: int) -> None:
-        """``n`` more bytes were written after the last."""
-        self.end += n
-        if self.end - self.begun >= WRITEBACK:
-            _LIBC.sync_file_range(self.fd, ctypes.c_int64(self.begun), ctypes.c_int64(self.end - self.begun),
-                                  _SYNC_FILE_RANGE_WRITE)
-            self.begun = self.end
-
 
 
 def _syncfs(fd: int) -> None:

@@ -11,8 +11,9 @@ import subprocess
 
 import pytest
 
+from malleable.controller.daemon._localcopy import ALIGN, copy_into, go_direct
 from malleable.controller.daemon._stager import SPLIT, run
-from malleable.controller.daemon._streams import ALIGN, copy_into, go_direct
+from malleable.controller.daemon._streams import CHUNK
 
 SECRET = "stager-large"
 M = 1 << 20
@@ -77,8 +78,9 @@ def test_a_stage_out_to_a_full_or_read_only_disk_fails_in_one_line_and_keeps_the
 
 
 @pytest.mark.parametrize("direct", [True, False])
-def test_the_local_copy_loop_writes_pieces_of_any_length_at_their_offsets(tmp_path, direct):
-    data = os.urandom(3 * M + ALIGN + 11)
+@pytest.mark.parametrize("size", [3 * M + ALIGN + 11, 2 * CHUNK + ALIGN + 11])     # one buffer; two, overlapped
+def test_the_local_copy_loop_writes_pieces_of_any_length_at_their_offsets(tmp_path, direct, size):
+    data = os.urandom(size)
     sizes = iter([ALIGN, 3 * ALIGN, 1000, M, 5, 2 * M, 7 * ALIGN])              # aligned, then not, then aligned
 
     def readinto(buf, pos=[0]):  # noqa: B006 - the reader's position
