@@ -13,7 +13,9 @@ Every local file is reached without following a link at its last step, and check
   copied are read from that descriptor;
 - a stage-out file is written to a new name in its destination folder (``O_CREAT|O_EXCL|O_NOFOLLOW``, checked
   regular), ``fsync``-ed and renamed over the destination only when complete, so a failed copy leaves no partial file
-  and nothing already there is written through.
+  and nothing already there is written through. A file larger than :data:`SMALL` is first given its size on the
+  disk (a full disk fails before any byte is copied) and written straight to the disk while the next bytes are read
+  (:mod:`._localcopy`).
 
 Small files (up to :data:`SMALL` bytes) go in batches: a stage-in writes a batch with one bulk request, a stage-out
 of a folder reads one with a request per data server (:mod:`malleable.adhocfs._bulk`) and writes each file as
@@ -51,7 +53,8 @@ from ._streams import CHUNK, Commit, Parts, Streams, ranges
 __all__ = ["Staged", "run"]
 
 SPLIT = 32 << 20
-"""A file of at least this many bytes is copied in byte ranges (aligned to :data:`CHUNK`) by every stream at once."""
+"""A file of at least this many bytes is staged in by every stream at once, in byte ranges (aligned to :data:`CHUNK`);
+a stage-out copies every file whole (see :func:`_plan_file_out`)."""
 STREAMS = 4
 """Files of a folder copied at once, each stream over a connection of its own (the per-file round trips to the
 metadata and data servers overlap)."""
