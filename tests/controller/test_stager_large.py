@@ -14,19 +14,11 @@ import pytest
 from malleable.controller.daemon._localcopy import ALIGN, copy_into, go_direct
 from malleable.controller.daemon._stager import SPLIT, run
 from malleable.controller.daemon._streams import CHUNK
+from tests.controller._stager_util import SECRET, stager_fs
 
-SECRET = "stager-large"
+dep = stager_fs  # this module's tests take it as `dep`
+
 M = 1 << 20
-
-
-@pytest.fixture
-def dep(tmp_path, monkeypatch):
-    from malleable.adhocfs._deploy import start_fs
-
-    monkeypatch.setenv("MALLEABLE_TOKEN", SECRET)
-    d = start_fs("127.0.0.1", ["127.0.0.1", "127.0.0.1"], token=SECRET.encode(), state=str(tmp_path / "fs"))
-    yield d
-    d.stop()
 
 
 @pytest.fixture
