@@ -214,7 +214,7 @@ def stage_in(fs: Any, src: str, dst: str, open_fs: Callable[[], Any], streams: i
 
 def _write_file(fs: Any, src: str, dfd: int, name: str, shown: str, commit: Commit | None = None) -> int:
     """Copy file ``src`` of the file system to ``name`` in folder ``dfd`` (through :func:`_write_new`), straight to
-    the disk where it allows (:func:`~._streams.copy_into`)."""
+    the disk where it allows (:func:`~._localcopy.copy_into`)."""
     def fill(fd: int) -> int:
         with fs.open(src, "rb") as f:
             size = f.seek(0, io.SEEK_END)                 # as opened: reading no further asks for no new layout
