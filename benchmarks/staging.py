@@ -9,7 +9,9 @@ source. A stager run copies a 1-byte marker first: its time is taken from the ma
 child's interpreter start (about 0.15 s, the same for every size) is not counted as copying; the ``cp`` baseline
 is one ``cp`` process, whose own start is counted (about 1 ms). A stage-out makes its files durable before it
 reports them (``fsync``/``syncfs``: the file system is torn down after it), which ``cp`` does not: the second
-baseline, ``cp+sync``, is ``cp`` followed by ``sync -f`` of the copy (the disk's share of a durable copy).
+baseline, ``cp+sync``, is ``cp`` followed by ``sync -f`` of the copy (the disk's share of a durable copy); for the large
+file a third, ``dd direct``, is ``dd oflag=direct conv=fsync`` of it (a durable copy straight to the disk, as the
+stager writes a large file: the disk's own speed, which no durable copy can beat).
 
 ``--other PYTHON`` runs the same stager requests with another checkout's interpreter too (``/work/main/.venv/bin/
 python``: the previous commit built beside this one), alternating with this tree's, for before/after figures.
@@ -96,10 +98,14 @@ def stager(python: str, address: str, direction: str, pairs: list[tuple[str, str
     return times[-1] - times[0]
 
 
-def cp(src: Path, dst: Path, durable: bool = False) -> float:
+def cp(src: Path, dst: Path, how: str = "cp") -> float:
     t = time.perf_counter()
-    subprocess.run(["cp", "-r", str(src), str(dst)], check=True)
-    if durable:
+    if how == "dd direct":
+        subprocess.run(["dd", f"if={src}", f"of={dst}", "bs=4M", "oflag=direct", "conv=fsync", "status=none"],
+                       check=True)
+    else:
+        subprocess.run(["cp", "-r", str(src), str(dst)], check=True)
+    if how == "cp+sync":
         subprocess.run(["sync", "-f", str(dst)], check=True)
     return time.perf_counter() - t
 
@@ -148,8 +154,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     cols = res[w]
                     n += 1
                     dst = work / f"cp{n}"
-                    for base, durable in (("cp", False), ("cp+sync", True)):
-                        cols.setdefault(base, []).append(size / cp(path, dst, durable) / 1e6)
+                    for base in ("cp", "cp+sync") + (("dd direct",) if path.is_file() else ()):
+                        cols.setdefault(base, []).append(size / cp(path, dst, base) / 1e6)
                         shutil.rmtree(dst) if dst.is_dir() else dst.unlink()
                     for name, py in order:
                         fsdst = "/in/" + path.name + ("/" if path.is_dir() else "")
@@ -206,7 +212,8 @@ def plot(result: dict[str, Any], path: Path) -> None:
         med = [cols[k]["median"] for k in names]
         err = [[cols[k]["median"] - cols[k]["min"] for k in names], [cols[k]["max"] - cols[k]["median"] for k in names]]
         ax.bar(range(len(names)), med, yerr=err,
-               color=["tab:grey", "silver"] + ["tab:blue", "tab:orange"] * ((len(names) - 2) // 2))
+               color=["tab:blue" if k.endswith(" this") else "tab:orange" if k.startswith("stage") else "silver"
+                      for k in names])
         ax.axhline(cols["cp"]["median"] / 2, color="k", ls=":", lw=1, label="50% of cp")
         ax.set_xticks(range(len(names)), names, rotation=20, fontsize=7)
         ax.set_ylabel("MB/s (median, min-max)")

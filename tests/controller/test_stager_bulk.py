@@ -11,18 +11,9 @@ import random
 import pytest
 
 from malleable.controller.daemon._streams import COMMIT_FILES
+from tests.controller._stager_util import SECRET, stager_fs
 
-SECRET = "stager-bulk"
-
-
-@pytest.fixture
-def dep(tmp_path, monkeypatch):
-    from malleable.adhocfs._deploy import start_fs
-
-    monkeypatch.setenv("MALLEABLE_TOKEN", SECRET)
-    d = start_fs("127.0.0.1", ["127.0.0.1", "127.0.0.1"], token=SECRET.encode(), state=str(tmp_path / "fs"))
-    yield d
-    d.stop()
+dep = stager_fs  # this module's tests take it as `dep`
 
 
 def _tree(root, rng, n):
