@@ -9,8 +9,9 @@ to DIR. The runtime may be another commit's (``reconfig.py --against``): only th
 ``raw``: the baseline: every rank of ``mpiexec -n P`` calls ``Comm_spawn(maxprocs=d)`` + ``Merge`` (so the parents
 are as many as the malleable step's), then, the clock started, the parents tell the children to go (one ``bcast``:
 before, the children began to leave while the parents still gathered, up to 30 ms before the clock started), each
-side disconnects and rank 0 waits for the children to exit. The children run this file too and import mpi4py only: the baseline is the MPI's own cost, the same code for every MPI
-(but for how the merged communicator is released, see ``_release``).
+side disconnects and rank 0 waits for the children to exit. The children run this file too and import mpi4py only:
+the baseline is the MPI's own cost, the same code for every MPI (but for how the merged communicator is released,
+see ``_release``).
 ``probe``: cost of probe_adapt with nothing pending.
 """
 
