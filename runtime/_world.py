@@ -484,13 +484,7 @@ def _begin_shrink(rt: _Runtime, d: Resize) -> None:
     sp = plan_shrink(rt.layout, d.procs)
     comm = rt.world
     leaving = comm.rank >= sp.target
-    # each side makes its own communicator (collective over that side only: the leavers never wait for the stayers
-    # here); the stayers' side is their new world
-    whole = comm.Get_group()
-    side = whole.Range_incl([(sp.target, comm.size - 1, 1)] if leaving else [(0, sp.target - 1, 1)])
-    local = comm.Create_group(side, 4709)
-    side.Free()
-    whole.Free()
+    local = comm.Split(1 if leaving else 0, comm.rank)   # the stayers' side is their new world
     inter = local.Create_intercomm(0, comm, 0 if leaving else sp.target, 4710)
     new_world = MPI.COMM_NULL
     if leaving:
