@@ -7,9 +7,11 @@ that said pending to the end of ``adapt_commit`` (plan checks, spawn, merge, com
 overlapped). With BENCH_PROFILE=DIR every process also times the runtime's steps (see ``_Profile``) and writes them
 to DIR. The runtime may be another commit's (``reconfig.py --against``): only the four verbs are used.
 ``raw``: the baseline: every rank of ``mpiexec -n P`` calls ``Comm_spawn(maxprocs=d)`` + ``Merge`` (so the parents
-are as many as the malleable step's), then each side disconnects and rank 0 waits for the children to exit. The
-children run this file too and import mpi4py only: the baseline is the MPI's own cost, the same code for every MPI
-(but for how the merged communicator is released, see ``_release``).
+are as many as the malleable step's), then, the clock started, parent 0 tells the children to go (a synchronous send:
+before, the children began to leave while the parents still gathered, up to 30 ms before the clock started), each
+side disconnects and rank 0 waits for the children to exit. The children run this file too and import mpi4py only:
+the baseline is the MPI's own cost, the same code for every MPI (but for how the merged communicator is released,
+see ``_release``).
 ``probe``: cost of probe_adapt with nothing pending.
 """
 
@@ -41,6 +43,7 @@ if mode == "raw-child":
     parent = MPI.Comm.Get_parent()
     merged = parent.Merge(high=True)
     merged.gather(os.getpid())
+    merged.Recv(bytearray(1), source=0, tag=7)   # the shrink starts when the parents say so, as a leaver's at the probe
     _release(merged)
     parent.Disconnect()
     sys.exit(0)
@@ -81,6 +84,10 @@ if mode == "raw":
             pids = merged.gather(os.getpid())
             world.Barrier()
             t1 = time.perf_counter()
+            if world.rank == 0:   # the children start leaving now, not while the parents gather; a synchronous
+                # send (a message sent just before MPICH's Disconnect may never arrive)
+                MPI.Request.Waitall([merged.Issend(bytearray(1), dest=c, tag=7)
+                                     for c in range(world.size, merged.size)])
             _release(merged)
             inter.Disconnect()
             if world.rank == 0:

@@ -5,10 +5,11 @@ For each MPI whose venv exists (MPICH: this one; Open MPI and Intel MPI: ``.venv
 * **steps**: the sequence 1->3->1->2->4->2->1->5->1, each step timed as the application sees it (from the probe
   that says pending to the end of ``adapt_commit``), against the raw baseline for the same step: mpi4py
   ``Comm_spawn`` + ``Merge`` from as many parents (``mpiexec -n 1`` or ``-n 2``), children importing mpi4py only;
-  for a shrink, ``Disconnect`` + the children exited. Rounds alternate the raw baseline, this working tree and,
-  with ``--against REV``, commit REV built in a temporary worktree and venv (same MPI wheels, same worker), so
-  drift of this busy machine hits all alike (``--against`` may be given several times: every REV is built and
-  alternated). Prints the per-step ratios. With the profile (default), every
+  for a shrink, ``Disconnect`` + the children exited, the children told to go when the clock starts. Rounds
+  alternate the raw baseline, this working tree and, with ``--against REV``, commit REV built in a temporary
+  worktree and venv (same MPI wheels, same worker), so drift of this busy machine hits all alike (``--against``
+  may be given several times: every REV is built and alternated). Prints the per-step ratios. With the profile
+  (default), every
   process times the runtime's steps and the table shows where an expansion's time goes, per tree.
 * **overlap**: the application's stall (probe to ``adapt_commit``) for +1/+2/+4 with the expansion prepared in the
   background (``MALLEABLE_OVERLAP=1``) against the synchronous expansion, same busy computation between probes.

@@ -27,6 +27,12 @@ log = get_logger(__name__)
 def poll(rt: Any) -> tuple[Resize | None, bool] | ProbeResult:
     """The decision due at this probe (``rt.probes`` already counts it): ``(resize or None, answers the
     outstanding request)``, or the probe's whole result when the answer is not a resize."""
+    planned = rt.source.poll(rt.probes) if rt.source.local else None
+    if rt.requests is None:   # the first probe after an adaptation (every rank makes the same probes)
+        if isinstance(planned, Resize) and planned.procs != rt.layout.world_size:
+            # the plan adapts again at once: the channel would be closed unused (requests wait in their queue)
+            return planned, False
+        rt.requests, rt.queued_requests = _requests.Channel(rt.world, rt.queued_requests), []
     channel = rt.requests
     if rt.world.rank == 0 and rt.world.size > 1:
         now = time.monotonic()
@@ -37,7 +43,7 @@ def poll(rt: Any) -> tuple[Resize | None, bool] | ProbeResult:
             for req in channel.drain():
                 take_request(rt, req)
     if rt.source.local:
-        d = rt.source.poll(rt.probes)
+        d = planned
     else:
         d = rt.world.bcast(_poll_rank0(rt) if rt.world.rank == 0 else None, root=0)
     granted = False

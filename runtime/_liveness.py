@@ -148,7 +148,8 @@ class Listener:
         return [v for k, v in self._pids.items() if k[0] == gid]
 
     def wait_gone(self, gids: Iterable[int], timeout: float, progress: Callable[[], Any] | None = None) -> None:
-        """Return once every process of the groups ``gids`` has exited (its socket hit EOF).
+        """Return once every process of the groups ``gids`` has exited: seen through a pidfd where this host sees
+        the process (it is a zombie then), else as the EOF of its connection.
 
         ``progress`` is called at least every millisecond meanwhile: leaving processes finalize only as fast as
         their peers' MPI library makes progress (Intel MPI's not at all without it).
@@ -159,10 +160,15 @@ class Listener:
         import selectors
 
         gids = set(gids)
-        keys = [k for k in self._conns if k[0] in gids]
+        keys = {k for k in self._conns if k[0] in gids}
         sel = selectors.DefaultSelector()
+        exits: dict[tuple[int, int], int] = {}   # pidfds of the processes this host sees
         for k in keys:
             sel.register(self._conns[k], selectors.EVENT_READ, k)
+            fd = _pidfd(self._pids[k][1], self._ctimes[k])
+            if fd is not None:
+                exits[k] = fd
+                sel.register(fd, selectors.EVENT_READ, k)
         deadline = time.monotonic() + timeout
         try:
             while keys:
@@ -174,19 +180,36 @@ class Listener:
                     progress()
                 for key, _ in sel.select(min(left, 0.001) if progress is not None else left):
                     k = key.data
+                    if k not in keys:   # its exit and its EOF came together
+                        continue
+                    if key.fd == exits.get(k):   # exited (a zombie now): its host is free
+                        sel.unregister(key.fd)
+                        self._drop(k, sel)
+                        keys.discard(k)
+                        continue
                     try:
                         data = self._conns[k].recv(64)
                     except OSError:
                         data = b""
                     if not data:
                         sel.unregister(self._conns[k])
-                        self._conns.pop(k).close()
-                        self._rest.pop(k, None)
-                        _, pid = self._pids.pop(k)
-                        keys.remove(k)
-                        _reap_wait(pid, self._ctimes.pop(k), deadline)
+                        if k not in exits:   # another host's: the EOF is all there is to see
+                            self._drop(k, sel)
+                            keys.discard(k)
         finally:
+            for fd in exits.values():
+                os.close(fd)
             sel.close()
+
+    def _drop(self, k: tuple[int, int], sel: Any) -> None:
+        """Forget process ``k``, which has exited."""
+        conn = self._conns.pop(k)
+        if sel.get_map().get(conn.fileno()) is not None:
+            sel.unregister(conn)
+        conn.close()
+        self._rest.pop(k, None)
+        self._pids.pop(k)
+        self._ctimes.pop(k)
 
     def collect_exits(self, timeout: float, progress: Callable[[], Any] | None = None) -> list[int]:
         """At the job's end: the status each connected process reports (``exit N``) before it finalizes.
@@ -246,19 +269,24 @@ class Listener:
         self._sock.close()
 
 
-def _reap_wait(pid: int, started: int, deadline: float) -> None:
-    """After the EOF a process may still be tearing down for a moment: wait until it is a zombie or gone.
+def _pidfd(pid: int, started: int) -> int | None:
+    """A pidfd of ``pid`` (readable once it has exited) where this host sees the process (same host, or hosts
+    sharing a PID namespace), else None: the EOF of its connection is then all there is.
 
-    Only possible where rank 0 sees the process (same host, or hosts sharing a PID namespace); the
-    process is recognised by its pid *and* its start in clock ticks since boot, so an unrelated local pid
-    never matches. Ticks, not wall-clock times: the boot time a wall-clock start is derived from is a whole
-    second that shifts when the clock is adjusted, and a process taken for another would not be waited for.
+    The process is recognised by its pid *and* its start in clock ticks since boot, read after the pidfd pins the
+    pid, so an unrelated local pid never matches. Ticks, not wall-clock times: the boot time a wall-clock start is
+    derived from is a whole second that shifts when the clock is adjusted, and a process taken for another would
+    not be waited for.
     """
-    while time.monotonic() < deadline:
-        stat = _proc_stat(pid)
-        if stat is None or stat[1] != started or stat[0] in ("Z", "X"):
-            return
-        time.sleep(0.001)
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:   # gone already, or not of this PID namespace
+        return None
+    stat = _proc_stat(pid)
+    if stat is None or stat[1] != started:
+        os.close(fd)
+        return None
+    return fd
 
 
 def _proc_stat(pid: int | str) -> tuple[str, int] | None:

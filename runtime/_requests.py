@@ -80,7 +80,8 @@ class Channel:
     """How requests travel to rank 0: a duplicate of the job's world, renewed with it after every adaptation.
 
     The runtime makes it at the first probe after an adaptation (every rank makes the same probes), not inside the
-    adaptation, which then never waits for the slowest rank to make it. A request made before that waits in
+    adaptation, which then never waits for the slowest rank to make it; not at a probe where a plan adapts again at
+    once (the adaptation would close it unused). A request made before that waits in
     :attr:`queued` and goes at that probe; :attr:`sent` counts the requests a rank other than 0 sent, :attr:`got`
     those rank 0 received.
     """

@@ -301,10 +301,6 @@ def probe_adapt() -> ProbeResult:
         rt.skip_probe = False
         return ProbeResult(False, Status.STAYING, {})
     rt.probes += 1
-    if rt.requests is None:   # the first probe after an adaptation (every rank makes the same probes)
-        from malleable.runtime import _requests
-
-        rt.requests, rt.queued_requests = _requests.Channel(rt.world, rt.queued_requests), []
     from malleable.runtime import _decide
 
     heard = _decide.poll(rt)
