@@ -44,7 +44,9 @@ def leave(whole_group: bool = False) -> None:
     """Leaving side of a shrink: wait for the rest of the spawn group, then finalize MPI.
 
     A group that leaves whole finalizes at once (``MPI_Finalize`` is collective over connected processes: the group
-    meets there); a member of a split group waits, idle, until the rest of its group leaves too.
+    meets there); a member of a split group waits, idle, until the rest of its group leaves too. Where the backend
+    cannot finalize a process connected to other groups (``finalize_in_job``), the group meets in a barrier and its
+    processes end without finalizing.
     """
     finalize = _mpi.current().finalize_in_job
     if not whole_group or not finalize:
