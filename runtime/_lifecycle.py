@@ -44,15 +44,11 @@ def leave(whole_group: bool = False) -> None:
     """Leaving side of a shrink: wait for the rest of the spawn group, then finalize MPI.
 
     A group that leaves whole finalizes at once (``MPI_Finalize`` is collective over connected processes: the group
-    meets there); a member of a split group waits, idle, until the rest of its group leaves too. Where the backend
-    cannot finalize a process connected to other groups (``finalize_in_job``), the group meets in a barrier and its
-    processes end without finalizing.
+    meets there); a member of a split group waits, idle, until the rest of its group leaves too.
     """
-    finalize = _mpi.current().finalize_in_job
-    if not whole_group or not finalize:
+    if not whole_group:
         group_exit_barrier(timeout=None)
-    if finalize:
-        MPI.Finalize()
+    MPI.Finalize()
 
 
 def group_exit_barrier(timeout: float | None, comm: Any = None) -> None:
@@ -107,7 +103,7 @@ def at_exit(rt: Any) -> None:
     except AdaptTimeout:
         log.warning("members of this process's spawn group never reached the end; finalizing anyway")
     b = _mpi.current()
-    bare = not b.finalize_in_job or (rt.leftovers.stale and not b.finalize_after_failed_spawn)
+    bare = (rt.spanned and not b.finalize_in_job) or (rt.leftovers.stale and not b.finalize_after_failed_spawn)
     if bare:
         # the job's processes all end without MPI_Finalize (below): they meet first over the job's world, so
         # that none ends while a message it sent (its part of the last gather) is still on its way

@@ -33,11 +33,11 @@ class OpenMPI4(OpenMPI):
 
     name = "openmpi4"
     banner = "Open MPI"
-    survives_joiner_signal = False
+    survives_joiner_signal = True     # with keep_going (--enable-recovery); mpirun then exits 0, not with its status
     finalize_in_job = False
     reap_stuck_spawn = False
     spawn_across_hosts = True
-    proxies = ("orted",)
+    proxies = ("orted", "orterun_wrapper")   # mpirun (the wheel's orterun_wrapper) starts its own host's ranks
 
     def matches(self, text: str) -> bool:
         """Open MPI 4.x: ``Open MPI v4.`` (library), ``(Open MPI) 4.`` (mpirun) or ``(OpenRTE) 4.`` (mpiexec)."""
