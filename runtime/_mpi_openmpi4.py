@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 
 from malleable.runtime._mpi import LaunchSpec
 from malleable.runtime._mpi_openmpi import OpenMPI, launcher_subnet
@@ -24,11 +23,16 @@ def _vm_hosts(spec: LaunchSpec) -> list[str]:
 class OpenMPI4(OpenMPI):
     """Open MPI 4.1 with ORTE.
 
-    Unlike 5.0's PRRTE, ORTE places a spawn group on another host of the job's ``--host`` list (info ``host``) and
+    Unlike 5.0's PRRTE, ORTE places a spawn group on another host of mpirun's ``--host`` list (info ``host``) and
     every spawn group reaches every other one, also when the job already spans several hosts: a job grows and
-    shrinks across hosts. The hosts must be given to mpirun at the launch (a host only added at the spawn, with
-    ``add-host``, loses ORTE its daemon there). ORTE's ssh agent is ``plm_rsh_agent`` and its daemons' subnet an
-    ``--mca`` option. There is no ULFM: ``keep_going`` is ORTE's ``--enable-recovery``.
+    shrinks across hosts. The hosts must be given to mpirun at the launch (``LaunchSpec.pool``): a host added at the
+    spawn (``add-host``) makes ORTE's daemon fail (``rmaps_base_ranking.c`` line 691, 4.1.8) and the job end. ORTE's
+    ssh agent is ``plm_rsh_agent`` and its daemons' subnet an ``--mca`` option. There is no ULFM: ``keep_going`` is
+    ``--enable-recovery``, under which a joiner killed by a signal is survived and mpirun exits 0.
+    ``MPI_Comm_disconnect`` waits forever in ``PMIx_Fence`` at a shrink, so communicators are only freed. Once peers
+    in other spawn groups have exited, ``MPI_Finalize`` spins or aborts in libevent's ``event_base_free`` (events
+    of TCP connections to them are left), so a process that took part in an expansion ends without it at the job's
+    end (``finalize_in_job``; mpirun is told to accept that); leavers of a shrink, whose peers live on, finalize.
     """
 
     name = "openmpi4"
@@ -42,10 +46,6 @@ class OpenMPI4(OpenMPI):
     def matches(self, text: str) -> bool:
         """Open MPI 4.x: ``Open MPI v4.`` (library), ``(Open MPI) 4.`` (mpirun) or ``(OpenRTE) 4.`` (mpiexec)."""
         return any(s in text for s in ("Open MPI v4.", "(Open MPI) 4.", "(OpenRTE) 4."))
-
-    def job_env(self, hosts: Sequence[str] = ()) -> dict[str, str]:
-        """Nothing beyond the launcher's options."""
-        return {}
 
     def launch_argv(self, mpiexec: str, spec: LaunchSpec) -> list[str]:
         """``[env K=V ..] mpirun --oversubscribe [--allow-run-as-root] [--mca plm_rsh_agent X ..] --host ..
@@ -75,7 +75,3 @@ class OpenMPI4(OpenMPI):
     def spawn_info(self, host: str | None) -> dict[str, str]:
         """``host`` only: ORTE spawns onto the hosts it was launched with."""
         return {"host": host} if host else {}
-
-    def release(self, comm: object) -> None:
-        """Free only: ``MPI_Comm_disconnect`` waits forever in ``PMIx_Fence`` at a shrink (4.1.8)."""
-        comm.Free()  # type: ignore[attr-defined]
