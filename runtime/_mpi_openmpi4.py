@@ -2,22 +2,10 @@
 
 from __future__ import annotations
 
-import os
-
 from malleable.runtime._mpi import LaunchSpec
-from malleable.runtime._mpi_openmpi import OpenMPI, launcher_subnet
+from malleable.runtime._mpi_openmpi import OpenMPI
 
 __all__ = ["OpenMPI4"]
-
-
-def _vm_hosts(spec: LaunchSpec) -> list[str]:
-    """``--host`` of a launch: the hosts, then those of the pool the job may grow onto (ORTE starts its daemons on
-    all of them). With distinct hosts and at most one process each, round robin places the processes on the first
-    ``n`` hosts; else the pool is left out (the job then spawns only onto its own hosts)."""
-    hosts = list(spec.hosts)
-    if len(set(hosts)) < len(hosts) or spec.n > len(hosts):
-        return hosts
-    return hosts + [h for h in dict.fromkeys(spec.pool) if h not in hosts]
 
 
 class OpenMPI4(OpenMPI):
@@ -47,26 +35,22 @@ class OpenMPI4(OpenMPI):
         """Open MPI 4.x: ``Open MPI v4.`` (library), ``(Open MPI) 4.`` (mpirun) or ``(OpenRTE) 4.`` (mpiexec)."""
         return any(s in text for s in ("Open MPI v4.", "(Open MPI) 4.", "(OpenRTE) 4."))
 
-    def launch_argv(self, mpiexec: str, spec: LaunchSpec) -> list[str]:
-        """``[env K=V ..] mpirun --oversubscribe [--allow-run-as-root] [--mca plm_rsh_agent X ..] --host ..
-        -n N cmd``."""
-        # as for 5.0: variables in mpirun's own environment reach the processes spawned later too
-        argv = ["env", *(f"{k}={v}" for k, v in spec.env.items()), mpiexec, "--oversubscribe"] if spec.env \
-            else [mpiexec, "--oversubscribe"]
-        if os.geteuid() == 0:
-            argv.append("--allow-run-as-root")
-        if spec.hosts and spec.reach != "fork":  # fork: the host names are slots of this machine, started here
-            exe = spec.launcher_exec or os.environ.get("MALLEABLE_LAUNCHER_EXEC")
-            if exe and spec.reach == "ssh":      # slurm: ORTE uses the allocation's own launcher by itself
-                argv += ["--mca", "plm_rsh_agent", exe]
-                subnet = launcher_subnet(exe)
-                if subnet:
-                    argv += ["--mca", "oob_tcp_if_include", subnet, "--mca", "btl_tcp_if_include", subnet]
-            argv += ["--host", ",".join(_vm_hosts(spec)), "--map-by", "node"]  # round robin, as hydra
-        argv += ["--mca", "orte_allowed_exit_without_sync", "1"]   # see finalize_in_job
-        if spec.keep_going:
-            argv.append("--enable-recovery")
-        return argv + list(spec.extra) + ["-n", str(spec.n), *spec.cmd]
+    agent = "plm_rsh_agent"
+    daemon_mca = "--mca"
+    map_by = "node"
+
+    def launch_hosts(self, spec: LaunchSpec) -> list[str]:
+        """The hosts, then those of the pool the job may grow onto (ORTE starts its daemons on all of them). With
+        distinct hosts and at most one process each, round robin places the processes on the first ``n`` hosts;
+        else the pool is left out (the job then spawns only onto its own hosts)."""
+        hosts = list(spec.hosts)
+        if len(set(hosts)) < len(hosts) or spec.n > len(hosts):
+            return hosts
+        return hosts + [h for h in dict.fromkeys(spec.pool) if h not in hosts]
+
+    def job_options(self, spec: LaunchSpec) -> list[str]:
+        """Processes may end without ``MPI_Finalize`` (see ``finalize_in_job``); ``keep_going``: ORTE's recovery."""
+        return ["--mca", "orte_allowed_exit_without_sync", "1", *(["--enable-recovery"] if spec.keep_going else [])]
 
     def growth_limit(self) -> str:
         """None: ORTE spawns in a job that spans hosts."""

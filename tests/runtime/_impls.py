@@ -62,13 +62,14 @@ def runs(name: str, test: str) -> bool:
     return os.environ.get("MALLEABLE_TEST_ALL_MPIS") == "1" or test in SUBSETS.get(name, (test,))
 
 
-def deselect_extras(config, items) -> None:
+def deselect_extras(config, items, modules: tuple[str, ...] = ()) -> None:
     """Drop the variants of tests outside their implementation's subset (:data:`SUBSETS`; reported as
-    deselected)."""
+    deselected); with ``modules``, only in the test files of those names."""
     keep, drop = [], []
     for item in items:
         cs = getattr(item, "callspec", None)
-        names = [v for k, v in cs.params.items() if k in ("mpi", "remote_mpi")] if cs is not None else []
+        mine = cs is not None and (not modules or item.path.name in modules)
+        names = [v for k, v in cs.params.items() if k in ("mpi", "remote_mpi")] if mine else []
         (drop if any(not runs(v, item.originalname) for v in names) else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
