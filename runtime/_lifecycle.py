@@ -40,14 +40,18 @@ def progress(comm: Any = None) -> None:
         comm.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)
 
 
-def leave(whole_group: bool = False) -> None:
+def leave(whole_group: bool = False, spanned: bool = False) -> None:
     """Leaving side of a shrink: wait for the rest of the spawn group, then finalize MPI.
 
     A group that leaves whole finalizes at once (``MPI_Finalize`` is collective over connected processes: the group
-    meets there); a member of a split group waits, idle, until the rest of its group leaves too.
+    meets there); a member of a split group waits, idle, until the rest of its group leaves too. Where a process
+    connected to other groups (``spanned``) cannot finalize once they end (``finalize_in_job``), such a member
+    ends without it: the rest of its group leaves only at the job's end.
     """
     if not whole_group:
         group_exit_barrier(timeout=None)
+        if spanned and not _mpi.current().finalize_in_job:
+            return
     MPI.Finalize()
 
 

@@ -551,7 +551,8 @@ def _commit(rt: _Runtime) -> AdaptReport:
                              time.perf_counter() - w.t0, w.freed, w.after.idle())
         mine = next((g for g in rt.layout.groups if g.gid == rt.gid), None)
         # a group leaving whole, none of it idle from an earlier split, meets in MPI_Finalize; else in a barrier
-        _lifecycle.leave(whole_group=rt.gid in w.gone and mine is not None and mine.active == mine.size)
+        _lifecycle.leave(whole_group=rt.gid in w.gone and mine is not None and mine.active == mine.size,
+                         spanned=rt.spanned)
         return report
     rt.world, rt.window = w.new_world, None
     freed: tuple[str, ...] = ()
