@@ -20,7 +20,9 @@ class OpenMPI4(OpenMPI):
     ``MPI_Comm_disconnect`` waits forever in ``PMIx_Fence`` at a shrink, so communicators are only freed. Once peers
     in other spawn groups have exited, ``MPI_Finalize`` spins or aborts in libevent's ``event_base_free`` (events
     of TCP connections to them are left), so a process that took part in an expansion ends without it at the job's
-    end (``finalize_in_job``; mpirun is told to accept that); leavers of a shrink, whose peers live on, finalize.
+    end (``finalize_in_job``; mpirun is told to accept that), as does a leaver of a split group (it leaves at the
+    job's end); a group that leaves whole, while its peers live on, finalizes (ending it without ``MPI_Finalize``
+    made a later spawn hang).
     """
 
     name = "openmpi4"
