@@ -10,7 +10,7 @@ from pathlib import Path
 
 from malleable.errors import ConfigError
 
-__all__ = ["find_mpiexec", "mpiexec_argv", "read_hostfile"]
+__all__ = ["find_mpiexec", "growth_hosts", "mpiexec_argv", "read_hostfile"]
 
 
 def find_mpiexec() -> str:
@@ -40,6 +40,7 @@ def mpiexec_argv(
     extra: Sequence[str] = (),
     keep_going: bool = False,
     mpiexec: str | None = None,
+    pool: Sequence[str] | None = None,
 ) -> list[str]:
     """argv of the MPI launcher (``mpiexec -n N [hosts, launcher, env] cmd``) in its implementation's dialect.
 
@@ -57,6 +58,8 @@ def mpiexec_argv(
         extra: more launcher options, passed as they are.
         keep_going: a spawned process that dies does not end the job (hydra's ``-disable-auto-cleanup``).
         mpiexec: the launcher (default :func:`find_mpiexec`).
+        pool: hosts the job may spawn onto later (default :func:`growth_hosts` of ``hosts`` and ``env``); a
+            launcher that reaches only the hosts it started with (Open MPI 4's ORTE) is given them too.
 
     Raises:
         ValueError: ``n`` < 1 or ``cmd`` is empty.
@@ -72,8 +75,23 @@ def mpiexec_argv(
     backend = for_mpiexec(exe)
     full = {k: v for k, v in backend.job_env(hosts or ()).items() if k not in os.environ}
     full.update(env or {})
-    spec = LaunchSpec(n, tuple(cmd), tuple(hosts or ()), full, launcher_exec, keep_going, tuple(extra))
+    grow = tuple(pool) if pool is not None else growth_hosts(hosts or (), full)
+    spec = LaunchSpec(n, tuple(cmd), tuple(hosts or ()), full, launcher_exec, keep_going, tuple(extra), pool=grow)
     return backend.launch_argv(exe, spec)
+
+
+def growth_hosts(hosts: Sequence[str], env: dict[str, str]) -> tuple[str, ...]:
+    """Hosts a job may spawn onto: ``hosts``, the job's hosts (``MALLEABLE_HOSTS``) and those its plan
+    (``MALLEABLE_PLAN``) names, in that order, once each (a plan that does not parse names none: the job reports it)."""
+    from malleable.runtime._plan import parse_plan
+
+    named = [h for h in env.get("MALLEABLE_HOSTS", "").split(",") if h]
+    try:
+        steps = parse_plan(env.get("MALLEABLE_PLAN", ""))
+    except ConfigError:
+        steps = []
+    named += [h for step in steps for h in step.hosts]
+    return tuple(dict.fromkeys([*hosts, *named]))
 
 
 def read_hostfile(path: str | os.PathLike[str]) -> list[str]:

@@ -40,14 +40,18 @@ def progress(comm: Any = None) -> None:
         comm.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)
 
 
-def leave(whole_group: bool = False) -> None:
+def leave(whole_group: bool = False, spanned: bool = False) -> None:
     """Leaving side of a shrink: wait for the rest of the spawn group, then finalize MPI.
 
     A group that leaves whole finalizes at once (``MPI_Finalize`` is collective over connected processes: the group
-    meets there); a member of a split group waits, idle, until the rest of its group leaves too.
+    meets there); a member of a split group waits, idle, until the rest of its group leaves too. Where a process
+    connected to other groups (``spanned``) cannot finalize once they end (``finalize_in_job``), such a member
+    ends without it: the rest of its group leaves only at the job's end.
     """
     if not whole_group:
         group_exit_barrier(timeout=None)
+        if spanned and not _mpi.current().finalize_in_job:
+            return
     MPI.Finalize()
 
 
@@ -102,7 +106,9 @@ def at_exit(rt: Any) -> None:
         group_exit_barrier(timeout=rt.timeout * 10, comm=rt.world)
     except AdaptTimeout:
         log.warning("members of this process's spawn group never reached the end; finalizing anyway")
-    if rt.leftovers.stale and not _mpi.current().finalize_after_failed_spawn:
+    b = _mpi.current()
+    bare = (rt.spanned and not b.finalize_in_job) or (rt.leftovers.stale and not b.finalize_after_failed_spawn)
+    if bare:
         # the job's processes all end without MPI_Finalize (below): they meet first over the job's world, so
         # that none ends while a message it sent (its part of the last gather) is still on its way
         try:
@@ -126,9 +132,16 @@ def at_exit(rt: Any) -> None:
         if _mpi.current().reap_stuck_spawn:
             _reap_stuck_joiners(rt)
         os._exit(code or 1)
-    if rt.leftovers.stale and not _mpi.current().finalize_after_failed_spawn:
+    if bare:
+        if not b.finalize_in_job and rt.alive_fd is not None:
+            code = 0  # a spawned process: rank 0 ends the job with its status
+        elif not b.finalize_in_job and rt.listener is not None:
+            try:   # the job's status reaches the launcher once its spawned processes are gone (see below)
+                rt.listener.wait_gone(rt.listener.gids(), rt.timeout)
+            except AdaptTimeout as e:
+                log.warning("%s", e)
         _flush()
-        os._exit(code)  # finalizing would wait for the dead or stopped joiners forever
+        os._exit(code)  # finalizing would wait for dead or stopped joiners forever, or fail (finalize_in_job)
     rt.leftovers.release()  # no spawn follows now that could reuse their context ids
     if rt.alive_fd is not None:
         code = 0  # a spawned process: rank 0 ends the job with its status (launchers differ on spawned ones)

@@ -44,9 +44,10 @@ def all_here() -> bool:
 class LaunchSpec(Record):
     """What to start: ``n`` copies of ``cmd`` on ``hosts`` (round robin; empty: this host), with ``env``;
     ``keep_going``: a spawned process that dies must not end the job; ``extra``: more launcher options;
-    ``reach``: how the launcher reaches ``hosts`` (:data:`REACH`)."""
+    ``reach``: how the launcher reaches ``hosts`` (:data:`REACH`); ``pool``: hosts the job may spawn onto later
+    (a launcher that reaches only the hosts it started with is given them too)."""
 
-    __slots__ = ("n", "cmd", "hosts", "env", "launcher_exec", "keep_going", "extra", "reach")
+    __slots__ = ("n", "cmd", "hosts", "env", "launcher_exec", "keep_going", "extra", "reach", "pool")
     n: int
     cmd: tuple[str, ...]
     hosts: tuple[str, ...]
@@ -55,14 +56,15 @@ class LaunchSpec(Record):
     keep_going: bool
     extra: tuple[str, ...]
     reach: str
+    pool: tuple[str, ...]
 
     def __init__(self, n: int, cmd: tuple[str, ...], hosts: tuple[str, ...] = (), env: dict[str, str] | None = None,
                  launcher_exec: str | None = None, keep_going: bool = False, extra: tuple[str, ...] = (),
-                 reach: str = "ssh") -> None:
+                 reach: str = "ssh", pool: tuple[str, ...] = ()) -> None:
         if reach not in REACH:
             raise ConfigError(f"unknown way to reach hosts {reach!r}; known: {', '.join(REACH)}")
         self._init(n=n, cmd=cmd, hosts=hosts, env=dict(env or {}), launcher_exec=launcher_exec,
-                   keep_going=keep_going, extra=extra, reach=reach)
+                   keep_going=keep_going, extra=extra, reach=reach, pool=pool)
 
 
 class Backend:
@@ -74,6 +76,8 @@ class Backend:
         survives_joiner_signal: whether a joiner killed by a signal leaves the rest of the job running.
         finalize_after_failed_spawn: whether ``MPI_Finalize`` returns after an expansion abandoned dead or stopped
             joiners (else the process ends without it).
+        finalize_in_job: whether a process connected to other spawn groups may call ``MPI_Finalize`` (else every
+            process of a malleable job ends without it, after meeting the others, and the launcher accepts that).
         finalize_on_give_up: whether a joiner whose expansion failed calls ``MPI_Finalize`` before exiting (the
             launchers take a process that exits without it for a failed one), or must exit without it.
         spawn_across_hosts: whether ``MPI_Comm_spawn`` can place processes on another host than the spawning one.
@@ -92,6 +96,7 @@ class Backend:
     banner = ""
     survives_joiner_signal = False
     finalize_after_failed_spawn = True
+    finalize_in_job = True
     finalize_on_give_up = True
     reap_stuck_spawn = False
     concurrent_spawn = True
@@ -143,8 +148,9 @@ def _registry() -> dict[str, Backend]:
     from malleable.runtime._mpi_impi import IntelMPI
     from malleable.runtime._mpi_mpich import MPICH
     from malleable.runtime._mpi_openmpi import OpenMPI
+    from malleable.runtime._mpi_openmpi4 import OpenMPI4
 
-    return {b.name: b for b in (MPICH(), OpenMPI(), IntelMPI())}
+    return {b.name: b for b in (MPICH(), OpenMPI4(), OpenMPI(), IntelMPI())}
 
 
 @functools.cache

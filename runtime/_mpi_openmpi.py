@@ -58,6 +58,10 @@ class OpenMPI(Backend):
         """Nothing beyond the launcher's options."""
         return {}
 
+    agent = "plm_ssh_agent"   # the MCA parameter naming the ssh stand-in
+    daemon_mca = "--prtemca"  # the option setting the daemons' parameters (their subnet)
+    map_by = "node:OVERSUBSCRIBE"
+
     def launch_argv(self, mpiexec: str, spec: LaunchSpec) -> list[str]:
         """``[env K=V ..] mpiexec --oversubscribe [--allow-run-as-root] [--mca plm_ssh_agent X ..] --host ..
         -n N cmd``."""
@@ -69,16 +73,22 @@ class OpenMPI(Backend):
             argv.append("--allow-run-as-root")
         if spec.hosts and spec.reach != "fork":  # fork: the host names are slots of this machine, started here
             exe = spec.launcher_exec or os.environ.get("MALLEABLE_LAUNCHER_EXEC")
-            if exe and spec.reach == "ssh":      # slurm: PRRTE uses the allocation's own launcher by itself
-                argv += ["--mca", "plm_ssh_agent", exe]
+            if exe and spec.reach == "ssh":      # slurm: the launcher uses the allocation's own one by itself
+                argv += ["--mca", self.agent, exe]
                 subnet = launcher_subnet(exe)
                 if subnet:
-                    argv += ["--prtemca", "oob_tcp_if_include", subnet, "--mca", "btl_tcp_if_include", subnet]
-            argv += ["--host", ",".join(spec.hosts), "--map-by", "node:OVERSUBSCRIBE"]  # round robin, as hydra
-        if spec.keep_going:
-            # ULFM: a spawned process that fails is reported to its peers instead of aborting the job
-            argv += ["--with-ft", "ulfm"]
-        return argv + list(spec.extra) + ["-n", str(spec.n), *spec.cmd]
+                    argv += [self.daemon_mca, "oob_tcp_if_include", subnet, "--mca", "btl_tcp_if_include", subnet]
+            argv += ["--host", ",".join(self.launch_hosts(spec)), "--map-by", self.map_by]  # round robin, as hydra
+        return argv + self.job_options(spec) + list(spec.extra) + ["-n", str(spec.n), *spec.cmd]
+
+    def launch_hosts(self, spec: LaunchSpec) -> list[str]:
+        """``--host`` of a launch: its hosts."""
+        return list(spec.hosts)
+
+    def job_options(self, spec: LaunchSpec) -> list[str]:
+        """Options for the whole job: ULFM for ``keep_going`` (a spawned process that fails is reported to its
+        peers instead of aborting the job)."""
+        return ["--with-ft", "ulfm"] if spec.keep_going else []
 
     def growth_limit(self) -> str:
         """A job that PRRTE started on another host than mpirun's (this rank 0 is a ``prted``'s child) cannot grow:

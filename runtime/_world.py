@@ -120,6 +120,7 @@ class _Runtime:
         self.skip_probe = False
         self.source: Any = None
         self.exit_code = 0                 # what this process passed to sys.exit (reported to rank 0 at the end)
+        self.spanned = False               # took part in an expansion: connected to other spawn groups
         self.leftovers = _spawn.Leftovers()  # of failed expansions
         self.requests: _requests.Channel | None = None   # carries request_adapt calls to rank 0
         self.queued_requests: list[AdaptRequest] = []     # made before the channel (sent at the next probe)
@@ -531,6 +532,7 @@ def _commit(rt: _Runtime) -> AdaptReport:
         rt.requests.close(_mpi.current().release)
         rt.requests = None
     if w.kind != "shrink":
+        rt.spanned = True
         if w.old_world is not None:
             _mpi.current().release(w.old_world)
         rt.skip_probe = w.status is Status.JOINING and w.kind == "expand"
@@ -545,7 +547,8 @@ def _commit(rt: _Runtime) -> AdaptReport:
                              time.perf_counter() - w.t0, w.freed, w.after.idle())
         mine = next((g for g in rt.layout.groups if g.gid == rt.gid), None)
         # a group leaving whole, none of it idle from an earlier split, meets in MPI_Finalize; else in a barrier
-        _lifecycle.leave(whole_group=rt.gid in w.gone and mine is not None and mine.active == mine.size)
+        _lifecycle.leave(whole_group=rt.gid in w.gone and mine is not None and mine.active == mine.size,
+                         spanned=rt.spanned)
         return report
     rt.world, rt.window = w.new_world, None
     freed: tuple[str, ...] = ()

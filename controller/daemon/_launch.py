@@ -32,8 +32,8 @@ from ._hostpool import TAG_VAR, HostPool
 from ._protocol import SERVER_KEY_ENV
 from ._records import JobRec
 
-__all__ = ["AS_USER", "SHEPHERD", "as_user_argv", "job_argv", "job_env", "launcher", "rc_path", "read_rc", "runs_as_other",
-           "start_job", "stop_job"]
+__all__ = ["AS_USER", "SHEPHERD", "as_user_argv", "job_argv", "job_env", "launcher", "rc_path", "read_rc",
+           "runs_as_other", "start_job", "stop_job"]
 
 SHEPHERD = ('r=$1; g=$2; shift 2; [ -z "$g" ] || { echo $$ > "$g"; } 2>/dev/null; : > "$r.started"; trap : TERM; '
             'trap "" PIPE; "$@"; c=$?; echo "$c" > "$r.tmp" && mv "$r.tmp" "$r"; exit $c')
@@ -59,7 +59,8 @@ def job_argv(job: JobRec, pool: HostPool, slots: int) -> list[str]:
     """The launcher's command line of ``job`` on its hosts, in the dialect of the daemon's MPI (its backend)."""
     exe, backend = launcher()
     if job.malleable:
-        spec = LaunchSpec(1, tuple(job.cmd), tuple(job.hosts[:1]), launcher_exec=pool.launcher_exec, reach=pool.reach)
+        spec = LaunchSpec(1, tuple(job.cmd), tuple(job.hosts[:1]), launcher_exec=pool.launcher_exec, reach=pool.reach,
+                          pool=pool.nodes)   # it may grow onto any host of the pool
     else:
         hosts = tuple(h for h in job.hosts for _ in range(slots))
         spec = LaunchSpec(len(hosts), tuple(job.cmd), hosts, launcher_exec=pool.launcher_exec, reach=pool.reach)

@@ -1,7 +1,7 @@
 """The apps tests run on every MPI implementation (the ``mpi`` fixture)."""
 
-from tests.runtime._impls import deselect_impi_extras, mpi  # noqa: F401 - the fixture
+from tests.runtime._impls import deselect_extras, mpi  # noqa: F401 - the fixture
 
 
 def pytest_collection_modifyitems(config, items):
-    deselect_impi_extras(config, items)
+    deselect_extras(config, items)

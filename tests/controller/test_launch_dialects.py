@@ -71,6 +71,18 @@ def test_open_mpi_reaches_the_hosts_with_its_ssh_agent(as_mpi):
     assert slurm[slurm.index("--host") + 1] == "n1,n2" and "plm_ssh_agent" not in slurm
 
 
+def test_open_mpi_4_is_given_every_host_a_malleable_job_may_grow_onto(as_mpi):
+    as_mpi("openmpi4")
+    pool = HostPool("netns", ("node1", "node2", "node3"), NETNS, "10.0.0.1")
+    argv = job_argv(job(["node2"], True), pool, 2)                  # the anchor on node2, then the rest of the pool
+    assert argv[argv.index("--host") + 1] == "node2,node1,node3" and argv[-4:] == ["-n", "1", *CMD]
+    i = argv.index("plm_rsh_agent")
+    assert argv[i - 1:i + 2] == ["--mca", "plm_rsh_agent", NETNS] and "--prtemca" not in argv
+    assert "orte_allowed_exit_without_sync" in argv and "--with-ft" not in argv
+    rigid = job_argv(job(["node1", "node2"], False), pool, 2)        # a rigid job: its own slots only
+    assert rigid[rigid.index("--host") + 1] == "node1,node1,node2,node2" and rigid[-3:] == ["4", *CMD]
+
+
 @pytest.mark.parametrize(("mpi", "first"), [("mpich", [EXE, "-launcher", "rsh"]),
                                             ("impi", [EXE, "-bootstrap", "ssh"])])
 def test_malleable_job_starts_one_anchor_on_its_first_host(as_mpi, mpi, first):

@@ -1,6 +1,6 @@
 """Runtime tests run on every MPI implementation (the ``mpi`` fixture)."""
 
-from tests.runtime._impls import deselect_impi_extras, mpi  # noqa: F401 - the fixture
+from tests.runtime._impls import deselect_extras, mpi  # noqa: F401 - the fixture
 
 
 def pytest_ignore_collect(collection_path, config):
@@ -13,4 +13,4 @@ def pytest_ignore_collect(collection_path, config):
 
 
 def pytest_collection_modifyitems(config, items):
-    deselect_impi_extras(config, items)
+    deselect_extras(config, items)

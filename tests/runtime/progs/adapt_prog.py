@@ -68,7 +68,7 @@ def _of_this_job(pid):
     """Whether ``pid`` is a process of this program in this job: it runs this file and descends from the job's
     launcher (other test sessions may use the same hosts; the launcher's own daemons are not the job's processes)."""
     me = psutil.Process()
-    launcher = next((p.pid for p in me.parents() if p.name().startswith(("mpiexec", "prterun"))), None)
+    launcher = next((p.pid for p in me.parents() if p.name().startswith(("mpiexec", "prterun", "orterun"))), None)
     try:
         proc = psutil.Process(pid)
         if not any(a.endswith(os.path.basename(__file__)) for a in proc.cmdline()):
