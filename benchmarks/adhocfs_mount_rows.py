@@ -215,3 +215,8 @@ def plot_mount(res: dict[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+if __name__ == "__main__":
+    raise SystemExit("adhocfs_mount_rows.py is a part of benchmarks/adhocfs_io.py: run that one (the mount rows: "
+                     "--mount-servers N; only them: --configs '')")
