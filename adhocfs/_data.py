@@ -21,6 +21,7 @@ from typing import Any
 import zmq
 
 from malleable._secret import load_token
+from malleable._wire import shared
 from malleable.adhocfs._buffers import TRIM, give_back, keep_freed_buffers, reserve
 from malleable.adhocfs._dirstore import DirStore
 from malleable.adhocfs._protocol import (
@@ -260,7 +261,11 @@ class DataServer:
 
     # ------------------------------------------------------------ the shell
     def serve(self, sock: zmq.Socket[Any]) -> None:
-        """Answer requests on ``sock`` (a bound ROUTER) until a :class:`Shutdown` arrives."""
+        """Answer requests on ``sock`` (a bound ROUTER) until a :class:`Shutdown` arrives.
+
+        Blocks are kept as received and never changed in place, so the payload tag of each is kept with it and a
+        block read back is sent without hashing it again."""
+        shared(self.token).keep_tags = True
         while self.running:
             if sock.poll(200, zmq.POLLIN):
                 for _ in range(64):  # a burst before ticking the clock

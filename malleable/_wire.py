@@ -9,8 +9,8 @@ A message is a list of zmq frames ``[MAGIC, header, seal, *payloads]``:
   counter (8 bytes), the send time (8-byte float, seconds since the epoch), the sender's key id (0 to 64 ASCII
   bytes: none for the shared secret, e.g. ``user:ann`` or ``job:12`` for a personal key) and an HMAC-SHA256
   (32 bytes) over ``MAGIC``, everything in the seal before the MAC, the header and every payload frame, each
-  with its length (payloads over 64 KiB in all enter the HMAC as their GMAC tag, AES-256-GCM authenticating them
-  under a one-time key derived from the seal: the same guarantee at a tenth of SHA-256's cost);
+  with its length (payloads over 64 KiB in all enter the HMAC as their GMAC tags, see :meth:`Wire._mac`: the
+  same guarantee at a tenth of SHA-256's cost);
 * ``payloads`` are raw bytes (block data of adhocfs).
 
 A receiver holding several keys (:class:`Keyring`: the controller, which knows the key of every user and job)
@@ -47,12 +47,13 @@ import secrets
 import struct
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, dataclass_transform
 
 import zmq
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from malleable.errors import AuthError, ConfigError, ProtocolError, ReplayError
 
@@ -83,7 +84,7 @@ MAX_DEPTH = 64  # nesting of JSON arrays and objects in a header
 MAX_FRAMES = 4096 + 3  # frames of one message (adhocfs replies carry up to 1024 blocks)
 REPLAY_SPAN = 1 << 14  # counters remembered per session (messages may arrive this much out of order)
 START_SKEW = 30.0  # seconds before its own start a receiver still accepts a message from
-BULK = 1 << 16  # payload bytes above which payloads are MACed with GMAC (one-time key) inside the HMAC
+BULK = 1 << 16  # payload bytes above which each payload enters the HMAC as its GMAC tag
 MAX_KEY_ID = 64  # bytes of a key id in the seal
 
 _SEAL = struct.Struct("!8sQd")
@@ -94,7 +95,8 @@ _LEN4 = struct.Struct("!I")
 _LEN8 = struct.Struct("!Q")
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)  # unrolled: one step per run of plain bytes
 _NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
-_GCM_NONCE = bytes(12)  # each bulk MAC key is used once (derived from the seal): a fixed nonce is safe
+_GCM_NONCE = bytes(12)  # payload tags never leave the HMAC (hash, then MAC): a fixed key and nonce are safe
+_TAG = 16
 
 
 def _window() -> float:
@@ -196,6 +198,8 @@ class Wire:
         self._kid = key_id.encode()
         self.key = _derive(token, b"mac")
         self.bulk_key = _derive(token, b"bulk mac")
+        self._gcm = AESGCM(self.bulk_key)
+        self._tags: weakref.WeakKeyDictionary[zmq.Frame, bytes] | None = None
         self.session = secrets.token_bytes(8)
         self._counter = itertools.count(1)
         self.clock = clock
@@ -203,18 +207,45 @@ class Wire:
         self.pid = os.getpid()
 
     def _mac(self, seal: bytes, header: bytes, payloads: Sequence[Any]) -> bytes:
-        """HMAC-SHA256 of MAGIC, seal, header length and header, the payload lengths, then the payloads; bulk
-        payloads (over 64 KiB in all) enter it as their GMAC tag (AES-256-GCM, payloads as associated data read in
-        place) under a one-time key derived from the seal: ten times cheaper than SHA-256, a third below Poly1305."""
+        """HMAC-SHA256 of MAGIC, seal, header length and header, the payload lengths, then the payloads.
+
+        Bulk payloads (over :data:`BULK` bytes in all) enter it as their tags instead: each one's GMAC (AES-256-GCM,
+        the payload as associated data read in place) under a key of its own derived from the secret, ten times
+        cheaper than SHA-256. A tag is never sent: GHASH under a secret key is an almost-universal hash (two
+        payloads of n 16-byte blocks share a tag with probability below (n + 1) / 2^128), and the HMAC over the
+        tags is the MAC, so one fixed key and nonce serve every payload (hash, then MAC). A tag depends on the
+        payload alone, so a data server keeps the tag of each block it received and reuses it when it sends the
+        block back (:attr:`keep_tags`)."""
         sizes = [memoryview(p).nbytes for p in payloads]
         prefix = b"".join((MAGIC, seal, _LEN4.pack(len(header)), header, *(_LEN8.pack(n) for n in sizes)))
         if sum(sizes) <= BULK:  # small: one C call over one buffer
             return hmac.digest(self.key, b"".join((prefix, *payloads)) if payloads else prefix, "sha256")
-        gmac = Cipher(algorithms.AES(hmac.digest(self.bulk_key, seal, "sha256")), modes.GCM(_GCM_NONCE)).encryptor()
-        for p in payloads:
-            gmac.authenticate_additional_data(p)
-        gmac.finalize()
-        return hmac.digest(self.key, prefix + gmac.tag, "sha256")
+        return hmac.digest(self.key, b"".join((prefix, *map(self._tag, payloads))), "sha256")
+
+    def _tag(self, payload: Any) -> bytes:
+        """The GMAC tag of one payload (kept with its frame when :attr:`keep_tags`)."""
+        memo = self._tags
+        frame = _whole_frame(payload) if memo is not None else None
+        if frame is not None:
+            tag = memo.get(frame)  # type: ignore[union-attr]
+            if tag is not None:
+                return tag
+        tag = self._gcm.encrypt(_GCM_NONCE, b"", payload)  # nothing encrypted: the tag of the associated data
+        if frame is not None:
+            memo[frame] = tag  # type: ignore[index]
+        return tag
+
+    @property
+    def keep_tags(self) -> bool:
+        """Whether the tag of every whole received frame is kept (weakly, with the frame) and reused when that
+        frame is sent again. Only for a process that never changes a received frame in place (a data server: its
+        store keeps blocks as received and copies on write); a frame changed after its tag was kept would be sent
+        under the old tag and refused by its receiver."""
+        return self._tags is not None
+
+    @keep_tags.setter
+    def keep_tags(self, on: bool) -> None:
+        self._tags = weakref.WeakKeyDictionary() if on else None
 
     def pack(self, header: Mapping[str, Any], payloads: Sequence[bytes | memoryview] = ()) -> list[Any]:
         """Frames for ``header`` (a JSON-able mapping with ``v`` and ``type``) and raw ``payloads``."""
@@ -273,11 +304,17 @@ class Wire:
         return header, payloads
 
 
-def _sendable(payload: Any) -> Any:
-    """The zmq frame itself when ``payload`` views all of one (a block stored as received): resent without a copy."""
+def _whole_frame(payload: Any) -> zmq.Frame | None:
+    """The zmq frame ``payload`` views all of (a block stored as received), else None."""
     if type(payload) is memoryview and type(payload.obj) is zmq.Frame and payload.nbytes == len(payload.obj):
         return payload.obj
-    return payload
+    return payload if type(payload) is zmq.Frame else None
+
+
+def _sendable(payload: Any) -> Any:
+    """The zmq frame itself when ``payload`` views all of one: resent without a copy."""
+    frame = _whole_frame(payload)
+    return payload if frame is None else frame
 
 
 def _nbytes(frame: Any) -> int:
