@@ -78,7 +78,7 @@ __all__ = [
     "unpack",
 ]
 
-MAGIC = b"MLB3"
+MAGIC = b"MLB4"
 MAX_HEADER = 4 << 20  # bytes of JSON header (a job's environment may hold 1 MiB; long answers come in parts)
 MAX_DEPTH = 64  # nesting of JSON arrays and objects in a header
 MAX_FRAMES = 4096 + 3  # frames of one message (adhocfs replies carry up to 1024 blocks)
