@@ -14,7 +14,9 @@ file a third, ``dd direct``, is ``dd oflag=direct conv=fsync`` of it (a durable 
 stager writes a large file: the disk's own speed, which no durable copy can beat).
 
 ``--other PYTHON`` runs the same stager requests with another checkout's interpreter too (``/work/main/.venv/bin/
-python``: the previous commit built beside this one), alternating with this tree's, for before/after figures.
+python``: the previous commit built beside this one), alternating with this tree's, for before/after figures; its
+stager copies into and out of a file system of the same shape started by that interpreter (the two trees' servers
+may speak different protocol versions), beside this tree's.
 
 The file system is one metadata server and ``--servers`` data servers on 127.0.0.1, started with adhocfs's own
 ``start_fs`` (what the controller calls), their blocks in memory as the controller starts a job's (``--store dir``:
@@ -123,6 +125,45 @@ def drop(fs_addr: str, path: str) -> None:
             rm(path)
 
 
+_OTHER = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from staging import TOKEN, drop
+from malleable.adhocfs._deploy import start_fs
+dep = start_fs("127.0.0.1", ["127.0.0.1"] * int(sys.argv[2]), token=TOKEN.encode(), dir=sys.argv[3] or None)
+print(dep.address, flush=True)
+for line in sys.stdin:
+    drop(dep.address, line.strip())
+    print("dropped", flush=True)
+dep.stop()
+"""
+
+
+class OtherFs:
+    """A file system started by another checkout's Python (its servers speak that tree's protocol, which its stager
+    needs), with ``drop`` done by that Python too; stopped when its stdin closes."""
+
+    def __init__(self, python: str, servers: int, blocks: str) -> None:
+        self.proc = subprocess.Popen([python, "-c", _OTHER, str(HERE), str(servers), blocks],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/")
+        assert self.proc.stdout is not None
+        self.address = self.proc.stdout.readline().strip()
+        if not self.address:
+            raise SystemExit(f"the other tree's file system did not start ({python})")
+
+    def drop(self, path: str) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(path + "\n")
+        self.proc.stdin.flush()
+        if self.proc.stdout.readline().strip() != "dropped":
+            raise SystemExit(f"the other tree's file system did not remove {path}")
+
+    def stop(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="bench-staging-", dir=args.dir))
     os.environ["MALLEABLE_TOKEN"] = TOKEN
@@ -141,7 +182,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         loads = {"large file": (big, args.big), "small files": (tree, tree_bytes)}
         dep = start_fs("127.0.0.1", ["127.0.0.1"] * args.servers, token=TOKEN.encode(),
                        dir=str(work / "blocks") if args.store == "dir" else None)
-        addr = dep.address
+        other = OtherFs(args.other, args.servers, str(work / "blocks-other") if args.store == "dir" else "") \
+            if args.other else None
+        addrs = {"this": dep.address, **({"other": other.address} if other else {})}
+
+        def drop_in(name: str, path: str) -> None:
+            drop(dep.address, path) if name == "this" or other is None else other.drop(path)
         res: dict[str, dict[str, list[float]]] = {w: {} for w in loads}
         equal = True
         n = 0
@@ -159,7 +205,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         shutil.rmtree(dst) if dst.is_dir() else dst.unlink()
                     for name, py in order:
                         fsdst = "/in/" + path.name + ("/" if path.is_dir() else "")
-                        drop(addr, "/in/" + path.name)
+                        addr = addrs[name]
+                        drop_in(name, "/in/" + path.name)
                         t = stager(py, addr, "in", [(str(marker), "/in/marker"),
                                                     (str(path) + ("/" if path.is_dir() else ""), fsdst)])
                         cols.setdefault(f"stage-in {name}", []).append(size / t / 1e6)
@@ -174,6 +221,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                           flush=True)
         finally:
             dep.stop()
+            if other is not None:
+                other.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return {"date": time.strftime("%Y-%m-%d %H:%M"), "rounds": args.rounds, "data_servers": args.servers,
