@@ -24,8 +24,10 @@ def scratch() -> str:
 
 def _daemon(state: str, *pool: str, policy: str = "easy", env: dict | None = None, python: str = "") -> int:
     e = dict(os.environ, MALLEABLE_TOKEN=TOKEN, **(env or {}))
-    out = subprocess.run([python or sys.executable, "-m", "malleable", "controller", "start", *pool, "--policy", policy,
-                          "--state", state, "--tick", "0.2"], env=e, capture_output=True, text=True, timeout=60)
+    # -P: another tree's Python must not import this tree's modules from the working directory
+    out = subprocess.run([python or sys.executable, "-P", "-m", "malleable", "controller", "start", *pool,
+                          "--policy", policy, "--state", state, "--tick", "0.2"],
+                         env=e, capture_output=True, text=True, timeout=60)
     if out.returncode:
         raise RuntimeError(out.stderr)
     return json.loads(Path(state + ".addr").read_text())["pid"]
@@ -37,7 +39,7 @@ def _stop(state: str, python: str = "", pid: int = 0) -> None:
     import psutil
 
     cancel = [] if pid else ["--cancel-jobs"]
-    subprocess.run([python or sys.executable, "-m", "malleable", "controller", "stop", *cancel, "--state", state],
+    subprocess.run([python or sys.executable, "-P", "-m", "malleable", "controller", "stop", *cancel, "--state", state],
                    env=dict(os.environ, MALLEABLE_TOKEN=TOKEN), capture_output=True, timeout=60, check=False)
     if pid and psutil.pid_exists(pid):
         p = psutil.Process(pid)

@@ -28,6 +28,12 @@ def _client(spawn: Callable[..., subprocess.Popen], addr: str, streams: int, per
     return res
 
 
+def _clear(mnt: str) -> None:
+    """Remove every file at the top of the mount ``mnt``."""
+    for name in os.listdir(mnt):
+        os.unlink(os.path.join(mnt, name))
+
+
 def _timed(cmd: list[str]) -> float:
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, capture_output=True, timeout=600)
@@ -82,19 +88,33 @@ def _mdtest(root: str, n: int, fs: Any = None) -> dict[str, float]:
     return out
 
 
+def _serve_other(python: str, nservers: int) -> tuple[subprocess.Popen, str]:
+    """A file system of ``nservers`` data servers started by another tree's Python (its servers may speak another
+    protocol version than this tree's); stopped when the process's stdin closes. Run from ``/``: a ``malleable``
+    folder in the working directory would shadow that tree's modules."""
+    proc = subprocess.Popen([python, str(Path(__file__).with_name("adhocfs_io.py")), "--worker", "fs_serve",
+                             str(nservers), "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/")
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line:
+        raise SystemExit(f"the other tree's file system did not start ({python})")
+    return proc, json.loads(line)["address"]
+
+
 def _mount_other(python: str, addr: str, path: str) -> None:
-    """Mount with another tree's code (its Python runs its mount daemon)."""
+    """Mount with another tree's code (its Python runs its mount daemon; from ``/``, as above)."""
     code = f"from malleable.adhocfs._fuse_mount import mount; mount({addr!r}, {path!r})"
-    subprocess.run([python, "-c", code], check=True, timeout=120)
+    subprocess.run([python, "-c", code], check=True, timeout=120, cwd="/")
 
 
 def mount_rows(nservers: int, total: int, reps: int, md_files: int,
                spawn: Callable[..., subprocess.Popen], against: str | None = None,
                label: str = "main") -> dict[str, Any]:
     """Throughput of dd and fio through a mount, each paired with the Python client just before it, and the
-    metadata figure; medians of ``reps`` repetitions. With ``against`` (another tree's Python) the same file
-    system is also mounted by that tree's mount daemon, and each tool runs through both mounts in turn (which
-    goes first alternates from one repetition to the next), after the same client run."""
+    metadata figure; medians of ``reps`` repetitions. With ``against`` (another tree's Python) that tree also
+    starts a file system of the same shape and mounts it with its mount daemon, and each tool runs through both
+    mounts in turn (which goes first alternates from one repetition to the next), after the same client run (this
+    tree's, on this tree's file system: the common denominator of both ratios)."""
     from malleable.adhocfs import connect, start_fs
     from malleable.adhocfs._fuse_mount import mount, umount
 
@@ -108,13 +128,16 @@ def mount_rows(nservers: int, total: int, reps: int, md_files: int,
         mnts = {"this": os.path.join(st, "mnt"), label: os.path.join(st, "other")}
         os.mkdir(mnts["this"])
         mount(dep.address, mnts["this"])
+        other = None
         if against:
             os.mkdir(mnts[label])
-            _mount_other(against, dep.address, mnts[label])
+            other, other_addr = _serve_other(against, nservers)
+            _mount_other(against, other_addr, mnts[label])
         try:
             for rep in range(reps):  # the client first, then the tools through the mount(s) doing the same
                 order = sides if rep % 2 == 0 else sides[::-1]
                 base = _client(spawn, dep.address, 1, per1, f"c{rep}-")
+                _clear(mnts["this"])  # the client's files gone: each side's servers hold only what its tool wrote
                 for direct in (False, True):
                     for side in order:
                         got = _dd(mnts[side], per1, f"dd{rep}{direct:d}{side}", direct)
@@ -122,13 +145,14 @@ def mount_rows(nservers: int, total: int, reps: int, md_files: int,
                             {**got, "client_write": base["write"], "client_read": base["read"]})
                 if shutil.which("fio"):
                     base = _client(spawn, dep.address, 2, per2, f"k{rep}-")
+                    _clear(mnts["this"])
                     for direct in (False, True):
                         for side in order:
                             got = _fio(mnts[side], 2, per2, f"fio{rep}{direct:d}{side}", direct)
                             runs[("fio O_DIRECT" if direct else "fio", side)].append(
                                 {**got, "client_write": base["write"], "client_read": base["read"]})
-                for name in os.listdir(mnts["this"]):
-                    os.unlink(os.path.join(mnts["this"], name))
+                for side in sides:
+                    _clear(mnts[side])
             if md_files:
                 os.mkdir(os.path.join(mnts["this"], "md"))
                 md["mount"] = _mdtest(os.path.join(mnts["this"], "md"), md_files)
@@ -136,9 +160,15 @@ def mount_rows(nservers: int, total: int, reps: int, md_files: int,
                     fs.mkdir("/mdc")
                     md["client"] = _mdtest("/mdc", md_files, fs)
         finally:
-            umount(mnts["this"])
-            if against:
-                umount(mnts[label])
+            try:
+                umount(mnts["this"])
+                if against:
+                    umount(mnts[label])
+            finally:
+                if other is not None:
+                    assert other.stdin is not None
+                    other.stdin.close()
+                    other.wait(timeout=60)
     if md_files:
         with tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as shm:  # noqa: S108
             md["tmpfs"] = _mdtest(shm, md_files)

@@ -279,13 +279,13 @@ def _queue_paired(pristine: str, n: int, reps: int, builds: dict[str, str], env:
             shutil.copyfile(pristine, state)
             pid = _daemon(state, "--local", "1", python=py)
             try:
-                out = subprocess.run([py, "-c", _ROWS_TIMED, state, TOKEN], env=env, capture_output=True,
+                out = subprocess.run([py, "-P", "-c", _ROWS_TIMED, state, TOKEN], env=env, capture_output=True,
                                      text=True, check=True, timeout=120)
                 secs, got = out.stdout.split()
                 assert int(got) == n
                 times[b]["client_s"].append(float(secs))
                 t0 = time.perf_counter()
-                q = subprocess.run([py, "-m", "malleable", "queue", "--state", state], env=env,
+                q = subprocess.run([py, "-P", "-m", "malleable", "queue", "--state", state], env=env,
                                    capture_output=True, check=True, timeout=120)
                 times[b]["cli_s"].append(time.perf_counter() - t0)
                 assert q.stdout.count(b"\n") == n + 1
