@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import logging
 import os
 
@@ -48,7 +49,9 @@ _applied: bool | None = None
 _reserved = False  # whether reserve() took memory ahead
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL | None:
+    """glibc, loaded once (finding it runs ``ldconfig``), or None for another C library."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         libc.gnu_get_libc_version  # noqa: B018 - glibc only (musl has no such settings)
