@@ -291,7 +291,8 @@ def test_controller_inside_a_real_allocation(slurm, tmp_path, monkeypatch):
     mh = res["history_malleable"][str(m)]
     assert mh["state"] == "COMPLETED" and mh["exit_code"] == 0, (res["info_malleable"], why)
     heat = [json.loads(x) for x in (tmp_path / f"heat-{m}.out").read_text().splitlines() if x.startswith("{")]
-    assert heat[0]["size"] == 1 and heat[0]["hosts"] == alloc[:1], heat
+    # any one node: the first may still be finishing the rigid job's step when the policy places it (seen under load)
+    assert heat[0]["size"] == 1 and len(heat[0]["hosts"]) == 1 and heat[0]["hosts"][0] in alloc, heat
     assert any(x.get("size") == 3 and sorted(x["hosts"]) == sorted(alloc) for x in heat), heat
     assert heat[-1]["done"] and heat[-1]["ok"] and heat[-1]["sizes"] == [1, 3], heat   # exact result
     assert f"expand    3 nodes  {compress_hostlist(alloc)}" in res["info_malleable"], res["info_malleable"]
