@@ -96,7 +96,6 @@ _LEN8 = struct.Struct("!Q")
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)  # unrolled: one step per run of plain bytes
 _NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
 _GCM_NONCE = bytes(12)  # payload tags never leave the HMAC (hash, then MAC): a fixed key and nonce are safe
-_TAG = 16
 
 
 def _window() -> float:
@@ -210,8 +209,8 @@ class Wire:
         """HMAC-SHA256 of MAGIC, seal, header length and header, the payload lengths, then the payloads.
 
         Bulk payloads (over :data:`BULK` bytes in all) enter it as their tags instead: each one's GMAC (AES-256-GCM,
-        the payload as associated data read in place) under a key of its own derived from the secret, ten times
-        cheaper than SHA-256. A tag is never sent: GHASH under a secret key is an almost-universal hash (two
+        the payload as associated data read in place) under one key derived from the secret (not the HMAC's), ten
+        times cheaper than SHA-256. A tag is never sent: GHASH under a secret key is an almost-universal hash (two
         payloads of n 16-byte blocks share a tag with probability below (n + 1) / 2^128), and the HMAC over the
         tags is the MAC, so one fixed key and nonce serve every payload (hash, then MAC). A tag depends on the
         payload alone, so a data server keeps the tag of each block it received and reuses it when it sends the
@@ -226,13 +225,11 @@ class Wire:
         """The GMAC tag of one payload (kept with its frame when :attr:`keep_tags`)."""
         memo = self._tags
         frame = _whole_frame(payload) if memo is not None else None
-        if frame is not None:
-            tag = memo.get(frame)  # type: ignore[union-attr]
-            if tag is not None:
-                return tag
-        tag = self._gcm.encrypt(_GCM_NONCE, b"", payload)  # nothing encrypted: the tag of the associated data
-        if frame is not None:
-            memo[frame] = tag  # type: ignore[index]
+        if memo is None or frame is None:
+            return self._gcm.encrypt(_GCM_NONCE, b"", payload)  # nothing encrypted: the associated data's tag
+        tag = memo.get(frame)
+        if tag is None:
+            tag = memo[frame] = self._gcm.encrypt(_GCM_NONCE, b"", payload)
         return tag
 
     @property
