@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import filecmp
+import functools
 import json
 import os
 import shutil
@@ -184,10 +185,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                        dir=str(work / "blocks") if args.store == "dir" else None)
         other = OtherFs(args.other, args.servers, str(work / "blocks-other") if args.store == "dir" else "") \
             if args.other else None
-        addrs = {"this": dep.address, **({"other": other.address} if other else {})}
-
-        def drop_in(name: str, path: str) -> None:
-            drop(dep.address, path) if name == "this" or other is None else other.drop(path)
+        # each interpreter's file system: its address, and how a path is removed from it
+        systems = {"this": (dep.address, functools.partial(drop, dep.address)),
+                   **({"other": (other.address, other.drop)} if other else {})}
         res: dict[str, dict[str, list[float]]] = {w: {} for w in loads}
         equal = True
         n = 0
@@ -205,8 +205,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         shutil.rmtree(dst) if dst.is_dir() else dst.unlink()
                     for name, py in order:
                         fsdst = "/in/" + path.name + ("/" if path.is_dir() else "")
-                        addr = addrs[name]
-                        drop_in(name, "/in/" + path.name)
+                        addr, remove = systems[name]
+                        remove("/in/" + path.name)
                         t = stager(py, addr, "in", [(str(marker), "/in/marker"),
                                                     (str(path) + ("/" if path.is_dir() else ""), fsdst)])
                         cols.setdefault(f"stage-in {name}", []).append(size / t / 1e6)
