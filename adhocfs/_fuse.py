@@ -452,9 +452,28 @@ class _Fuse(mfusepy.FUSE):
     def write_buf(self, path: bytes | None, bufv: Any, offset: int, fip: Any) -> int:
         return self.operations.write_buf(None, bufv, offset, fip.contents.fh)  # the path is not needed (nor set)
 
+    def open(self, path: bytes, fip: Any) -> int:
+        done = super().open(path, fip)
+        _write_around(fip.contents)
+        return done
+
+    def create(self, path: bytes, mode: int, fip: Any) -> int:
+        done = super().create(path, mode, fip)
+        _write_around(fip.contents)
+        return done
+
     def rename_fuse_3(self, old: bytes, new: bytes, flags: int) -> int:
         return self.operations.rename(old.decode(self.encoding, self.errors),
                                       new.decode(self.encoding, self.errors), flags)
+
+
+def _write_around(fi: Any) -> None:
+    """A file opened only to be written bypasses the page cache (``direct_io``): its writes go to the mount's
+    daemon as the program makes them, without the kernel first copying them into fresh page-cache pages that no
+    one reads (without a write-back cache every write is sent at once anyway). Such a descriptor cannot be mapped
+    for reading, so nothing that mmap needs is lost; readers keep the page cache and its read-ahead."""
+    if fi.flags & os.O_ACCMODE == os.O_WRONLY:
+        fi.direct_io = 1
 
 
 class _BufVec(ctypes.Structure):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import fcntl
+import mmap
 import os
 import random
 import shutil
@@ -274,3 +275,24 @@ def test_reads_ask_for_attributes_only_past_the_size(dep2, mnt, tmp_path):
     counts = {k: int(v) for k, v in (part.split() for part in parts)}
     assert counts["read"] >= 2
     assert counts["getattr"] < 40, served  # was one per read() call: over 1,024
+
+
+def test_a_file_opened_only_to_write_bypasses_the_page_cache(dep2, tmp_path):
+    """A descriptor opened write-only sends each write to the mount's daemon as the program made it: 1 MiB
+    from a page-aligned buffer at an unaligned offset is one request. Through a read-write descriptor the same
+    write goes through the page cache, which cuts it at its last page (two requests); both read back exact."""
+    data = random.Random(7).randbytes(1 << 20)
+    buf = mmap.mmap(-1, len(data))  # page-aligned, as a program's large buffer is
+    buf[:] = data
+    with mounted(dep2.address, tmp_path / "w") as rec:
+        for name, flags in (("wronly.bin", os.O_WRONLY), ("rdwr.bin", os.O_RDWR)):
+            fd = os.open(Path(rec.dir) / name, flags | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                assert os.pwrite(fd, buf, 100) == len(data)
+            finally:
+                os.close(fd)
+            assert (Path(rec.dir) / name).read_bytes() == bytes(100) + data
+    served = next(ln for ln in Path(rec.log).read_text().splitlines()[::-1] if "requests served" in ln)
+    parts = served.split("requests served: ")[1].rstrip(")").split(", ")
+    counts = {k: int(v) for k, v in (part.split() for part in parts)}
+    assert counts["write"] == 1 + 2, served
