@@ -280,8 +280,8 @@ class DataServer:
             self._give_back()
 
     def _give_back(self) -> None:
-        """Once blocks removed have freed much more memory than the reserve keeps, return it to the system (and take
-        the reserve ahead again): a heap's top alone goes back by itself, and blocks still kept may hold it up."""
+        """Once blocks removed have freed much more memory than the reserve keeps, return the rest to the system
+        (the reserve stays in memory): a heap's top alone goes back by itself, and blocks still kept may hold it up."""
         held = self.store.nbytes
         self._high = max(self._high, held)
         if self.reserved and self._high - held > TRIM:
