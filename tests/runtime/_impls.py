@@ -120,8 +120,7 @@ class Impl:
     def malleable(self, *args: str, env: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
         """``python -m malleable ARGS`` with this implementation's Python."""
         full_env = dict(os.environ, **(env or {}))
-        return subprocess.run([self.python, "-m", "malleable", *args], capture_output=True, text=True,
-                              timeout=timeout, env=full_env)
+        return run_all_or_kill([self.python, "-m", "malleable", *args], timeout, env=full_env)
 
 
 def _venv_python(name: str) -> tuple[str | None, str]:

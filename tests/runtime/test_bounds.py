@@ -20,7 +20,7 @@ from malleable.runtime._bounds import Slots, check_expand, check_plan, initial_l
 from malleable.runtime._layout import Group, GroupLayout, plan_expand
 from malleable.runtime._mpi import backend_named
 from malleable.runtime._plan import parse_plan
-from tests._procs import running
+from tests._procs import run_all_or_kill, running
 from tests.runtime._helpers import MPI_ENV, PROG, after_failed_spawn, run_prog
 
 BASE = GroupLayout((Group(0, ("h0",), 1, base=True),))
@@ -117,9 +117,9 @@ def _in_cgroup(cg: Path):
 
 def test_thousand_process_plan_is_refused_before_anything_starts(pids_cap):
     plan = json.dumps([{"at_probe": 2, "procs": 1000}])
-    proc = subprocess.run([sys.executable, "-m", "malleable", "run", "-n", "1", "--plan", plan, "--",
-                           sys.executable, str(PROG)], capture_output=True, text=True, timeout=60,
-                          preexec_fn=_in_cgroup(pids_cap), env=dict(os.environ, PROG_ITERS="3"))
+    proc = run_all_or_kill([sys.executable, "-m", "malleable", "run", "-n", "1", "--plan", plan, "--",
+                            sys.executable, str(PROG)], timeout=60,
+                           preexec_fn=_in_cgroup(pids_cap), env=dict(os.environ, PROG_ITERS="3"))
     assert proc.returncode == 1 and proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "step 1 (at_probe 2): expanding to 1000 process(es) needs 1000 on host" in lines[0]
@@ -129,8 +129,8 @@ def test_thousand_process_plan_is_refused_before_anything_starts(pids_cap):
 def test_thousand_process_plan_refused_at_init_under_plain_mpiexec(pids_cap, mpi):
     env = dict(MPI_ENV, MALLEABLE_PLAN=json.dumps([{"at_probe": 2, "procs": 1000}]), PROG_ITERS="3")
     argv = mpi.argv(1, mpi.python, str(PROG), env=env)
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, preexec_fn=_in_cgroup(pids_cap),
-                          env=dict(os.environ, **env), restore_signals=False)
+    proc = run_all_or_kill(argv, timeout=120, preexec_fn=_in_cgroup(pids_cap),
+                           env=dict(os.environ, **env), restore_signals=False)
     assert proc.returncode != 0
     assert "needs 1000 on host" in proc.stderr and '"probe"' not in proc.stdout
     assert _forks_refused(pids_cap) == 0
@@ -196,8 +196,8 @@ def test_spawn_slower_than_the_timeout_is_abandoned_and_finalize_is_clean(mpi, t
 @pytest.mark.parametrize("rank, code", [(1, 3), (2, 7), (0, 5)])
 def test_exit_code_of_any_rank_reaches_malleable_run(mpi, rank, code):
     env = dict(os.environ, **MPI_ENV, PROG_ITERS="2", PROG_EXIT_RANK=str(rank), PROG_EXIT_CODE=str(code))
-    proc = subprocess.run([mpi.python, "-m", "malleable", "run", "-n", "3", "--", mpi.python, str(PROG)],
-                          capture_output=True, text=True, timeout=120, env=env)
+    proc = run_all_or_kill([mpi.python, "-m", "malleable", "run", "-n", "3", "--", mpi.python, str(PROG)],
+                           timeout=120, env=env)
     assert proc.returncode == code, proc.stdout + proc.stderr
     assert [json.loads(x)["size"] for x in proc.stdout.splitlines() if x.startswith('{"probe"')] == [3, 3]
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 
 import pytest
 
 from malleable.cli import main
+from tests._procs import run_all_or_kill
 from tests.runtime._helpers import MPI_ENV, PROG
 
 
@@ -42,8 +42,8 @@ def test_refusals_are_clear(args, message, capsys):
 def test_run_starts_anchor_and_spawns_the_rest_locally(mpi):
     plan = [{"at_probe": 2, "procs": 1}]
     env = dict(os.environ, **MPI_ENV, PROG_ITERS="3")
-    proc = subprocess.run([mpi.python, "-m", "malleable", "run", "-n", "3", "--plan", json.dumps(plan), "--",
-                           mpi.python, str(PROG)], capture_output=True, text=True, timeout=120, env=env)
+    proc = run_all_or_kill([mpi.python, "-m", "malleable", "run", "-n", "3", "--plan", json.dumps(plan), "--",
+                            mpi.python, str(PROG)], timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
     rows = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith('{"probe"')]
     assert [r["size"] for r in rows] == [3, 1, 1] and all(r["ok"] for r in rows)
@@ -53,33 +53,30 @@ def test_mpiexec_habits(tmp_path):
     """-np as mpiexec spells it; --rigid starts N processes of a program that never calls init_adapt; without
     it a Python program that never imports malleable is refused with one line before it runs, and any other
     command that never called init_adapt with one line after it ran, never silently as one process."""
-    import subprocess
     import sys
 
     run = [sys.executable, "-m", "malleable", "run"]
     hello = [sys.executable, "-m", "mpi4py.bench", "helloworld"]
-    p = subprocess.run([*run, "-np", "2", "--rigid", "--", *hello], capture_output=True, text=True, timeout=120)
+    p = run_all_or_kill([*run, "-np", "2", "--rigid", "--", *hello], timeout=120)
     assert p.returncode == 0, p.stderr
     assert sorted(x.split(" on ")[0] for x in p.stdout.splitlines()) == [
         "Hello, World! I am process 0 of 2", "Hello, World! I am process 1 of 2"]
-    p = subprocess.run([*run, "-n", "2", "--", *hello], capture_output=True, text=True, timeout=120)
+    p = run_all_or_kill([*run, "-n", "2", "--", *hello], timeout=120)
     assert p.returncode == 1 and p.stdout == ""                      # refused before it ran
     assert p.stderr == (
         "malleable run: error: -m mpi4py.bench never imports malleable, so it cannot call init_adapt() and would run "
         "as 1 process, not 2: use --rigid to start 2 processes as mpiexec -n does\n")
-    p = subprocess.run([*run, "-n", "2", "--", "sh", "-c", " ".join(hello)], capture_output=True, text=True,
-                       timeout=120)
+    p = run_all_or_kill([*run, "-n", "2", "--", "sh", "-c", " ".join(hello)], timeout=120)
     assert p.returncode == 1 and p.stdout.startswith("Hello, World! I am process 0 of 1")  # not Python: it ran
     assert p.stderr.strip().splitlines()[-1] == (
         "malleable run: error: the program never called init_adapt(), so it ran as 1 process, not 2: it is not "
         "malleable; use --rigid to start 2 processes as mpiexec -n does")
-    p = subprocess.run([*run, "-np", "2", "--rigid", "--plan", "[]", "--", *hello], capture_output=True, text=True,
-                       timeout=60)
+    p = run_all_or_kill([*run, "-np", "2", "--rigid", "--plan", "[]", "--", *hello], timeout=60)
     assert p.returncode == 1 and p.stderr.strip() == (
         "malleable run: error: --rigid starts a job that cannot be resized: --plan does not apply")
     out = tmp_path / "u.npy"
-    p = subprocess.run([*run, "-np", "2", "--", sys.executable, "-m", "malleable.apps.jacobi", "--n", "64",
-                        "--iters", "5", "--out", str(out)], capture_output=True, text=True, timeout=120)
+    p = run_all_or_kill([*run, "-np", "2", "--", sys.executable, "-m", "malleable.apps.jacobi", "--n", "64",
+                         "--iters", "5", "--out", str(out)], timeout=120)
     assert p.returncode == 0 and out.exists(), p.stderr               # a malleable program under -np
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 
 import psutil
 import pytest
 
 from malleable.runtime._mpi import backend_named
+from tests._procs import run_all_or_kill
 from tests.runtime._helpers import MPI_ENV, PROG, run_prog
 from tests.runtime._impls import impl_named, selected
 
@@ -73,7 +73,7 @@ def test_malleable_run_spreads_and_frees_every_host_but_the_anchors(remote_mpi, 
     env = dict(os.environ, **MPI_ENV, PROG_ITERS="5", PROG_CHECK_HOSTS="node2,node3,node4")
     argv = [mpi.python, "-m", "malleable", "run", "-n", "3", "--hosts", "node1,node2,node3",
             "--launcher-exec", netns_cluster.launcher, "--plan", json.dumps(plan), "--", mpi.python, str(PROG)]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=180, env=env)
+    proc = run_all_or_kill(argv, timeout=180, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
     rows = [x for x in lines if "probe" in x]
@@ -122,10 +122,10 @@ def test_open_mpi_refuses_remote_spawns_and_launches_across_hosts(netns_cluster)
     assert refused == ["cannot grow the job: openmpi cannot spawn processes in a job its launcher started on another "
                        "host than mpirun's (see docs/runtime.md)"] * 2, refused
     assert [r["size"] for r in rows] == [2, 2, 2, 2] and all(r["ok"] for r in rows), proc.stdout + proc.stderr
-    bad = subprocess.run([mpi.python, "-m", "malleable", "run", "-n", "1", "--hosts", "node1",
-                          "--launcher-exec", netns_cluster.launcher, "--plan", json.dumps(plan), "--",
-                          mpi.python, str(PROG)], capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, **MPI_ENV, PROG_ITERS="3"))
+    bad = run_all_or_kill([mpi.python, "-m", "malleable", "run", "-n", "1", "--hosts", "node1",
+                           "--launcher-exec", netns_cluster.launcher, "--plan", json.dumps(plan), "--",
+                           mpi.python, str(PROG)], timeout=120,
+                          env=dict(os.environ, **MPI_ENV, PROG_ITERS="3"))
     assert bad.returncode != 0 and "cannot spawn onto node3" in bad.stderr
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 
 import numpy as np
 
 from malleable.apps import jacobi
 from malleable.runtime._mpi import backend_named
+from tests._procs import run_all_or_kill
 from tests.runtime._helpers import MPI_ENV, run_prog
 
 OVERLAP = {"MALLEABLE_OVERLAP": "1", "PROG_SLEEP": "0.05"}
@@ -48,10 +48,10 @@ def test_jacobi_overlapped_is_bit_exact(mpi, tmp_path):
     iters = 20000 if mpi.name == "openmpi" else 5000
     plan = [{"at_probe": 3, "procs": 3}, {"at_probe": iters - 100, "procs": 2}]
     env = dict(os.environ, **MPI_ENV, MALLEABLE_OVERLAP="1")
-    proc = subprocess.run([mpi.python, "-m", "malleable", "run", "-n", "1", "--plan", json.dumps(plan), "--",
-                           mpi.python, "-m", "malleable.apps.jacobi", "--n", "256", "--iters", str(iters),
-                           "--out", str(out), "--stats", str(stats)],
-                          capture_output=True, text=True, timeout=180, env=env)
+    proc = run_all_or_kill([mpi.python, "-m", "malleable", "run", "-n", "1", "--plan", json.dumps(plan), "--",
+                            mpi.python, "-m", "malleable.apps.jacobi", "--n", "256", "--iters", str(iters),
+                            "--out", str(out), "--stats", str(stats)],
+                           timeout=180, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert np.array_equal(np.load(out), jacobi.reference(256, iters))
     s = json.loads(stats.read_text())

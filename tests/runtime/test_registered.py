@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 
 import numpy as np
 import pytest
@@ -12,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from malleable.runtime._registered import indices
+from tests._procs import run_all_or_kill
 from tests.runtime._helpers import MPI_ENV
 
 PROG = os.path.join(os.path.dirname(__file__), "progs", "registered_prog.py")
@@ -34,8 +34,8 @@ def test_indices_partition_the_axis(n, parts, dist, block):
 ])
 def test_random_arrays_follow_every_adaptation(mpi, seed, plan):
     env = dict(os.environ, **MPI_ENV, PROG_SEED=str(seed), PROG_ARRAYS="5", PROG_ITERS="8")
-    proc = subprocess.run([mpi.python, "-m", "malleable", "run", "-n", "1", "--plan", json.dumps(plan), "--",
-                           mpi.python, PROG], capture_output=True, text=True, timeout=180, env=env)
+    proc = run_all_or_kill([mpi.python, "-m", "malleable", "run", "-n", "1", "--plan", json.dumps(plan), "--",
+                            mpi.python, PROG], timeout=180, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
     sizes = {r["probe"]: r["size"] for r in rows}
