@@ -143,6 +143,8 @@ def test_cancelled_job_still_stages_out_and_fs_job_reaches_its_file_system(env, 
         jid = c.submit(["sh", "-c", script], 1, env=env, bb=4 * M, stage_out=[f"/keep.bin:{tmp_path}/back.bin"])
         wait_for(lambda: (tmp_path / "written").exists(), 60, "the job to write into its file system")
         assert c.info(jid).job["fs"]["meta"] == "local1"
+        state = d.fs.deps[jid].state                                  # its servers' database and logs
+        assert os.path.exists(os.path.join(state, "meta.sqlite"))
         monkeypatch.setenv("MALLEABLE_CONTROLLER_STATE", str(tmp_path / "ctl.sqlite"))
         code, out, err = cli("fs", "ls", "-l", "--job", str(jid))     # the operator reaches the job's file system
         assert code == 0 and out.splitlines()[-1].split()[1] == str(M + 3), err
@@ -155,6 +157,7 @@ def test_cancelled_job_still_stages_out_and_fs_job_reaches_its_file_system(env, 
         assert fs["phase"] == "stopped" and fs["left"] == []
         assert (tmp_path / "back.bin").read_bytes() == data
         assert no_servers_left(d, jid)
+        assert not os.path.exists(state)                              # removed with the file system
         assert d.core.status()["bb_free"] == 16 * M
 
 
