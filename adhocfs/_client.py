@@ -294,6 +294,7 @@ class AdhocFile(BlockReader, BlockWriter, io.RawIOBase):
         self._pf_pending: dict[tuple[int, int], _Pending] = {}
         self._pf_next = 0
         self._pf_size = 0  # file size when the blocks in flight were asked
+        self._pf_burst = 1  # blocks the next read-ahead request asks of a server (doubling up to GET_BYTES)
         self._last_end = 0
         self._ahead = fs.reserve  # blocks allocated ahead; doubles while the file keeps growing
 

@@ -28,6 +28,9 @@ from malleable.errors import FsError, ServerUnavailable
 __all__ = ["DOWN_FOR", "GET_BYTES", "PROBE", "BlockReader", "Moved"]
 
 GET_BYTES = 4 << 20  # bytes asked per read-ahead request (smaller replies arrive and are checked sooner)
+# A stream's first request asks one block, each further one twice as many, up to GET_BYTES: the reader starts on
+# the first block while the larger replies are still on their way, instead of waiting for the first GET_BYTES to
+# arrive and be checked.
 DOWN_FOR = 30.0  # seconds a server that did not answer is skipped by reads when another copy exists
 PROBE = 0.5  # seconds of silence from the data servers after which a file checks whether its layout changed
 
@@ -76,6 +79,7 @@ class BlockReader:
     _pf_pending: dict[tuple[int, int], Any]
     _pf_next: int
     _pf_size: int
+    _pf_burst: int
 
     def _where(self, block: int, skip: frozenset[int] = frozenset()) -> tuple[int, Peer]:  # AdhocFile
         raise NotImplementedError
@@ -158,20 +162,20 @@ class BlockReader:
 
     def _pf_request(self, blocks_wanted: Iterable[int]) -> None:
         """Request ``blocks_wanted`` (the whole block each), in requests of up to ``GET_BYTES`` per server."""
-        bs = self.block_size
-        per = max(1, GET_BYTES // bs)
+        most = max(1, GET_BYTES // self.block_size)
         by_server: dict[int, tuple[Peer, list[int]]] = {}
         for b in blocks_wanted:
             sid, p = self._where(b)
             blocks = by_server.setdefault(sid, (p, []))[1]
             blocks.append(b)
-            if len(blocks) >= per:
+            if len(blocks) >= min(most, self._pf_burst):
                 self._pf_ask(sid, p, blocks)
                 del by_server[sid]
         for sid, (p, blocks) in by_server.items():
             self._pf_ask(sid, p, blocks)
 
     def _pf_ask(self, sid: int, p: Peer, blocks: list[int]) -> None:
+        self._pf_burst = min(2 * self._pf_burst, 1 << 20)  # the ramp: see GET_BYTES
         rid = p.send(GetBlocks(self.fid, blocks, self.block_size, self.version))
         self._pf_pending[(sid, rid)] = _Pending((sid, rid), blocks[0], 0, self.block_size, None, 0, p, tuple(blocks))
 
@@ -207,6 +211,7 @@ class BlockReader:
         self._pf_pending.clear()
         self._pf_data.clear()
         self._pf_next = 0
+        self._pf_burst = 1
 
     def _collect(
         self, pending: dict[tuple[int, int], _Pending], what: str

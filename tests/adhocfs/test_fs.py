@@ -113,6 +113,36 @@ def test_reads_a_little_out_of_order_keep_the_read_ahead(fs):
     assert read_bytes() - before == len(data)
 
 
+def test_sequential_read_ahead_starts_with_one_block_then_doubles(fs, monkeypatch):
+    """A sequential reader's first read-ahead request asks a single block, each further request twice as many,
+    up to GET_BYTES: the first block arrives without waiting for a whole large reply. Every block is asked once
+    and the bytes read back are the file's."""
+    from malleable.adhocfs import _rpc
+    from malleable.adhocfs._protocol import GetBlocks
+    from malleable.adhocfs._reader import GET_BYTES
+
+    bs, n = 64 * 1024, 200
+    data = random.Random(8).randbytes(bs * n)
+    with fs.open("/ramp", "wb", block_size=bs) as f:
+        f.write(data)
+    asked: list[list[int]] = []
+    real_send = _rpc.Peer.send
+
+    def recording_send(self, msg):
+        if isinstance(msg, GetBlocks):
+            asked.append(list(msg.blocks))
+        return real_send(self, msg)
+
+    monkeypatch.setattr(_rpc.Peer, "send", recording_send)
+    with fs.open("/ramp", "rb") as f:
+        got = b"".join(iter(lambda: f.read(bs), b""))
+    assert got == data
+    sizes = [len(b) for b in asked]
+    assert sizes[:5] == [1, 2, 4, 8, 16]
+    assert max(sizes) <= GET_BYTES // bs
+    assert sorted(b for blocks in asked for b in blocks) == list(range(n))
+
+
 def test_holes_read_as_zeros(fs):
     with fs.open("/holes", "wb", block_size=4096) as f:
         f.seek(3 * 4096 + 10)
