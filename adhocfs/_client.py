@@ -400,7 +400,11 @@ class AdhocFile(BlockReader, BlockWriter, io.RawIOBase):
         n = self.readinto(buf)
         return bytes(buf[:n])
 
-    def write(self, b: Any) -> int:
+    def write(self, b: Any, *, copy: bool = True) -> int:
+        """Write the bytes of ``b`` at the position (writes go behind: the file keeps the pieces it sends until
+        the servers acknowledge them). ``bytes`` are kept without a copy; any other buffer is copied, unless
+        ``copy=False``: the caller then promises that its bytes do not change until the file is flushed or closed
+        (a read-only mapping of a file nobody writes, for instance)."""
         self._check_open()
         if not self._write_ok:
             raise io.UnsupportedOperation(f"{self.name} is not open for writing")
@@ -422,7 +426,7 @@ class AdhocFile(BlockReader, BlockWriter, io.RawIOBase):
         # requests in flight: the window's blocks in requests of PUT_BYTES; each acknowledgement lets one more go
         limit = max(2, self.fs.window * self.block_size // PUT_BYTES) * self._r  # one per copy
         # write-behind keeps the pieces until acknowledged: immutable input is sent without a copy
-        frozen = isinstance(b, bytes)
+        frozen = not copy or isinstance(b, bytes)
         for block, off, ln in block_range(self._pos, n, self.block_size):
             self._queue_put(block, off, data[pos : pos + ln] if frozen else bytes(data[pos : pos + ln]))
             self._unpub.add(block)

@@ -34,6 +34,7 @@ import ctypes
 import functools
 import io
 import json
+import mmap
 import os
 import pwd
 import signal
@@ -42,7 +43,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,17 +82,42 @@ class Staged:
 
 
 # ------------------------------------------------------------------------------------------------ the child
+class Shrank(StageFailure):
+    """A source file got shorter while it was being staged in: the copy would not be the file."""
+
+
+SHRANK = "a source file shrank while it was being copied"
+
+
+@contextlib.contextmanager
+def _mapped(fd: int, off: int, length: int) -> Iterator[memoryview | None]:
+    """Bytes ``off .. off + length`` of ``fd`` as a read-only mapping of the file (sent to the file system without
+    a copy: the page cache's pages go straight to the socket), or None where the file cannot be mapped (then it is
+    read). Mapped pages past the file's end kill the process with SIGBUS: a file that shrinks during the copy ends
+    the stager, which :func:`run` reports (:data:`SHRANK`)."""
+    try:
+        m = mmap.mmap(fd, length, prot=mmap.PROT_READ, offset=off) if length else None
+    except (OSError, ValueError):
+        m = None
+    view = memoryview(m) if m is not None else None
+    try:
+        yield view
+    finally:
+        if view is not None and m is not None:
+            view.release()
+            with contextlib.suppress(BufferError):  # pieces still held (a failed copy): unmapped once dropped
+                m.close()
+
+
 def _copy_range_in(fd: int, dst: str, off: int, length: int, parts: Parts) -> Callable[[Any], int]:
-    """The job copying bytes ``off .. off + length`` of descriptor ``fd`` into ``dst`` (made at its full size)."""
+    """The job copying bytes ``off .. off + length`` of descriptor ``fd`` (``off`` a multiple of :data:`CHUNK`) into
+    ``dst`` (made at its full size)."""
     def job(fs: Any) -> int:
-        n, ok = 0, False
+        ok = False
         try:
             if fs is None:
                 return 0
-            with fs.open(dst, "r+b") as out:
-                out.seek(off)
-                while n < length and (chunk := os.pread(fd, min(CHUNK, length - n), off + n)):
-                    n += out.write(chunk)
+            n = _copy_in(fs, fd, dst, "r+b", off, length)
             ok = True
             return n
         finally:
@@ -102,17 +128,28 @@ def _copy_range_in(fd: int, dst: str, off: int, length: int, parts: Parts) -> Ca
 def _copy_file_in(fd: int, dst: str) -> Callable[[Any], int]:
     """The job copying what descriptor ``fd`` (checked regular) holds to ``dst``; it closes ``fd``."""
     def job(fs: Any) -> int:
-        total = 0
         try:
-            if fs is None:
-                return 0
-            with fs.open(dst, "wb") as out:
-                while chunk := os.read(fd, CHUNK):
-                    total += out.write(chunk)
+            return 0 if fs is None else _copy_in(fs, fd, dst, "wb", 0, os.fstat(fd).st_size)
         finally:
             os.close(fd)
-        return total
     return job
+
+
+def _copy_in(fs: Any, fd: int, dst: str, mode: str, off: int, length: int) -> int:
+    """Copy bytes ``off .. off + length`` of ``fd`` to the same place in ``dst`` (opened with ``mode``), from a
+    mapping of the file where it can be mapped; fewer bytes than that in the file is :class:`Shrank`."""
+    n = 0
+    with _mapped(fd, off, length) as view, fs.open(dst, mode) as out:
+        out.seek(off)
+        while n < length:
+            k = min(CHUNK, length - n)
+            if view is not None:
+                n += out.write(view[n : n + k], copy=False)   # the file's pages, unchanged until acknowledged
+            elif chunk := os.pread(fd, k, off + n):
+                n += out.write(chunk)
+            else:
+                raise Shrank(f"{SHRANK} ({off + n} of its {off + length} bytes were there)")
+    return n
 
 
 class _Batches:
@@ -442,8 +479,10 @@ def run(address: str, secret: str, direction: str, pairs: Sequence[tuple[str, st
     proc.wait()
     watcher.join(1.0)
     if len(done) < len(pairs) and not (direction == "in" and done and done[-1].error):
-        reason = why[0] if why else ("staging ended early: " + " ".join(err.split())[-300:] if err.strip()
-                                     else f"staging ended early (exit {proc.returncode})")
+        reason = why[0] if why else (
+            f"failed: {SHRANK}" if proc.returncode == -signal.SIGBUS     # see _mapped
+            else "staging ended early: " + " ".join(err.split())[-300:] if err.strip()
+            else f"staging ended early (exit {proc.returncode})")
         for src, dst in pairs[len(done):]:
             s = Staged(src, dst, 0, f"stage-{direction} {reason}")
             done.append(s)

@@ -143,6 +143,24 @@ def test_sequential_read_ahead_starts_with_one_block_then_doubles(fs, monkeypatc
     assert sorted(b for blocks in asked for b in blocks) == list(range(n))
 
 
+def test_a_written_buffer_is_copied_unless_the_caller_says_it_stays_unchanged(fs):
+    """Writes go behind: a buffer changed after ``write`` returns still lands as it was when written (its pieces
+    were copied), while ``copy=False`` sends the caller's own memory, which the file keeps until acknowledged."""
+    original = random.Random(9).randbytes(3 * BS + 5)
+    first = bytearray(original)
+    with fs.open("/copied", "wb") as f:
+        f.write(first)
+        first[:] = bytes(len(first))                       # before the flush at close
+    with fs.open("/copied", "rb") as f:
+        assert f.read() == original
+    kept = random.Random(10).randbytes(3 * BS + 5)
+    with fs.open("/kept", "wb") as f:
+        assert f.write(memoryview(kept)[BS:], copy=False) == 2 * BS + 5
+        assert f.write(memoryview(kept)[:BS], copy=False) == BS
+    with fs.open("/kept", "rb") as f:
+        assert f.read() == kept[BS:] + kept[:BS]
+
+
 def test_holes_read_as_zeros(fs):
     with fs.open("/holes", "wb", block_size=4096) as f:
         f.seek(3 * 4096 + 10)

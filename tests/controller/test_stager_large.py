@@ -2,17 +2,21 @@
 (copied by every stream at once, written straight to the disk, its last piece padded and cut back) and a file
 copied whole come back byte for byte in both directions; a stage-out into a full or a read-only file system fails in
 one line, leaves no partial or temporary file there and keeps the data, which a stage-out elsewhere then copies
-whole; and the local copy loop gets the same bytes from a reader that returns pieces of any length."""
+whole; a source file cut short during its stage-in fails it; and the local copy loop gets the same bytes from a reader
+that returns pieces of any length."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import threading
+import time
 
 import pytest
 
 from malleable.controller.daemon._localcopy import ALIGN, copy_into, go_direct
-from malleable.controller.daemon._stager import SPLIT, run
+from malleable.controller.daemon._stager import SHRANK, SPLIT, WINDOW, run
 from malleable.controller.daemon._streams import CHUNK
 from tests.controller._stager_util import SECRET, stager_fs
 
@@ -67,6 +71,38 @@ def test_a_stage_out_to_a_full_or_read_only_disk_fails_in_one_line_and_keeps_the
     got = run(dep.address, SECRET, "out", [("/big.bin", str(tmp_path / "again.bin"))])   # the data is still there
     assert [(s.size, s.error) for s in got] == [(len(big), "")]
     assert (tmp_path / "again.bin").read_bytes() == big
+
+
+@pytest.mark.timeout(180)
+def test_a_source_file_that_shrinks_during_its_stage_in_fails_it_and_is_never_staged_short(dep, tmp_path):
+    """The stager sends a large file straight from a mapping of it. The data servers are stopped, so the copy is
+    held with at most the streams' windows sent; the source is then cut to nothing and the servers go on: the
+    stage-in fails in one line saying why (the child reading past the file's new end, by mapping or by read), and
+    no stage-in reports the file staged (before the mapping, a read cut short ended the copy as a success)."""
+    from malleable.adhocfs import connect
+
+    src = tmp_path / "big.bin"
+    src.write_bytes(os.urandom(4 * SPLIT + 4 * M))          # far more than 4 streams' windows of blocks
+    assert src.stat().st_size > 8 * WINDOW * 512 * 1024
+    servers = [p for name, p in dep.procs.items() if name.startswith("data")]
+    got: list = []
+    for p in servers:
+        p.send_signal(signal.SIGSTOP)
+    try:
+        copy = threading.Thread(target=lambda: got.extend(run(dep.address, SECRET, "in", [(str(src), "/big.bin")])))
+        copy.start()
+        with connect(dep.address, token=SECRET, timeout=30) as fs:
+            deadline = time.monotonic() + 60
+            while not fs.exists("/big.bin"):                   # made at its full size before any byte is sent
+                assert time.monotonic() < deadline, "the stager never made its destination"
+                time.sleep(0.01)
+        os.truncate(src, 0)
+    finally:
+        for p in servers:
+            p.send_signal(signal.SIGCONT)
+    copy.join(120)
+    assert not copy.is_alive()
+    assert len(got) == 1 and got[0].size == 0 and SHRANK in got[0].error and "\n" not in got[0].error, got
 
 
 @pytest.mark.parametrize("direct", [True, False])
