@@ -162,20 +162,19 @@ class BlockReader:
 
     def _pf_request(self, blocks_wanted: Iterable[int]) -> None:
         """Request ``blocks_wanted`` (the whole block each), in requests of up to ``GET_BYTES`` per server."""
-        most = max(1, GET_BYTES // self.block_size)
         by_server: dict[int, tuple[Peer, list[int]]] = {}
         for b in blocks_wanted:
             sid, p = self._where(b)
             blocks = by_server.setdefault(sid, (p, []))[1]
             blocks.append(b)
-            if len(blocks) >= min(most, self._pf_burst):
+            if len(blocks) >= self._pf_burst:
                 self._pf_ask(sid, p, blocks)
                 del by_server[sid]
         for sid, (p, blocks) in by_server.items():
             self._pf_ask(sid, p, blocks)
 
     def _pf_ask(self, sid: int, p: Peer, blocks: list[int]) -> None:
-        self._pf_burst = min(2 * self._pf_burst, 1 << 20)  # the ramp: see GET_BYTES
+        self._pf_burst = min(2 * self._pf_burst, max(1, GET_BYTES // self.block_size))  # the ramp: see GET_BYTES
         rid = p.send(GetBlocks(self.fid, blocks, self.block_size, self.version))
         self._pf_pending[(sid, rid)] = _Pending((sid, rid), blocks[0], 0, self.block_size, None, 0, p, tuple(blocks))
 

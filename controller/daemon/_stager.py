@@ -82,11 +82,8 @@ class Staged:
 
 
 # ------------------------------------------------------------------------------------------------ the child
-class Shrank(StageFailure):
-    """A source file got shorter while it was being staged in: the copy would not be the file."""
-
-
 SHRANK = "a source file shrank while it was being copied"
+"""Why a stage-in fails when a source file gets shorter during its copy (the copy would not be the file)."""
 
 
 @contextlib.contextmanager
@@ -137,7 +134,7 @@ def _copy_file_in(fd: int, dst: str) -> Callable[[Any], int]:
 
 def _copy_in(fs: Any, fd: int, dst: str, mode: str, off: int, length: int) -> int:
     """Copy bytes ``off .. off + length`` of ``fd`` to the same place in ``dst`` (opened with ``mode``), from a
-    mapping of the file where it can be mapped; fewer bytes than that in the file is :class:`Shrank`."""
+    mapping of the file where it can be mapped; fewer bytes than that in the file fails the copy (:data:`SHRANK`)."""
     n = 0
     with _mapped(fd, off, length) as view, fs.open(dst, mode) as out:
         out.seek(off)
@@ -148,7 +145,7 @@ def _copy_in(fs: Any, fd: int, dst: str, mode: str, off: int, length: int) -> in
             elif chunk := os.pread(fd, k, off + n):
                 n += out.write(chunk)
             else:
-                raise Shrank(f"{SHRANK} ({off + n} of its {off + length} bytes were there)")
+                raise StageFailure(f"{SHRANK} ({off + n} of its {off + length} bytes were there)")
     return n
 
 
