@@ -22,8 +22,10 @@ baseline is encrypted the same way.
 Every client run is paired with a raw run: both sets of servers are started first, then their phases take turns
 (raw first in even repetitions, the client first in odd ones: write, write, raw keep, read, read), and ratios are
 reported per pair (median and range): the machine may be shared, and the two phases of a pair see about the same
-load. Each run also records the CPU seconds of every process (clients, servers) and of the whole machine,
-so where the cores' time goes can be read from the results.
+load. The variants of a configuration take turns too (in the given order in even repetitions, reversed in odd
+ones): identical write code run first and second in every repetition once differed by up to 27 points. Each run
+also records the CPU seconds of every process (clients, servers) and of the whole machine, so where the cores' time
+goes can be read from the results.
 
 Variants of the client run (``--variants``): ``client`` (this tree), ``nomac`` (this tree with the payload MAC
 replaced by none on every peer, a benchmark-only patch loaded through ``sitecustomize``: what the MAC costs) and
@@ -445,7 +447,7 @@ def main() -> int:
     for rep in range(args.reps):
         for c in configs:
             os.environ["MALLEABLE_ENCRYPT"] = "1" if c["encrypt"] else "0"  # servers and workers inherit it
-            for v in variants:
+            for v in variants if rep % 2 == 0 else variants[::-1]:  # each variant first as often as the others
                 if v.name == "nomac" and c["name"] not in nomac_on:
                     continue
                 v.env["MALLEABLE_ENCRYPT"] = os.environ["MALLEABLE_ENCRYPT"]
