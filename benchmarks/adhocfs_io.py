@@ -105,12 +105,13 @@ def worker_fs(addr: str, path: str, nbytes: int, op: str, start_at: float, xfer:
         else:
             out = bytearray(xfer)
             with fs.open(path, "rb") as f:
-                got = 0
+                got = f.readinto(out)
+                first = time.time()
                 while n := f.readinto(out):
                     got += n
             assert got == nbytes, (got, nbytes)
         t1, c1 = time.time(), _own_cpu()
-    print(json.dumps({"t0": t0, "t1": t1, "cpu": c1 - c0}))
+    print(json.dumps({"t0": t0, "t1": t1, "cpu": c1 - c0, **({"first": first - t0} if op == "read" else {})}))
 
 
 def _raw_socket(ctx: Any, kind: int, server: bool) -> Any:
@@ -212,6 +213,7 @@ def worker_raw_client(addrs: str, nbytes: int, op: str, start_at: float, copies:
         for s, k in zip(socks, shares, strict=True):
             s.send_multipart([b"R", str(k * XFER).encode()])
             poller.register(s, zmq.POLLIN)
+        first = 0.0
         while got < n * XFER:
             for s in dict(poller.poll(30_000)):
                 while True:
@@ -219,12 +221,13 @@ def worker_raw_client(addrs: str, nbytes: int, op: str, start_at: float, copies:
                         got += len(s.recv(zmq.NOBLOCK, copy=False))
                     except zmq.Again:
                         break
+                first = first or time.time()
     t1, c1 = time.time(), _own_cpu()
     assert got == n * XFER * (copies if op != "read" else 1), (got, n * XFER)
     for s in socks:
         s.close()
     ctx.term()
-    print(json.dumps({"t0": t0, "t1": t1, "cpu": c1 - c0}))
+    print(json.dumps({"t0": t0, "t1": t1, "cpu": c1 - c0, **({"first": first - t0} if op == "read" else {})}))
 
 
 def worker_fs_serve(nservers: int, replicas: int) -> None:
@@ -295,6 +298,8 @@ def _phase(spawn: Any, nclients: int, server_pids: list[int], per: int, op: str)
         "MBps": per * nclients / wall / 1e6,
         "wall": wall,
         "late": max(o["t0"] for o in outs) - start_at,  # a worker that was not ready at the common start
+        # reads: seconds from a reader's start to its first piece (its open and first request), the slowest reader's
+        **({"first": max(o["first"] for o in outs)} if all("first" in o for o in outs) else {}),
         "client_cpu": sum(o["cpu"] for o in outs),
         "server_cpu": srv,  # over the whole phase, start lead included (idle servers use next to nothing)
         "machine_cpu": _machine_busy() - busy0,  # every process of the machine, ours and others', lead included
@@ -407,6 +412,9 @@ def _row(c: dict[str, Any], variant: str, pairs: list[dict[str, Any]], per_bytes
         if op == "write":  # against raw servers that keep the bytes in memory, as a store must
             q["raw_keep_MBps"] = _summary([p["raw"]["keep"]["MBps"] for p in pairs], 1)
             q["vs_raw_keep"] = _summary([p["fs"][op]["MBps"] / p["raw"]["keep"]["MBps"] for p in pairs])
+        if op == "read":  # milliseconds to the slower reader's first piece: the file's open and first reply
+            q["first_ms"] = _summary([p["fs"][op]["first"] * 1e3 for p in pairs], 1)
+            q["raw_first_ms"] = _summary([p["raw"][op]["first"] * 1e3 for p in pairs], 1)
         # CPU seconds per GB moved by the client and by the server processes, of the run and of its raw pair
         q["cpu_s_per_GB"] = {
             f"{side}_{who}": round(statistics.median(p[side if side == "fs" else "raw"][o][f"{who}_cpu"] / gb
@@ -456,7 +464,9 @@ def main() -> int:
                 pairs.setdefault((c["name"], v.name), []).append(got)
                 print(f"rep {rep + 1}/{args.reps} {c['name']:>5} {v.name:>8}: " + ", ".join(
                     f"{op} {fs[op]['MBps']:5.0f} / raw {raw[op]['MBps']:5.0f} = {fs[op]['MBps'] / raw[op]['MBps']:4.0%}"
-                    for op in ("write", "read", "rewrite")), file=sys.stderr, flush=True)
+                    for op in ("write", "read", "rewrite"))
+                    + f"; first read piece {fs['read']['first'] * 1e3:.1f} / raw {raw['read']['first'] * 1e3:.1f} ms",
+                    file=sys.stderr, flush=True)
     os.environ["MALLEABLE_ENCRYPT"] = "0"
     site.cleanup()
     rows = [_row(c, v.name, pairs[(c["name"], v.name)], per * args.clients)
