@@ -35,6 +35,10 @@ __all__ = ["BRIDGE", "HEAD", "HEAD_IP", "MAX_HOSTS", "HostState", "TestbedError"
 BRIDGE = "mbr0"
 SUBNET = "10.77.0"
 HEAD, HEAD_IP = "head", f"{SUBNET}.1"
+BRIDGE_MAC = "02:6d:62:72:00:01"
+"""The bridge's own (locally administered) address, set so that it never changes: a bridge left to choose takes
+the lowest address of its ports, so a host added later may change it, and the hosts that cached the old one for
+the head lose the head for up to half a minute (their neighbour entries still point at the old address)."""
 TAG = "# netns-cluster"                       # ends every /etc/hosts line that up adds
 STATE = Path("/run/netns-cluster")            # the record and the lock (both tools use them)
 RECORD = STATE / "created"
@@ -114,6 +118,7 @@ def up(n: int) -> list[HostState]:
             _ip("link", "add", BRIDGE, "type", "bridge")
             _record("br", BRIDGE)
             _ip("addr", "add", f"{HEAD_IP}/24", "dev", BRIDGE)
+        _ip("link", "set", BRIDGE, "address", BRIDGE_MAC)     # also for a bridge an older version made
         _ip("link", "set", BRIDGE, "up")
         _hosts_line(HEAD_IP, HEAD)
         for i in range(1, n + 1):

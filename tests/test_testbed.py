@@ -54,7 +54,11 @@ def in_sandbox(scenario: str, timeout: float = 180) -> dict:
 def test_up_adds_hosts_that_reach_each_other_by_name_and_down_removes_everything():
     seen = in_sandbox("""
         seen["up2"] = sh(*TB, "up", "2").stdout
+        mac = lambda: open("/sys/class/net/mbr0/address").read().strip()
+        seen["bridge_mac"] = [mac()]
         seen["up3"] = sh(*TB, "up", "3").stdout                      # adds node3 only
+        seen["bridge_mac"].append(mac())                             # a new port does not change it
+        seen["bridge_mac_kind"] = open("/sys/class/net/mbr0/addr_assign_type").read().strip()
         seen["record"] = open("/run/netns-cluster/created").read()
         seen["etc_hosts"] = [l for l in open("/etc/hosts").read().splitlines() if "netns-cluster" in l]
         seen["hostname"] = sh(*TB, "exec", "node3", "hostname").stdout.strip()
@@ -92,6 +96,7 @@ def test_up_adds_hosts_that_reach_each_other_by_name_and_down_removes_everything
     assert [line.split()[:2] for line in seen["up3"].splitlines()] == [
         ["head", "10.77.0.1"], ["node1", "10.77.0.11"], ["node2", "10.77.0.12"], ["node3", "10.77.0.13"]]
     assert "namespace ok" in seen["up3"] and "bridge mbr0: up" in seen["up3"]
+    assert seen["bridge_mac"] == [_testbed.BRIDGE_MAC] * 2 and seen["bridge_mac_kind"] == "3"   # 3: set, fixed
     assert seen["record"].splitlines() == ["dir /run/netns", "br mbr0", "ns node1", "ns node2", "ns node3"]
     assert seen["etc_hosts"] == ["10.77.0.1 head # netns-cluster", "10.77.0.11 node1 # netns-cluster",
                                  "10.77.0.12 node2 # netns-cluster", "10.77.0.13 node3 # netns-cluster"]
