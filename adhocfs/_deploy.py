@@ -320,6 +320,7 @@ def start_fs(
     replicas: int = 1,
     capacity: int = 0,
     env: dict[str, str] | None = None,
+    prefix: str = "malleable-fs-",
 ) -> Deployment:
     """Start a metadata server on ``meta`` (``HOST[:PORT]``) and one data server per entry of ``data``.
 
@@ -336,6 +337,8 @@ def start_fs(
         replicas: copies kept of each block, on the next servers in rendezvous order (default 1).
         capacity: most bytes each data server holds (0: no limit).
         env: the servers' environment (default: this process's).
+        prefix: name prefix of the temporary state directory made when ``state`` is not given (a caller that
+            may have to clean up after a killed metadata server names its directories so it can find them).
 
     Raises:
         FsError: a server failed to start (its log tail is in the message).
@@ -346,7 +349,7 @@ def start_fs(
     if replicas < 1 or capacity < 0:
         raise ConfigError(f"replicas must be >= 1 and capacity >= 0, got {replicas} and {capacity}")
     owned = state is None
-    state = state or tempfile.mkdtemp(prefix="malleable-fs-")
+    state = state or tempfile.mkdtemp(prefix=prefix)
     addr, mproc = start_meta(meta, state, block_size, launcher, replicas, owns_state=owned, env=env)
     procs = {"metadata server": mproc}
     try:

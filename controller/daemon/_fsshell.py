@@ -38,6 +38,7 @@ import logging
 import os
 import queue
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -77,7 +78,7 @@ log = logging.getLogger(__name__)
 FS_ENV = "MALLEABLE_FS"
 """The job's file-system address (what every ``malleable fs`` command reads when ``--meta`` is not given)."""
 
-TOKEN_ENV = "MALLEABLE_TOKEN"
+TOKEN_ENV = "MALLEABLE_TOKEN"  # noqa: S105 - the name of the variable, not a secret
 """Where adhocfs servers and clients read their shared secret."""
 
 CLEAN_WAIT = 10.0        # seconds the servers may take to exit after the stop before they are killed
@@ -113,7 +114,6 @@ class FsShell:
         self.names: dict[int, dict[int, str]] = {}   # job id -> {data server id: pool host}
         self.scaling: set[int] = set()           # jobs whose file system is being changed (not sampled meanwhile)
         self.last: dict[int, tuple[float, dict[int, int]]] = {}   # job id -> (time, bytes per server) last seen
-        self.made: dict[int, str] = {}           # job id -> log directory made for a file system taken over
         self.lost: dict[int, set[int]] = {}      # job id -> data servers reported not answering
         self.stopped: set[int] = set()           # jobs whose file system is being stopped or is gone
         self.faults: dict[int, FsFault] = {}     # job id -> a fault found by the last sample, to be reported
@@ -132,6 +132,11 @@ class FsShell:
     def tag(self, job_id: int) -> str:
         """The tag the job's servers carry."""
         return f"{self.cid}.fs{job_id}"
+
+    def dir_prefix(self, job_id: int) -> str:
+        """Name prefix of the temporary directories of the job's file system on this host (metadata database, server
+        logs): :meth:`_sweep` finds them by it, even after its metadata server was killed."""
+        return f"malleable-fs-{self.tag(job_id)}-"
 
     def host(self, name: str) -> str:
         """Where a server for pool host ``name`` runs: this machine for a ``local`` pool's slots."""
@@ -231,7 +236,8 @@ class FsShell:
         secret = self.secret(jid).encode()
         try:
             dep = start_fs(self.host(a.meta), [self.host(h) for h in a.data], launcher=self.pool.launcher_exec,
-                           token=secret, capacity=a.capacity, env=self._server_env(jid), replicas=a.replicas)
+                           token=secret, capacity=a.capacity, env=self._server_env(jid), replicas=a.replicas,
+                           prefix=self.dir_prefix(jid))
         except (MalleableError, OSError, ValueError) as e:
             log.error("job %d: file system did not start: %s", jid, e)  # noqa: TRY400 - the reason is the message
             self._post(FsFailed(time.time(), jid, f"the servers did not start: {' '.join(str(e).split())[:400]}"))
@@ -288,7 +294,8 @@ class FsShell:
     def _attach(self, a: AttachFs) -> None:
         """Check the file system and rebuild its handle: a :class:`~malleable.adhocfs.Deployment` without processes
         of this daemon (the stop kills the old servers by their tag) whose ``state`` (where later data servers
-        write their logs) is a new directory, removed at the stop; so it grows and shrinks as before."""
+        write their logs) is the metadata server's own directory when it is on this host, else a new one (both
+        removed at the stop); so it grows and shrinks as before."""
         from malleable.adhocfs._deploy import Deployment, MetaClient
 
         jid, error = a.job_id, ""
@@ -302,8 +309,8 @@ class FsShell:
             data = {s["sid"]: (s["host"], s["addr"]) for s in st.servers if s["state"] == "active"}
             with self.lock:
                 if jid not in self.stopped:          # not already being stopped (the job ended meanwhile)
-                    self.deps[jid] = Deployment(a.address, tempfile.mkdtemp(prefix="malleable-fs-"), data=data)
-                    self.made[jid] = self.deps[jid].state
+                    state = st.state if _own_dir(st.state) else tempfile.mkdtemp(prefix=self.dir_prefix(jid))
+                    self.deps[jid] = Deployment(a.address, state, data=data)
                     self.names[jid] = dict(a.servers)
             self._sampling()
             log.info("job %d: re-attached its file system at %s", jid, a.address)
@@ -428,11 +435,8 @@ class FsShell:
             self.names.pop(jid, None)
             self.last.pop(jid, None)
             self.lost.pop(jid, None)
-            made = self.made.pop(jid, None)
         if dep is not None:
             dep.wait(CLEAN_WAIT)
-        if made:
-            shutil.rmtree(made, ignore_errors=True)
         tag, names = self.tag(jid), [h for h in dict.fromkeys(hosts) if h]
         deadline = time.monotonic() + (CLEAN_WAIT if address else 0.0)   # nothing asked them to stop: kill now
         while True:
@@ -444,7 +448,21 @@ class FsShell:
         for h, pids in left.items():
             log.warning("job %d: file-system processes left on %s: %s; killing them", jid, h, pids)
             self.pool.kill(tag, h, pids)
+        self._sweep(jid)
         return tuple(sorted(left)), err
+
+    def _sweep(self, jid: int) -> None:
+        """Remove this host's temporary directories of job ``jid``'s file system once its servers are gone: the
+        metadata server removes its own when it is asked to stop, not when it is killed (a restart stopping a file
+        system that was being started, or one that does not answer); a re-attached one's later servers may log in
+        a directory of the daemon's. A job has one file system at a time (the next starts after this stop), so
+        the prefix names only this one's. Only real directories of this daemon's user are removed."""
+        root, prefix = tempfile.gettempdir(), self.dir_prefix(jid)
+        with os.scandir(root) as it:
+            paths = [e.path for e in it if e.name.startswith(prefix)]
+        for path in paths:
+            if _own_dir(path):
+                shutil.rmtree(path, ignore_errors=True)
 
 
     # -- growing and shrinking -------------------------------------------------------------------------------
@@ -556,3 +574,10 @@ class FsShell:
         return ""
 
 
+def _own_dir(path: str) -> bool:
+    """Whether ``path`` is a directory (not a link to one) owned by this process's user."""
+    try:
+        st = os.lstat(path) if path else None
+    except OSError:
+        return False
+    return st is not None and stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import io
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -111,9 +114,13 @@ def cli(*argv: str) -> tuple[int, str, str]:
 
 def kill_leftovers(pid: int, cid: str) -> None:
     """Test clean-up after a daemon run in its own process: kill the daemon ``pid`` (0: already stopped) and every
-    process tagged with its controller id ``cid`` (jobs, file-system servers)."""
+    process tagged with its controller id ``cid`` (jobs, file-system servers), and remove its file systems'
+    temporary directories (a killed metadata server leaves its own)."""
     if pid:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     if cid:
         kill_tagged(cid)
+        for root in {tempfile.gettempdir(), os.environ.get("TMPDIR") or tempfile.gettempdir()}:
+            for path in glob.glob(os.path.join(root, f"malleable-fs-{cid}.*")):   # its file systems' directories
+                shutil.rmtree(path, ignore_errors=True)

@@ -10,7 +10,9 @@ import contextlib
 import glob
 import json
 import os
+import shutil
 import sys
+import tempfile
 
 import psutil
 import pytest
@@ -34,6 +36,20 @@ def env(monkeypatch, tmp_path):
     monkeypatch.delenv("MALLEABLE_CONTROLLER", raising=False)
     monkeypatch.chdir(tmp_path)
     return dict(os.environ)
+
+
+@pytest.fixture
+def daemon_tmp(monkeypatch):
+    """A temporary folder of the daemon's own (``TMPDIR``): what its file systems leave there is seen."""
+    path = tempfile.mkdtemp(prefix="mt-")
+    monkeypatch.setenv("TMPDIR", path)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def fs_dirs(root):
+    """The file-system directories (metadata database, server logs) left in ``root``."""
+    return sorted(n for n in os.listdir(root) if n.startswith("malleable-fs-"))
 
 
 def start(state, cluster, hosts, cap="512M"):
@@ -61,7 +77,7 @@ def servers_of(tag, kind="malleable.adhocfs._"):
 @pytest.mark.netns
 @pytest.mark.timeout(180)
 def test_killed_while_the_file_system_starts_its_servers_are_stopped_and_the_job_gets_a_new_one(
-        env, tmp_path, netns_cluster):
+        daemon_tmp, env, tmp_path, netns_cluster):
     hosts = netns_cluster.hosts[:3]
     state = str(tmp_path / "ctl.sqlite")
     src = tmp_path / "in.bin"
@@ -94,6 +110,7 @@ def test_killed_while_the_file_system_starts_its_servers_are_stopped_and_the_job
         kinds = [e["kind"] for e in c.info(jid).events]
         assert kinds.count("fs-start") == 2 and kinds.count("fs-stopped") == 2, kinds   # the old one, then the new
         assert not servers_of(tag) and not scan_tagged(tag)
+        assert fs_dirs(daemon_tmp) == []             # the killed metadata server's directory too
         assert c.status()["bb_free"] == 2 * G
         c.close()
         assert cli("controller", "stop", "--state", state)[0] == 0
@@ -124,7 +141,8 @@ sys.exit(0 if os.path.exists(f"{tmp}/grown") else 2)
 
 @pytest.mark.netns
 @pytest.mark.timeout(240)
-def test_a_taken_over_file_system_grows_and_a_stage_out_cut_by_a_kill_is_finished(env, tmp_path, netns_cluster):
+def test_a_taken_over_file_system_grows_and_a_stage_out_cut_by_a_kill_is_finished(
+        daemon_tmp, env, tmp_path, netns_cluster):
     hosts = netns_cluster.hosts[:3]
     state = str(tmp_path / "ctl.sqlite")
     (tmp_path / "writer.py").write_text(WRITER)
@@ -165,6 +183,7 @@ def test_a_taken_over_file_system_grows_and_a_stage_out_cut_by_a_kill_is_finishe
         assert fs["stage_out"] == [["/big.bin", str(back), 512 * M + 3, ""]], fs["stage_out"]
         assert not glob.glob(f"{tmp_path}/.back.bin.stage-out.*")     # the cut copy's temporary file is gone
         assert not scan_tagged(f"{cid}.fs{jid}")                      # no server left on any host
+        assert fs_dirs(daemon_tmp) == []                              # nor a directory of its servers
         assert c.status()["bb_free"] == 1024 * M
         c.close()
         assert cli("controller", "stop", "--state", state)[0] == 0
