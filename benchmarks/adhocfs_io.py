@@ -41,8 +41,9 @@ the other tree's mount daemon, in turn with this tree's (the order alternating b
 Usage: python benchmarks/adhocfs_io.py [--total 512MiB] [--clients 2] [--configs 1,2,4,2r2,4r2,2enc] [--reps 3]
        [--variants client,nomac,against --against /path/to/other/.venv/bin/python]
        [--mount-servers 2] [--mount-total 512MiB] [--md-files 10000]
-Writes benchmarks/results/adhocfs_io.json and .png (the mount rows: adhocfs_io_mount.png). With ``--configs ''``
-only the mount rows run (their plot is then OUT.png).
+Writes benchmarks/results/adhocfs_io.json and .png (the mount rows: adhocfs_io_mount_rows.png). With
+``--configs ''`` only the mount rows run (their plot is then OUT.png; the docs' mount-only run writes
+adhocfs_io_mount.json and .png).
 """
 
 from __future__ import annotations
@@ -495,7 +496,7 @@ def main() -> int:
                                      _spawn, args.against if "against" in args.variants else None,
                                      args.against_label)
         print_mount(result["mount"])
-        plot_mount(result["mount"], Path(f"{out}_mount.png" if rows else f"{out}.png"))
+        plot_mount(result["mount"], Path(f"{out}_mount_rows.png" if rows else f"{out}.png"))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(result, indent=2))
     if rows:
