@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import selectors
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -350,9 +351,10 @@ def start_fs(
         raise ConfigError(f"replicas must be >= 1 and capacity >= 0, got {replicas} and {capacity}")
     owned = state is None
     state = state or tempfile.mkdtemp(prefix=prefix)
-    addr, mproc = start_meta(meta, state, block_size, launcher, replicas, owns_state=owned, env=env)
-    procs = {"metadata server": mproc}
+    procs: dict[str, subprocess.Popen] = {}
     try:
+        addr, procs["metadata server"] = start_meta(meta, state, block_size, launcher, replicas, owns_state=owned,
+                                                    env=env)
         dep = Deployment(addr, state, procs, dir=dir)
         servers, dprocs = start_data_servers(addr, list(data), state, dir, launcher, token, capacity=capacity,
                                              env=env)
@@ -366,6 +368,8 @@ def start_fs(
             if p.poll() is None:
                 p.kill()
                 p.wait()
+        if owned:                             # made here: nothing of a file system that never started is kept
+            shutil.rmtree(state, ignore_errors=True)
         raise
     log.info("adhocfs up: metadata %s, %d data servers", addr, len(servers))
     return dep

@@ -13,8 +13,8 @@ from tests._procs import running
 MALLEABLE = [sys.executable, "-m", "malleable"]
 
 
-def run(*args, check=True):
-    p = subprocess.run([*MALLEABLE, *args], capture_output=True, text=True, timeout=60)
+def run(*args, check=True, env=None):
+    p = subprocess.run([*MALLEABLE, *args], capture_output=True, text=True, timeout=60, env=env)
     if check and p.returncode:
         raise AssertionError(f"{args} exited {p.returncode}\n{p.stdout}\n{p.stderr}")
     return p
@@ -54,8 +54,12 @@ def test_start_put_get_ls_status_stop(tmp_path):
 
 
 def test_start_reports_failure_clearly(tmp_path):
-    bad = run("fs", "start", "--meta", "127.0.0.1:99999", "--data", "127.0.0.1", check=False)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    bad = run("fs", "start", "--meta", "127.0.0.1:99999", "--data", "127.0.0.1", check=False,
+              env={**os.environ, "TMPDIR": str(tmp)})
     assert bad.returncode != 0 and "HOST[:PORT]" in bad.stderr
+    assert os.listdir(tmp) == []                   # the state directory made for it is gone with it
 
 
 def test_expand_shrink_status_commands(tmp_path):
