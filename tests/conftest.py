@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from malleable.launch import _testbed
+from tests._procs import cmdline, running
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -40,13 +41,13 @@ def no_leaked_processes():
     yield
     deadline = time.monotonic() + 5.0
     while True:
-        left = [p for p in _descendants() if p.pid not in before and p.is_running()
-                and p.status() != psutil.STATUS_ZOMBIE]
+        # A process may end between listing and checking it: `running` answers False then, never raises.
+        left = [p for p in _descendants() if p.pid not in before and running(p.pid)]
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.1)
     if left:
-        desc = ", ".join(f"{p.pid}:{' '.join(p.cmdline()[:3])}" for p in left if p.is_running())
+        desc = ", ".join(f"{p.pid}:{' '.join(cmdline(p.pid)[:3])}" for p in left)
         for p in left:
             try:
                 p.kill()

@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 from malleable.adhocfs._fuse_mount import FSTYPE, MountRecord, fuse_unavailable, mount, mount_point, umount
+from tests._procs import running
 
 
 def need_fuse() -> None:
@@ -73,17 +74,10 @@ def unmount_checked(path: str, pid: int) -> None:
         why = f"umount failed: {e}"
         force_unmount(path, pid)
     left = mount_point(path) == FSTYPE
-    alive = _alive(pid)
+    alive = running(pid)
     if left or alive:
         force_unmount(path, pid)
         pytest.fail(f"the mount of {path} outlived its test (mounted: {left}, daemon alive: {alive}) {why}")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 @pytest.fixture

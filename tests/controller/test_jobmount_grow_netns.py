@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from malleable.controller.daemon._hostpool import HostPool, netns_of
+from tests._procs import running
 from tests.controller._daemon_util import daemon_thread, isolate, wait_final, wait_for
 from tests.controller._mounts import checked_root, mount_daemons, mounts_anywhere, root  # noqa: F401 - a fixture
 from tests.controller._users import unix_users
@@ -80,7 +81,7 @@ def test_a_job_grown_onto_a_host_has_its_mount_there_and_loses_it_after_leaving(
         freed = min(t0 for k, t, t0 in events(c, jid, "host-free") if t.startswith(f"{second}:"))
         gone = [t0 for _, t, t0 in events(c, jid, "umount") if t == f"{where} on {second}: done"][0]
         assert left and freed <= gone                      # checked free of the job's processes first
-        assert not psutil_alive(got["pid"])
+        assert not running(got["pid"])
         wait_for(lambda: [netns_of(p) for p in mount_daemons(root)] == [pool.ns_inode(first)], 30,
                  "only the first host's mount daemon to be left")
         assert {m for pid, m in mounts_anywhere(root) if netns_of(pid) == pool.ns_inode(second)} == set()
@@ -105,15 +106,6 @@ def test_a_job_grown_onto_a_host_has_its_mount_there_and_loses_it_after_leaving(
 def under(root: str, mounts: list[str]) -> list[str]:
     """The mount points under ``root`` (a login's namespace also shows the machine's other adhocfs mounts)."""
     return [m for m in mounts if m.startswith(root + "/")]
-
-
-def psutil_alive(pid: int) -> bool:
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 @pytest.mark.timeout(240)

@@ -10,7 +10,7 @@ import numpy as np
 
 from malleable.apps import jacobi
 from malleable.runtime._mpi import backend_named
-from tests._procs import run_all_or_kill
+from tests._procs import run_all_or_kill, running
 from tests.runtime._helpers import MPI_ENV, run_prog
 
 OVERLAP = {"MALLEABLE_OVERLAP": "1", "PROG_SLEEP": "0.05"}
@@ -78,18 +78,10 @@ def _cancel_run(mpi, tmp_path, plan, iters, n=1, extra=None):
 
 def _all_gone(pids):
     """Every process the job started has ended (a zombie has too); waits at most 10 s for their last breath."""
-    import psutil
-
-    def alive(pid):
-        try:
-            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return False
-
     deadline = time.monotonic() + 10
-    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+    while any(running(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return [p for p in pids if alive(p)]
+    return [p for p in pids if running(p)]
 
 
 def test_job_ending_while_an_expansion_is_prepared_cancels_it(mpi, tmp_path):
