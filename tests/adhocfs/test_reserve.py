@@ -99,13 +99,13 @@ def test_memory_beyond_the_reserve_goes_back_on_remove(tmp_path, monkeypatch):
             time.sleep(0.05)
         _server(fs)  # answered once the server is done giving memory back
         # given back down to about the reserve, which stays in memory: not given back and faulted in again (16,384
-        # fresh pages of 4 KiB, seconds on a virtual machine), and the next blocks land on it
+        # fresh pages of 4 KiB, seconds on a virtual machine). Where the next blocks land is malloc's choice (see
+        # docs/adhocfs.md), so it is not asserted: beside two CPU hogs they took fresh pages in 9 runs of 60, when
+        # freed memory holding part of the reserve had joined the heap's top, which malloc uses last.
         assert rss0 - 32 * MiB <= _rss(pid) <= rss0 + 32 * MiB
         assert _faults(pid) - f_removed < RESERVE // 4096 // 4
         data = os.urandom(48 * MiB)
-        f_again = _faults(pid)
         _write(fs, "/again", data)
-        assert _faults(pid) - f_again < len(data) // 4096 // 4
         with fs.open("/again", "rb") as f:
             assert f.read() == data
         assert _server(fs)[1] == len(data)
