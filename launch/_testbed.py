@@ -118,7 +118,10 @@ def up(n: int) -> list[HostState]:
             _ip("link", "add", BRIDGE, "type", "bridge")
             _record("br", BRIDGE)
             _ip("addr", "add", f"{HEAD_IP}/24", "dev", BRIDGE)
-        _ip("link", "set", BRIDGE, "address", BRIDGE_MAC)     # also for a bridge an older version made
+        if _bridge_mac() != BRIDGE_MAC:   # new, or made by an older version that let the bridge choose
+            _ip("link", "set", BRIDGE, "address", BRIDGE_MAC)
+            for name in hosts():            # forget the old address now, not after up to half a minute
+                _ip("-n", name, "neigh", "flush", "to", HEAD_IP, check=False)
         _ip("link", "set", BRIDGE, "up")
         _hosts_line(HEAD_IP, HEAD)
         for i in range(1, n + 1):
@@ -228,6 +231,13 @@ def _ip(*args: str, check: bool = True) -> None:
     done = subprocess.run(["ip", *args], capture_output=True, text=True)
     if check and done.returncode:
         raise TestbedError(f"ip {' '.join(args)}: {done.stderr.strip() or f'exit code {done.returncode}'}")
+
+
+def _bridge_mac() -> str:
+    try:
+        return Path(f"/sys/class/net/{BRIDGE}/address").read_text().strip()
+    except OSError:
+        return ""
 
 
 def _link_exists(name: str) -> bool:

@@ -110,6 +110,26 @@ def test_up_adds_hosts_that_reach_each_other_by_name_and_down_removes_everything
     assert seen["status_after"].startswith("no test-cluster hosts")
 
 
+def test_up_fixes_the_address_of_an_older_bridge_and_its_hosts_forget_the_old_one():
+    old = "02:6d:62:72:00:99"
+    seen = in_sandbox(f"""
+        sh(*TB, "up", "2")
+        sh("ip", "link", "set", "mbr0", "address", "{old}")        # as an older version left it: chosen by the bridge
+        knock = "import socket; s = socket.socket(); s.settimeout(5); print(s.connect_ex(('10.77.0.1', 9)))"
+        for host in ("node1", "node2"):          # both hosts reach the head (refused: no server): they cache {old}
+            seen[host] = sh(*TB, "exec", host, sys.executable, "-c", knock).stdout.strip()
+        seen["before"] = sh("ip", "-n", "node1", "neigh", "show", "to", "10.77.0.1").stdout
+        sh(*TB, "up", "2")
+        seen["mac"] = open("/sys/class/net/mbr0/address").read().strip()
+        seen["after"] = [sh("ip", "-n", h, "neigh", "show", "to", "10.77.0.1").stdout for h in ("node1", "node2")]
+        sh(*TB, "down")
+    """)
+    assert seen["node1"] == seen["node2"] == "111"           # ECONNREFUSED: the head answered both hosts
+    assert f"lladdr {old}" in seen["before"]                 # the scenario did cache the old address
+    assert seen["mac"] == _testbed.BRIDGE_MAC
+    assert not any(old in entry for entry in seen["after"]), seen["after"]
+
+
 def test_up_refuses_a_namespace_it_did_not_make_and_leaves_it_alone():
     seen = in_sandbox("""
         sh("ip", "netns", "add", "node2")
