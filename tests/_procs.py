@@ -1,10 +1,12 @@
-"""Process checks shared by the tests: is a pid still a running process (a zombie is not)? Its command line? Kill
-one and wait."""
+"""Process checks and waits shared by the tests: is a pid still a running process (a zombie is not)? Its command
+line? Kill one and wait; wait for a condition, with a deadline."""
 
 import contextlib
 import os
 import signal
 import subprocess
+import time
+from collections.abc import Callable
 from typing import Any
 
 import psutil
@@ -56,3 +58,15 @@ def run_all_or_kill(argv: list[str], timeout: float, **kw: Any) -> subprocess.Co
             out, err = p.communicate()
             raise subprocess.TimeoutExpired(argv, timeout, out, err) from None
     return subprocess.CompletedProcess(argv, p.returncode, out, err)
+
+
+def wait_for(pred: Callable[[], Any], timeout: float, what: str, every: float = 0.1) -> Any:
+    """Poll ``pred`` until it returns something truthy and return that; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(every)

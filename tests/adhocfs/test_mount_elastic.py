@@ -13,15 +13,9 @@ import time
 import pytest
 from mount_util import mounted, need_fuse, no_leaked_mounts  # noqa: F401 - fixture
 
+from tests._procs import wait_for
+
 pytestmark = pytest.mark.usefixtures("no_leaked_mounts")
-
-
-def _wait_for(cond, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def test_fio_while_servers_join_and_leave(tmp_path):
@@ -41,10 +35,10 @@ def test_fio_while_servers_join_and_leave(tmp_path):
              "--verify_state_save=0", "--output-format=terse"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            _wait_for(lambda: os.path.exists(target) and os.stat(target).st_size > 24 << 20, 60, "fio to start")
+            wait_for(lambda: os.path.exists(target) and os.stat(target).st_size > 24 << 20, 60, "fio to start")
             expand_fs(dep.address, ["127.0.0.1"])
             grown = os.stat(target).st_size
-            _wait_for(lambda: os.stat(target).st_size > grown + (24 << 20), 60, "writes after the expansion")
+            wait_for(lambda: os.stat(target).st_size > grown + (24 << 20), 60, "writes after the expansion")
             with connect(dep.address) as fs:
                 first = min(s["sid"] for s in fs.status().servers)
             shrink_fs(dep.address, [first], mode="partial")
@@ -87,7 +81,7 @@ def test_dead_servers_and_dead_daemon_answer_errors(tmp_path):
                 assert e.value.errno == errno.EIO
                 assert time.monotonic() - t0 < 15
             os.kill(rec.pid, signal.SIGKILL)
-            _wait_for(lambda: not os.path.exists(f"/proc/{rec.pid}/cmdline") or
+            wait_for(lambda: not os.path.exists(f"/proc/{rec.pid}/cmdline") or
                       open(f"/proc/{rec.pid}/stat").read().split()[2] == "Z", 10, "the daemon to die")
             with pytest.raises(OSError) as e:
                 os.listdir(tmp_path / "m")  # a call the kernel had in flight as the daemon died: ECONNABORTED

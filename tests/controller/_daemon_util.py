@@ -11,8 +11,7 @@ import signal
 import sys
 import tempfile
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from malleable.controller.daemon._client import Client
 from malleable.controller.daemon._core import CoreConfig
 from malleable.controller.daemon._daemon import Daemon, DaemonConfig
 from malleable.controller.daemon._hostpool import HostPool, scan_tagged
+from tests._procs import wait_for
 
 TOKEN = "controller-test-token"  # noqa: S105 - a test secret
 HEAT = str(Path(__file__).parent / "progs" / "heat_prog.py")
@@ -44,18 +44,6 @@ def kill_tagged(controller_id: str) -> None:
         for p in procs:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p.pid, signal.SIGKILL)
-
-
-def wait_for(pred: Callable[[], Any], timeout: float, what: str, every: float = 0.1) -> Any:
-    """Poll ``pred`` until it returns something truthy; fail the test after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(every)
 
 
 @contextlib.contextmanager
