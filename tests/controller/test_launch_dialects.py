@@ -12,7 +12,7 @@ import pytest
 
 from malleable._secret import Credential
 from malleable.controller.daemon._hostpool import HostPool
-from malleable.controller.daemon._launch import job_argv, job_env
+from malleable.controller.daemon._launch import SHEPHERD, job_argv, job_env
 from malleable.controller.daemon._records import JobRec
 
 EXE = "/opt/mpi/bin/mpiexec"
@@ -107,16 +107,18 @@ def test_malleable_job_gets_its_mpi_variables_and_the_users_win(as_mpi, mpi, wan
     assert all(env[k] == "mine" for k in want)
 
 
-def test_rigid_slots_land_per_host_under_mpich(monkeypatch):
-    """The rigid command line of a local pool, run: hydra puts two ranks on each host slot (one proxy each)."""
+def test_rigid_slots_land_per_host_under_mpich(monkeypatch, tmp_path):
+    """The rigid command line of a local pool, run under the daemon's shepherd (which ignores SIGPIPE: hydra writes
+    to proxies whose ranks already ended): hydra puts two ranks on each host slot (one proxy each)."""
     monkeypatch.delenv("MALLEABLE_MPI", raising=False)
     monkeypatch.setenv("MALLEABLE_MPIEXEC", str(Path(sys.executable).parent / "mpiexec"))
     j = job(["local1", "local2"], False)
     j.cmd = ["sh", "-c", 'echo "$PMI_RANK $MPI_LOCALNRANKS $MPI_LOCALRANKID"']
-    # with SIGPIPE ignored, as the daemon's shepherd runs it: hydra writes to proxies whose ranks already ended
-    argv = ["sh", "-c", 'trap "" PIPE; exec "$@"', "sh", *job_argv(j, LOCAL_POOL, 2)]
+    rc = tmp_path / "job.rc"
+    argv = ["sh", "-c", SHEPHERD, "shepherd", str(rc), "", *job_argv(j, LOCAL_POOL, 2)]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True)
     assert sorted(out.stdout.split("\n")[:-1]) == ["0 2 0", "1 2 1", "2 2 0", "3 2 1"]
+    assert rc.read_text() == "0\n"                     # the exit code the daemon reads
 
 
 def test_the_daemon_says_which_mpi_its_jobs_run_under(monkeypatch, tmp_path):
